@@ -1,0 +1,47 @@
+"""`churnbench`: the command line. Each command group lives in `churn_assets/commands/<group>.py`;
+this module assembles them and turns expected failures into a one-line error and a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from churn_assets.commands.world import generate, ledger
+
+
+class ChurnbenchGroup(click.Group):
+    """Expected errors (bad input, unreachable store) print one line, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.Exit:
+            raise
+        except (click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("churnbench: interrupted", err=True)
+            sys.exit(130)
+        except Exception as e:
+            if not _is_user_facing(e):
+                raise
+            click.echo(f"churnbench: error: {e}", err=True)
+            sys.exit(1)
+
+
+def _is_user_facing(e: Exception) -> bool:
+    """Errors whose message is meant for the user (they name the problem and the place)."""
+    from churn_assets.errors import UserFacingError
+
+    return isinstance(e, UserFacingError)
+
+
+@click.group(cls=ChurnbenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="churnbench")
+def main() -> None:
+    """churnbench: is an agent's answer still true after the data changed?"""
+
+
+main.add_command(generate)
+main.add_command(ledger)

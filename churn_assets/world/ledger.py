@@ -1,0 +1,444 @@
+"""The ledger: append-only JSONL, hash-chained (format 2), with a manifest; and its verifying loader.
+
+Format 2 record (a superset of the ChurnBench v1 record `{seq, at, kind, entity_type, entity_id,
+payload}`): plus `recorded_at` (transaction time on the simulated clock), `prev_hash` and `hash`.
+`hash` = SHA-256 of the canonical JSON (UTF-8, sorted keys, no spaces) of the record without `hash`.
+Lines are written in canonical JSON, so the verifier hashes the line's own bytes with the hash field
+cut out: a changed byte anywhere (even a re-formatting) breaks the chain.
+
+Format 1 (the reference's ledgers) has no hashes and no `recorded_at`; it loads through the same
+loader, checked against its own payload schemas, and is reported as unverified.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import hashlib
+import io
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from churn_assets.errors import UserFacingError
+from churn_assets.world.events import SCHEMAS_BY_FORMAT, payload_error, round_payload
+
+FORMAT_VERSION = 2
+LEDGER_FILE = "ledger.jsonl"
+MANIFEST_FILE = "manifest.json"
+GENESIS_HASH = "0" * 64
+_SECONDS_PER_DAY = 86_400
+
+V1_FIELDS = ("seq", "at", "kind", "entity_type", "entity_id", "payload")
+V2_FIELDS = (*V1_FIELDS, "recorded_at", "prev_hash", "hash")
+
+
+class LedgerError(UserFacingError, ValueError):
+    """The ledger is invalid; `line` (1-based) and `path` name the place when known."""
+
+    def __init__(self, message: str, *, path: Path | str | None = None, line: int | None = None) -> None:
+        self.path = str(path) if path is not None else None
+        self.line = line
+        where = ""
+        if path is not None:
+            where = f"{path}" + (f", line {line}" if line is not None else "")
+        elif line is not None:
+            where = f"line {line}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One ledger event as the simulator emits it (before sequencing and hashing)."""
+
+    at: dt.date
+    kind: str
+    entity_type: str
+    entity_id: str
+    payload: dict[str, Any]
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _hash_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def recorded_at(day: dt.date, position: int) -> str:
+    """Transaction time on the simulated clock: the event's day plus its position in the day, as seconds."""
+    if position >= _SECONDS_PER_DAY:
+        raise LedgerError(f"more than {_SECONDS_PER_DAY} events on {day}: the simulated clock has no room")
+    h, rem = divmod(position, 3600)
+    m, s = divmod(rem, 60)
+    return f"{day.isoformat()}T{h:02d}:{m:02d}:{s:02d}Z"
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing (append-only: there is no update or delete path)
+# ----------------------------------------------------------------------------------------------
+
+
+class LedgerWriter:
+    """Appends events to a format-2 ledger; `close()` writes the manifest that seals it.
+
+    The ledger file is written to a temporary name and renamed on close, so a crash never leaves a
+    ledger that looks complete.
+    """
+
+    def __init__(self, out_dir: Path, world_config: dict[str, Any], world_id: str, config_hash: str) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.out_dir / (LEDGER_FILE + ".partial")
+        self._fh = self._tmp.open("w", encoding="utf-8", newline="\n")
+        self._world_config = world_config
+        self._world_id = world_id
+        self._config_hash = config_hash
+        self._seq = 0
+        self._prev = GENESIS_HASH
+        self._day: dt.date | None = None
+        self._first_day: dt.date | None = None
+        self._position = 0
+        self._counts: Counter[str] = Counter()
+        self._schemas = SCHEMAS_BY_FORMAT[FORMAT_VERSION]
+
+    def append(self, event: Event) -> None:
+        kind = self._schemas.get(event.kind)
+        if kind is None:
+            raise LedgerError(f"unknown event kind {event.kind!r}")
+        if self._day is not None and event.at < self._day:
+            raise LedgerError(f"event on {event.at} after {self._day}: days may not go backwards")
+        if event.at != self._day:
+            self._day, self._position = event.at, 0
+            if self._first_day is None:
+                self._first_day = event.at
+        payload = round_payload(kind, event.payload)
+        problem = payload_error(kind, payload)
+        if problem:
+            raise LedgerError(problem)
+        record = {
+            "seq": self._seq,
+            "at": event.at.isoformat(),
+            "kind": event.kind,
+            "entity_type": event.entity_type,
+            "entity_id": event.entity_id,
+            "payload": payload,
+            "recorded_at": recorded_at(event.at, self._position),
+            "prev_hash": self._prev,
+        }
+        body = canonical_json(record)
+        digest = _hash_hex(body.encode())
+        # Insert the hash at its sorted place ("entity_type" < "hash" < "kind") instead of serializing
+        # twice. Inside JSON strings quotes are escaped, so `,"kind":"` only occurs as the top-level key.
+        cut = body.index(',"kind":"')
+        self._fh.write(f'{body[:cut]},"hash":"{digest}"{body[cut:]}\n')
+        self._prev = digest
+        self._seq += 1
+        self._position += 1
+        self._counts[event.kind] += 1
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for e in events:
+            self.append(e)
+
+    def close(self) -> LedgerManifest:
+        self._fh.close()
+        manifest = LedgerManifest(
+            format_version=FORMAT_VERSION,
+            count=self._seq,
+            head_hash=self._prev,
+            first_day=self._first_day.isoformat() if self._first_day else None,
+            last_day=self._day.isoformat() if self._day else None,
+            counts_per_kind=dict(sorted(self._counts.items())),
+            world_id=self._world_id,
+            world_config_hash=self._config_hash,
+            world_config=self._world_config,
+        )
+        self._tmp.replace(self.out_dir / LEDGER_FILE)
+        tmp_manifest = self.out_dir / (MANIFEST_FILE + ".partial")
+        tmp_manifest.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
+        tmp_manifest.replace(self.out_dir / MANIFEST_FILE)
+        return manifest
+
+    def abort(self) -> None:
+        self._fh.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class LedgerManifest:
+    format_version: int
+    count: int
+    head_hash: str | None
+    first_day: str | None
+    last_day: str | None
+    counts_per_kind: dict[str, int]
+    world_id: str | None = None
+    world_config_hash: str | None = None
+    world_config: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "count": self.count,
+            "head_hash": self.head_hash,
+            "first_day": self.first_day,
+            "last_day": self.last_day,
+            "counts_per_kind": self.counts_per_kind,
+            "world_id": self.world_id,
+            "world_config_hash": self.world_config_hash,
+            "world_config": self.world_config,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], path: Path | str) -> LedgerManifest:
+        try:
+            return cls(
+                format_version=int(d["format_version"]),
+                count=int(d["count"]),
+                head_hash=d.get("head_hash"),
+                first_day=d.get("first_day"),
+                last_day=d.get("last_day"),
+                counts_per_kind=dict(d.get("counts_per_kind") or {}),
+                world_id=d.get("world_id"),
+                world_config_hash=d.get("world_config_hash"),
+                world_config=d.get("world_config"),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise LedgerError(f"manifest is malformed ({e})", path=path) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading and verifying
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedLedger:
+    """A ledger read through the verifying loader: events in order plus what was checked."""
+
+    path: Path
+    format_version: int
+    verified: bool  # True when the hash chain and manifest were checked (format 2)
+    records: list[dict[str, Any]]
+    manifest: LedgerManifest | None
+    counts_per_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    @property
+    def head_hash(self) -> str | None:
+        return self.records[-1].get("hash") if self.records else None
+
+    @property
+    def first_day(self) -> str | None:
+        return self.records[0]["at"] if self.records else None
+
+    @property
+    def last_day(self) -> str | None:
+        return self.records[-1]["at"] if self.records else None
+
+
+def resolve_ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
+    """(ledger file, manifest or None) for a ledger directory, a .jsonl or a .jsonl.gz file."""
+    p = Path(path)
+    if p.is_dir():
+        ledger = p / LEDGER_FILE
+        if not ledger.exists():
+            raise LedgerError(f"no {LEDGER_FILE} in this directory", path=p)
+        manifest = p / MANIFEST_FILE
+        return ledger, manifest if manifest.exists() else None
+    if not p.exists():
+        raise LedgerError("file not found", path=p)
+    manifest = p.parent / MANIFEST_FILE
+    if p.name == LEDGER_FILE and manifest.exists():
+        return p, manifest
+    return p, None
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="\n")
+    return path.open("r", encoding="utf-8", newline="\n")
+
+
+def load_ledger(
+    path: str | Path,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> LoadedLedger:
+    """Read and verify a ledger. Raises `LedgerError` naming the file and the 1-based line.
+
+    Refuses: malformed JSON, missing or mistyped fields, an unknown kind, non-monotonic or duplicate
+    `seq`, days going backwards, payloads that violate their schema, and (format 2) a broken hash
+    chain or a truncated ledger (count or head hash differing from the manifest).
+    """
+    ledger_path, manifest_path = resolve_ledger_paths(path)
+    manifest: LedgerManifest | None = None
+    if manifest_path is not None:
+        try:
+            manifest = LedgerManifest.from_dict(json.loads(manifest_path.read_text()), manifest_path)
+        except json.JSONDecodeError as e:
+            raise LedgerError(f"manifest is not valid JSON ({e.msg})", path=manifest_path) from None
+        if manifest.format_version not in SCHEMAS_BY_FORMAT:
+            raise LedgerError(f"unsupported format_version {manifest.format_version}", path=manifest_path)
+
+    records: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    fmt: int | None = manifest.format_version if manifest else None
+    with _open_text(ledger_path) as fh:
+        first = fh.readline()
+        if not first:
+            if manifest is not None and manifest.count:
+                raise LedgerError(f"empty ledger but the manifest says {manifest.count} events (truncated)",
+                                  path=ledger_path)
+            return LoadedLedger(ledger_path, fmt or FORMAT_VERSION, fmt == 2, [], manifest, {})
+        if fmt is None:
+            fmt = _sniff_format(first, ledger_path)
+        checker = _LineChecker(fmt, ledger_path)
+        lineno = 1
+        line = first
+        while line:
+            rec = checker.check(line, lineno)
+            records.append(rec)
+            counts[rec["kind"]] += 1
+            if progress is not None and lineno % 20_000 == 0:
+                progress(lineno)
+            lineno += 1
+            line = fh.readline()
+        if progress is not None:
+            progress(lineno - 1)
+
+    if fmt == 2:
+        if manifest is None:
+            raise LedgerError(f"format-2 ledger without {MANIFEST_FILE}: cannot check for truncation",
+                              path=ledger_path)
+        if manifest.count != len(records):
+            raise LedgerError(
+                f"manifest says {manifest.count} events but the file has {len(records)} "
+                "(truncated or appended)",
+                path=ledger_path, line=len(records))
+        head = records[-1]["hash"]
+        if manifest.head_hash != head:
+            raise LedgerError(f"head hash {head[:12]}… differs from the manifest's "
+                              f"{(manifest.head_hash or '')[:12]}…", path=ledger_path, line=len(records))
+    return LoadedLedger(ledger_path, fmt, fmt == 2, records, manifest, dict(sorted(counts.items())))
+
+
+def _sniff_format(first_line: str, path: Path) -> int:
+    try:
+        rec = json.loads(first_line)
+    except json.JSONDecodeError as e:
+        raise LedgerError(f"malformed JSON ({e.msg})", path=path, line=1) from None
+    if isinstance(rec, dict) and "hash" in rec:
+        return 2
+    return 1
+
+
+class _LineChecker:
+    """Stateful per-line validation: fields, types, kinds, payloads, ordering and the hash chain."""
+
+    def __init__(self, fmt: int, path: Path) -> None:
+        self.fmt = fmt
+        self.path = path
+        self.schemas = SCHEMAS_BY_FORMAT[fmt]
+        self.fields = V2_FIELDS if fmt == 2 else V1_FIELDS
+        self.prev_seq = -1
+        self.prev_at = ""
+        self.prev_hash = GENESIS_HASH
+
+    def fail(self, msg: str, lineno: int) -> LedgerError:
+        return LedgerError(msg, path=self.path, line=lineno)
+
+    def check(self, line: str, lineno: int) -> dict[str, Any]:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise self.fail(f"malformed JSON ({e.msg})", lineno) from None
+        if not isinstance(rec, dict):
+            raise self.fail("record must be a JSON object", lineno)
+        if len(rec) != len(self.fields) or any(f not in rec for f in self.fields):
+            missing = [f for f in self.fields if f not in rec]
+            extra = [f for f in rec if f not in self.fields]
+            detail = "; ".join(p for p in (
+                f"missing {', '.join(missing)}" if missing else "",
+                f"unexpected {', '.join(extra)}" if extra else "") if p)
+            raise self.fail(f"record fields: {detail}", lineno)
+        seq, at, kind_name = rec["seq"], rec["at"], rec["kind"]
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise self.fail(f"seq must be an integer (got {seq!r})", lineno)
+        if seq <= self.prev_seq:
+            what = "duplicate" if seq == self.prev_seq else "non-monotonic"
+            raise self.fail(f"{what} seq {seq} after {self.prev_seq}", lineno)
+        if self.fmt == 2 and seq != self.prev_seq + 1:
+            raise self.fail(f"seq {seq} skips after {self.prev_seq} (an event is missing)", lineno)
+        if not isinstance(at, str) or len(at) != 10:
+            raise self.fail(f"at must be an ISO day (got {at!r})", lineno)
+        if at != self.prev_at:
+            try:
+                dt.date.fromisoformat(at)
+            except ValueError:
+                raise self.fail(f"at must be an ISO day (got {at!r})", lineno) from None
+            if at < self.prev_at:
+                raise self.fail(f"day {at} goes backwards after {self.prev_at}", lineno)
+        for name in ("kind", "entity_type", "entity_id"):
+            if not isinstance(rec[name], str) or not rec[name]:
+                raise self.fail(f"{name} must be a non-empty string (got {rec[name]!r})", lineno)
+        kind = self.schemas.get(kind_name)
+        if kind is None:
+            raise self.fail(f"unknown event kind {kind_name!r}", lineno)
+        if rec["entity_type"] != kind.entity_type:
+            raise self.fail(f"{kind_name} must have entity_type {kind.entity_type!r} "
+                            f"(got {rec['entity_type']!r})", lineno)
+        problem = payload_error(kind, rec["payload"])
+        if problem:
+            raise self.fail(problem, lineno)
+        if self.fmt == 2:
+            self._check_chain(rec, line, lineno)
+        self.prev_seq, self.prev_at = seq, at
+        return rec
+
+    def _check_chain(self, rec: dict[str, Any], line: str, lineno: int) -> None:
+        ra = rec["recorded_at"]
+        if not isinstance(ra, str) or not ra.startswith(rec["at"]):
+            raise self.fail(f"recorded_at {ra!r} is not on the event's day {rec['at']}", lineno)
+        if rec["prev_hash"] != self.prev_hash:
+            raise self.fail(f"prev_hash {str(rec['prev_hash'])[:12]}… does not match the previous event's "
+                            f"hash {self.prev_hash[:12]}… (chain broken: an event was removed or reordered)",
+                            lineno)
+        digest = rec["hash"]
+        # Canonical lines put "hash" between "entity_type" and "kind" (sorted keys); quotes inside
+        # JSON strings are escaped, so the first unescaped `,"hash":"` is the top-level field.
+        body = line.rstrip("\n")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise self.fail("hash field missing or malformed", lineno)
+        marker = f',"hash":"{digest}"'
+        idx = body.find(marker)
+        if idx < 0:
+            raise self.fail("hash mismatch: the line is not in canonical form", lineno)
+        cut = body[:idx] + body[idx + len(marker):]
+        if _hash_hex(cut.encode()) != digest:
+            raise self.fail("hash mismatch: the event was altered (or re-formatted) after it was written",
+                            lineno)
+        self.prev_hash = digest
+
+
+def iter_events(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Records in ledger order (a seam for the fold: it takes any iterable of records)."""
+    yield from records
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of the (uncompressed) ledger bytes."""
+    h = hashlib.sha256()
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
