@@ -91,7 +91,7 @@ def load_config(
             loaded = yaml.safe_load(p.read_text())
         except FileNotFoundError:
             raise WorldConfigError(f"world config {p}: file not found") from None
-        except yaml.YAMLError as e:
+        except (yaml.YAMLError, ValueError) as e:
             raise WorldConfigError(f"world config {p}: not valid YAML ({e})") from None
         if not isinstance(loaded, dict):
             raise WorldConfigError(f"world config {p}: top level must be a mapping")
@@ -100,7 +100,11 @@ def load_config(
         key, sep, raw = item.partition("=")
         if not sep:
             raise WorldConfigError(f"override {item!r}: expected section.key=value")
-        _set_path(data, key.strip(), yaml.safe_load(raw))
+        try:
+            value = yaml.safe_load(raw)
+        except (yaml.YAMLError, ValueError) as e:
+            raise WorldConfigError(f"override {item!r}: value is not valid ({e})") from None
+        _set_path(data, key.strip(), value)
     if seed is not None:
         data["seed"] = seed
     if days is not None:

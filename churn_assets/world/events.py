@@ -207,11 +207,26 @@ V1_EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in (
 SCHEMAS_BY_FORMAT: dict[int, dict[str, EventKind]] = {1: V1_EVENT_KINDS, 2: EVENT_KINDS}
 
 
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "date": (str,), "int": (int,), "bool": (bool,), "float": (float, int),
+}
+
+
 def payload_error(kind: EventKind, payload: Any) -> str | None:
     """Why `payload` violates `kind`'s schema, or None when it conforms."""
-    if not isinstance(payload, dict):
+    if type(payload) is not dict:
         return f"payload of {kind.name} must be an object"
     fields = kind.fields
+    # Fast path (the loader calls this once per event): exact keys and plain types pass without the
+    # detailed checks below, which only run to explain a problem or to check choices and precision.
+    if payload.keys() == fields.keys():
+        for name, value in payload.items():
+            spec = fields[name]
+            if type(value) not in _PY_TYPES[spec.type] or spec.choices is not None \
+                    or spec.type == "date" or (spec.precision is not None and type(value) is float):
+                break
+        else:
+            return None
     if payload.keys() != fields.keys():
         missing = sorted(k for k, f in fields.items() if f.required and k not in payload)
         extra = sorted(payload.keys() - fields.keys())

@@ -301,19 +301,15 @@ def load_ledger(
             return LoadedLedger(ledger_path, fmt or FORMAT_VERSION, fmt == 2, [], manifest, {})
         if fmt is None:
             fmt = _sniff_format(first, ledger_path)
-        checker = _LineChecker(fmt, ledger_path)
-        lineno = 1
-        line = first
-        while line:
-            rec = checker.check(line, lineno)
-            records.append(rec)
-            counts[rec["kind"]] += 1
+        check = _LineChecker(fmt, ledger_path).check
+        records.append(check(first, 1))
+        for lineno, line in enumerate(fh, start=2):
+            records.append(check(line, lineno))
             if progress is not None and lineno % 20_000 == 0:
                 progress(lineno)
-            lineno += 1
-            line = fh.readline()
         if progress is not None:
-            progress(lineno - 1)
+            progress(len(records))
+    counts.update(r["kind"] for r in records)
 
     if fmt == 2:
         if manifest is None:
@@ -341,6 +337,10 @@ def _sniff_format(first_line: str, path: Path) -> int:
     return 1
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+_sha256 = hashlib.sha256
+
+
 class _LineChecker:
     """Stateful per-line validation: fields, types, kinds, payloads, ordering and the hash chain."""
 
@@ -349,6 +349,7 @@ class _LineChecker:
         self.path = path
         self.schemas = SCHEMAS_BY_FORMAT[fmt]
         self.fields = V2_FIELDS if fmt == 2 else V1_FIELDS
+        self.field_set = frozenset(self.fields)
         self.prev_seq = -1
         self.prev_at = ""
         self.prev_hash = GENESIS_HASH
@@ -358,12 +359,14 @@ class _LineChecker:
 
     def check(self, line: str, lineno: int) -> dict[str, Any]:
         try:
-            rec = json.loads(line)
+            rec, end = _raw_decode(line)
         except json.JSONDecodeError as e:
             raise self.fail(f"malformed JSON ({e.msg})", lineno) from None
-        if not isinstance(rec, dict):
+        if end != len(line) and line[end:].strip():
+            raise self.fail("malformed JSON (extra data after the record)", lineno)
+        if type(rec) is not dict:
             raise self.fail("record must be a JSON object", lineno)
-        if len(rec) != len(self.fields) or any(f not in rec for f in self.fields):
+        if rec.keys() != self.field_set:
             missing = [f for f in self.fields if f not in rec]
             extra = [f for f in rec if f not in self.fields]
             detail = "; ".join(p for p in (
@@ -371,7 +374,7 @@ class _LineChecker:
                 f"unexpected {', '.join(extra)}" if extra else "") if p)
             raise self.fail(f"record fields: {detail}", lineno)
         seq, at, kind_name = rec["seq"], rec["at"], rec["kind"]
-        if not isinstance(seq, int) or isinstance(seq, bool):
+        if type(seq) is not int:
             raise self.fail(f"seq must be an integer (got {seq!r})", lineno)
         if seq <= self.prev_seq:
             what = "duplicate" if seq == self.prev_seq else "non-monotonic"
@@ -388,7 +391,7 @@ class _LineChecker:
             if at < self.prev_at:
                 raise self.fail(f"day {at} goes backwards after {self.prev_at}", lineno)
         for name in ("kind", "entity_type", "entity_id"):
-            if not isinstance(rec[name], str) or not rec[name]:
+            if type(rec[name]) is not str or not rec[name]:
                 raise self.fail(f"{name} must be a non-empty string (got {rec[name]!r})", lineno)
         kind = self.schemas.get(kind_name)
         if kind is None:
@@ -415,15 +418,13 @@ class _LineChecker:
         digest = rec["hash"]
         # Canonical lines put "hash" between "entity_type" and "kind" (sorted keys); quotes inside
         # JSON strings are escaped, so the first unescaped `,"hash":"` is the top-level field.
-        body = line.rstrip("\n")
-        if not isinstance(digest, str) or len(digest) != 64:
+        if type(digest) is not str or len(digest) != 64:
             raise self.fail("hash field missing or malformed", lineno)
-        marker = f',"hash":"{digest}"'
-        idx = body.find(marker)
-        if idx < 0:
+        idx = line.find(',"hash":"')
+        if idx < 0 or line[idx + 9:idx + 73] != digest:
             raise self.fail("hash mismatch: the line is not in canonical form", lineno)
-        cut = body[:idx] + body[idx + len(marker):]
-        if _hash_hex(cut.encode()) != digest:
+        cut = line[:idx] + line[idx + 74:].rstrip("\n")
+        if _sha256(cut.encode()).hexdigest() != digest:
             raise self.fail("hash mismatch: the event was altered (or re-formatted) after it was written",
                             lineno)
         self.prev_hash = digest

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install churnbench into ./.venv (editable, with the dev extras) and prepare what must exist
+# before Dagster loads the code location. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  if command -v python3.11 >/dev/null 2>&1; then PY=python3.11; else PY=python3; fi
+fi
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+  echo "churnbench needs Python 3.11 (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+echo "churnbench installed in $(pwd)/.venv ($(.venv/bin/churnbench --version))"

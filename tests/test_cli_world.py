@@ -1,0 +1,60 @@
+"""`churnbench generate` and `churnbench ledger verify` through the real console entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from churn_assets.cli import main
+
+
+def test_help_everywhere() -> None:
+    runner = CliRunner()
+    for args in (["--help"], ["generate", "--help"], ["ledger", "--help"], ["ledger", "verify", "--help"]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert "Usage:" in result.output
+
+
+def test_generate_then_verify(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "w"
+    result = runner.invoke(main, ["generate", "--days", "7", "--seed", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "default-s3-" in result.output and "user_hired" in result.output and "users" in result.output
+    result = runner.invoke(main, ["ledger", "verify", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("OK:")
+
+
+def test_verify_failure_is_one_line_and_nonzero(tmp_path: Path) -> None:
+    out = tmp_path / "w"
+    assert CliRunner().invoke(main, ["generate", "--days", "3", "--out", str(out)]).exit_code == 0
+    lines = (out / "ledger.jsonl").read_text().splitlines(keepends=True)
+    rec = json.loads(lines[4])
+    rec["kind"] = "mystery"
+    lines[4] = json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n"
+    (out / "ledger.jsonl").write_text("".join(lines))
+    proc = subprocess.run([sys.executable, "-m", "churn_assets", "ledger", "verify", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "line 5" in proc.stderr and "unknown event kind 'mystery'" in proc.stderr
+
+
+def test_bad_override_is_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "churn_assets", "generate", "--set", "rates_per_day.x=1",
+                           "--out", str(tmp_path / "w")], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "unknown key" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_v1_reference_loads_unverified() -> None:
+    ref = Path(__file__).resolve().parents[2] / "shared" / "reference" / "churnbench-v1-ledger-head.jsonl"
+    result = CliRunner().invoke(main, ["ledger", "verify", str(ref)])
+    assert result.exit_code == 0, result.output
+    assert "unverified" in result.output and "format 1" in result.output

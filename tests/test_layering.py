@@ -1,0 +1,128 @@
+"""Imports point down the layers of ARCHITECTURE.md section 2, never up, and arms stay isolated.
+
+The scan reads every module's imports with `ast` (no import side effects), so a violation anywhere
+fails here with the module and the offending import named.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Rank of each part of churn_assets: a module may import its own rank or lower, never higher.
+# `errors` is the shared base every layer may raise from.
+RANKS: dict[str, int] = {
+    "errors": 0,
+    "world": 1,
+    "fabric": 2, "tasks": 2, "contracts": 2,
+    "grounding": 3,
+    "arms": 4, "freshness": 4,
+    "evaluation": 5,
+    # services and the state folder stand beside the core: used by resources and the CLI only.
+    "services": 6, "state": 6, "deployment": 6,
+    "assets": 7, "resources": 7, "checks": 7, "jobs": 7, "schedules": 7, "sensors": 7,
+    "partitions": 7, "materialize": 7,
+    "definitions": 8,
+    "cli": 9, "commands": 9,
+}
+# The top-level `contracts` package (document rendering) sits with fabric.
+TOP_LEVEL_RANKS = {"contracts": 2}
+DAGSTER_FREE_BELOW = 7  # nothing below assets/ imports dagster ...
+DAGSTER_ADAPTER_PREFIX = "churn_assets.freshness.adapters"  # ... except the production adapters
+ARM_FORBIDDEN = ("churn_assets.world.fold", "churn_assets.world.ledger", "churn_assets.tasks.gold")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names.extend(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def rank_of(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] == "churn_assets":
+        if len(parts) == 1:
+            return None
+        return RANKS.get(parts[1])
+    return TOP_LEVEL_RANKS.get(parts[0])
+
+
+def violations(module: str, imports: list[str]) -> list[str]:
+    """Every rule a module's imports break, as readable sentences."""
+    found: list[str] = []
+    own = rank_of(module)
+    top = module.split(".")[0]
+    for imp in imports:
+        head = imp.split(".")[0]
+        if head == "saas_mock" and top != "saas_mock":
+            found.append(f"{module} imports {imp}: nothing in the core imports saas_mock")
+        if top == "saas_mock" and head == "churn_assets":
+            sub = imp.split(".")[1] if "." in imp else ""
+            if sub not in ("world", "errors", "services", "state"):
+                found.append(f"{module} imports {imp}: saas_mock may only use churn_assets.world")
+        if own is not None and head in ("churn_assets", "contracts"):
+            target = rank_of(imp)
+            if target is not None and target > own:
+                found.append(f"{module} (rank {own}) imports {imp} (rank {target}): imports must point down")
+        if own is not None and own < DAGSTER_FREE_BELOW and head.startswith("dagster") \
+                and not module.startswith(DAGSTER_ADAPTER_PREFIX):
+            found.append(f"{module} imports {imp}: only assets/ and above (and freshness adapters) use dagster")
+        if module.startswith("churn_assets.arms") and imp.startswith(ARM_FORBIDDEN):
+            found.append(f"{module} imports {imp}: arms never read the ledger, the fold or gold")
+    return found
+
+
+def _all_modules() -> list[tuple[str, Path]]:
+    out = []
+    for pkg in ("churn_assets", "saas_mock", "contracts"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            out.append((_module_name(path), path))
+    return out
+
+
+def test_every_churn_assets_part_has_a_rank() -> None:
+    parts = {p.stem if p.is_file() else p.name for p in (ROOT / "churn_assets").iterdir()
+             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())) and p.stem != "__init__"}
+    unranked = sorted(parts - RANKS.keys())
+    assert not unranked, f"add these to RANKS in {Path(__file__).name}: {unranked}"
+
+
+def test_imports_follow_the_layers() -> None:
+    problems = [v for module, path in _all_modules() for v in violations(module, _imports(path))]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("module", "imports", "fragment"), [
+    ("churn_assets.world.fold", ["churn_assets.grounding.router"], "must point down"),
+    ("churn_assets.world.simulator", ["dagster"], "use dagster"),
+    ("churn_assets.arms.naive", ["churn_assets.world.fold"], "arms never read"),
+    ("churn_assets.arms.naive", ["churn_assets.tasks.gold"], "arms never read"),
+    ("churn_assets.fabric.warehouse", ["saas_mock.app"], "nothing in the core imports saas_mock"),
+    ("saas_mock.app", ["churn_assets.assets.ledger"], "saas_mock may only use"),
+])
+def test_the_scanner_catches_violations(module: str, imports: list[str], fragment: str) -> None:
+    assert any(fragment in v for v in violations(module, imports))
+
+
+def test_allowed_imports_pass() -> None:
+    assert violations("churn_assets.assets.ledger", ["dagster", "churn_assets.world.ledger"]) == []
+    assert violations("churn_assets.freshness.adapters", ["dagster"]) == []
+    assert violations("saas_mock.app", ["churn_assets.world.fold"]) == []
