@@ -77,3 +77,26 @@ def verify(path: Path) -> None:
     else:
         click.echo(f"LOADED (unverified): {loaded.count:,} events, format {loaded.format_version} "
                    f"has no hash chain; schema and ordering checked")
+
+
+@ledger.command("stats")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--at", "at", metavar="DAY", help="As-of day YYYY-MM-DD (default: the ledger's last day).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with snake_case keys.")
+def stats(path: Path, at: str | None, as_json: bool) -> None:
+    """The world of a ledger in figures as of a day: events, users, licenses, contracts, tickets."""
+    # Imported here so that this command stays one block at the end of the file.
+    import json
+
+    from churn_assets.world.stats import format_stats, stats_of
+
+    with progress_bar("loading ledger", total=None, unit="events") as advance:
+        last = [0]
+
+        def on_progress(n: int) -> None:
+            advance(n - last[0])
+            last[0] = n
+
+        loaded = load_ledger(path, progress=on_progress)
+    figures = stats_of(loaded, at)
+    click.echo(json.dumps(figures.to_dict(), sort_keys=True) if as_json else format_stats(figures))

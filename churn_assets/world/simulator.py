@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from churn_assets.world.calendar import add_months
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.draws import Draws, WeightedPool
 from churn_assets.world.events import LICENSE_MODELS, TICKET_PRIORITIES, VENDOR_TIERS
@@ -35,18 +36,6 @@ _BUSINESS_UNITS = ("Engineering", "Sales", "Marketing", "Finance", "Operations",
 _TEAMS = ("Platform", "Core", "Growth", "Enterprise", "EMEA", "Americas", "APAC", "Data", "Tools",
           "Field", "Planning", "Services")
 _OFFBOARD_REASONS = ("voluntary", "involuntary")
-
-
-def add_months(day: dt.date, months: int) -> dt.date:
-    month0 = day.month - 1 + months
-    year, month = day.year + month0 // 12, month0 % 12 + 1
-    # Clamp to the month's last day (Jan 31 + 1 month = Feb 29 in 2024).
-    for d in (day.day, 30, 29, 28):
-        try:
-            return dt.date(year, month, d)
-        except ValueError:
-            continue
-    raise AssertionError("unreachable")
 
 
 @dataclass

@@ -1,0 +1,17 @@
+"""Calendar arithmetic shared by the simulator and the format-1 import."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+
+def add_months(day: dt.date, months: int) -> dt.date:
+    """`day` plus whole months, clamped to the month's last day (2024-01-31 + 1 month = 2024-02-29)."""
+    month0 = day.month - 1 + months
+    year, month = day.year + month0 // 12, month0 % 12 + 1
+    for d in (day.day, 30, 29, 28):
+        try:
+            return dt.date(year, month, d)
+        except ValueError:
+            continue
+    raise AssertionError("unreachable: every month has 28 days")

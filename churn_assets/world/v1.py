@@ -1,0 +1,148 @@
+"""Format-1 (ChurnBench v1) records translated into the fold's operations.
+
+The reference's ledger replays through the same fold as ours; only the payload reading differs. Its
+payloads carry their own fields and nothing else, so facts they lack stay empty (no product names,
+vendors by index, no cost-center reference data, no license on a consumption event, no sessions).
+
+Semantics, chosen to reproduce the reference's own figures and checked against its complete ledger
+(`tests/test_v1_import.py`):
+
+- "As of T" includes every event of day T (`at <= T`): 37,259 events at 2024-04-27 and 28,324 at
+  2024-03-29. Excluding day T gives 36,952 and 28,015 (and 439 / 423 active users): not theirs.
+- Active users = hired on or before T and not offboarded on or before T: 440 and 422.
+- An assigned license = one with an active holder on T: 69 and 96. In this ledger "has a holder at all"
+  gives the same figures, because the reference unassigns every license of a leaving user on the day of
+  the offboarding, just before it (all 170 unassignments, reason "offboard", for 116 leavers; the other
+  121 leavers held nothing), and no reassignment names an inactive user on either side. So section 10's
+  rule (a license held by an inactive or unknown user is not an active user's license) costs nothing
+  here, and reassignments never change the count: only assignments (200, all on day 0) and
+  unassignments (131 and 104 by T) do.
+  That is the "drained pool" of reference-facts.md: 200 - 131 = 69, 200 - 104 = 96.
+- `license_reassigned {from, to}` moves the holder; `from` must be the current holder, as it is in
+  every record of the reference's ledger.
+- `user_moved_cost_center {cost_center_id}` names only the new cost center.
+- `price_changed` on a product not seen before lists it (the reference's day-0 "initial" prices);
+  later ones change the list price. `license_purchased.unit_price_usd` is the purchase price, which
+  section 10's spend never uses (the reference did, which is why its spend ignored price changes).
+- Contracts: `contract_signed {vendor_idx, term_months}` is signed and effective on its day and runs
+  `term_months` months (last day inclusive, as in format 2: 2024-01-01 + 12 months runs to 2024-12-31).
+  `contract_renewed {term_months}` starts a new term on the renewal day (the reference renews at random
+  days, even on the day of signing, so stacking terms after the old expiry would be no truer). No
+  reference figure depends on this: no v1 term ends inside the 180 days under either reading.
+- `consumption_logged` names a user, not a license: consumption is indexed by (user, product).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from churn_assets.world.calendar import add_months
+from churn_assets.world.state import (
+    Assignments,
+    Consumption,
+    ConsumptionRecord,
+    Contract,
+    ContractTerm,
+    ContractTerms,
+    CostCenterMembership,
+    License,
+    PricePoint,
+    Prices,
+    Product,
+    UserStatus,
+    Utilization,
+)
+
+Record = Mapping[str, Any]
+Day = dt.date
+
+
+def term_from(day: Day, term_months: int, recorded_on: Day, change: str) -> ContractTerm:
+    """A term effective on `day` whose last day is the day before `term_months` months later."""
+    expires_on = add_months(day, term_months) - dt.timedelta(days=1)
+    return ContractTerm(recorded_on, change, term_months, day, expires_on)
+
+
+def _price_changed(s: Prices, r: Record, day: Day) -> None:
+    p = r["payload"]
+    reason = p.get("reason")
+    if r["entity_id"] not in s.products:
+        s.list_product(Product(r["entity_id"], day, [PricePoint(day, p["unit_price_usd"], reason)]))
+    else:
+        s.change_price(r["entity_id"], p["unit_price_usd"], day, reason)
+
+
+def _contract_signed(s: ContractTerms, r: Record, day: Day) -> None:
+    p = r["payload"]
+    s.sign(Contract(r["entity_id"], None, day, [term_from(day, p["term_months"], day, "signed")],
+                    vendor_idx=p["vendor_idx"]))
+
+
+def _contract_renewed(s: ContractTerms, r: Record, day: Day) -> None:
+    s.renew(r["entity_id"], term_from(day, r["payload"]["term_months"], day, "renewed"))
+
+
+def _user_hired(s: UserStatus, r: Record, day: Day) -> None:
+    s.hire(r["entity_id"], day)
+
+
+def _user_joined(s: CostCenterMembership, r: Record, day: Day) -> None:
+    s.join(r["entity_id"], r["payload"]["cost_center_id"], day)
+
+
+def _user_offboarded(s: UserStatus, r: Record, day: Day) -> None:
+    s.offboard(r["entity_id"], day, None)
+
+
+def _user_moved(s: CostCenterMembership, r: Record, day: Day) -> None:
+    s.move(r["entity_id"], r["payload"]["cost_center_id"], day, None)
+
+
+def _license_purchased(s: Assignments, r: Record, day: Day) -> None:
+    p = r["payload"]
+    s.purchase(License(r["entity_id"], p["product_id"], day, p["unit_price_usd"], None, seats=p["seats"]))
+
+
+def _license_assigned(s: Assignments, r: Record, day: Day) -> None:
+    s.assign(r["entity_id"], r["payload"]["to"], day)
+
+
+def _license_unassigned(s: Assignments, r: Record, day: Day) -> None:
+    p = r["payload"]
+    s.unassign(r["entity_id"], p["prev_holder"], day, p["reason"])
+
+
+def _license_reassigned(s: Assignments, r: Record, day: Day) -> None:
+    p = r["payload"]
+    s.reassign(r["entity_id"], p["from"], p["to"], day)
+
+
+def _consumption_record(r: Record, day: Day) -> ConsumptionRecord:
+    p = r["payload"]
+    return ConsumptionRecord(day, r["entity_id"], p["product_id"], None, None, p["session_minutes"],
+                             p["api_calls"])
+
+
+def _consumption_logged(s: Consumption, r: Record, day: Day) -> None:
+    s.log(_consumption_record(r, day))
+
+
+def _consumption_indexed(s: Utilization, r: Record, day: Day) -> None:
+    s.record(_consumption_record(r, day))
+
+
+V1_OPERATIONS: Mapping[str, tuple[tuple[str, Callable[[Any, Record, Day], None]], ...]] = {
+    "price_changed": (("prices", _price_changed),),
+    "contract_signed": (("contract_terms", _contract_signed),),
+    "contract_renewed": (("contract_terms", _contract_renewed),),
+    "user_hired": (("user_status", _user_hired), ("cost_center_membership", _user_joined)),
+    "user_offboarded": (("user_status", _user_offboarded),),
+    "user_moved_cost_center": (("cost_center_membership", _user_moved),),
+    "license_purchased": (("assignments", _license_purchased),),
+    "license_assigned": (("assignments", _license_assigned),),
+    "license_unassigned": (("assignments", _license_unassigned),),
+    "license_reassigned": (("assignments", _license_reassigned),),
+    "consumption_logged": (("consumption", _consumption_logged), ("utilization", _consumption_indexed)),
+}
