@@ -1,0 +1,197 @@
+"""Results files of evaluation runs: keyed by experiment hash and code version, never overwritten.
+
+A run's folder is `<results root>/<world>/<scenario key>/<experiment hash>__<code version>/`:
+
+- `tasks.jsonl`   one JSON object per answered task (question, answer, gold at T, planned vintage and
+                  gold under it, verdict, trace, cost), in task order;
+- `stale.csv`     the freshness and mixed-vintage errors;
+- `summary.json`  counts per verdict, accuracy, exposure, prediction, cost and the run's identity;
+- `timings.json`  latency, SaaS calls and 429s: a sidecar outside anything hashed or compared.
+
+While a run is in progress, answers are appended to `tasks.partial.jsonl` (flushed per task) and the
+folder has no `summary.json`; an interrupted run resumes from that checkpoint only when both the
+experiment hash and the code version match (they name the folder). A completed folder is never
+written again.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from churn_assets.errors import UserFacingError
+
+TASKS_FILE = "tasks.jsonl"
+PARTIAL_FILE = "tasks.partial.jsonl"
+STALE_FILE = "stale.csv"
+SUMMARY_FILE = "summary.json"
+TIMINGS_FILE = "timings.json"
+STALE_VERDICTS = ("freshness_error", "mixed_vintage_error")
+
+
+class ResultsError(UserFacingError):
+    """A results folder that cannot be written or read as asked."""
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def experiment_hash(spec: Mapping[str, Any]) -> str:
+    """SHA-256 (first 16 hex) of everything that can change an answer or a count.
+
+    The caller passes the scenario's identity: world config hash, arm, policy id and parameters, T',
+    T, agent id and model settings, SaaS profile, task-set hash. Timings never enter it.
+    """
+    return hashlib.sha256(canonical(dict(spec)).encode()).hexdigest()[:16]
+
+
+def code_version(repo_dir: Path | None = None) -> str:
+    """`git-<sha12>` (+ `-dirty` with uncommitted changes to tracked files), else `pkg-<version>`."""
+    here = repo_dir or Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        return f"git-{sha[:12]}" + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"pkg-{version('churnbench')}"
+        except PackageNotFoundError:
+            return "unknown"
+
+
+@dataclass(frozen=True)
+class RunKey:
+    world: str
+    scenario_key: str
+    experiment_hash: str
+    code_version: str
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.experiment_hash}__{self.code_version}"
+
+
+class ResultsStore:
+    """The results root of a state folder (`<state>/results`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def run_dir(self, key: RunKey) -> Path:
+        return self.root / key.world / key.scenario_key / key.folder_name
+
+    def is_complete(self, key: RunKey) -> bool:
+        return (self.run_dir(key) / SUMMARY_FILE).exists()
+
+    def open_run(self, key: RunKey) -> RunWriter:
+        """A writer for `key`: fresh, or resuming the checkpoint of an interrupted run with the same key."""
+        if self.is_complete(key):
+            raise ResultsError(f"results {self.run_dir(key)} are complete and are never overwritten")
+        return RunWriter(self.run_dir(key))
+
+    def read_summary(self, key: RunKey) -> dict[str, Any]:
+        path = self.run_dir(key) / SUMMARY_FILE
+        if not path.exists():
+            raise ResultsError(f"no completed results at {path.parent}")
+        return json.loads(path.read_text())
+
+    def read_tasks(self, key: RunKey) -> list[dict[str, Any]]:
+        path = self.run_dir(key) / TASKS_FILE
+        if not path.exists():
+            raise ResultsError(f"no completed results at {path.parent}")
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def runs_of_world(self, world: str) -> list[Path]:
+        base = self.root / world
+        return sorted(p.parent for p in base.glob(f"*/*/{SUMMARY_FILE}")) if base.exists() else []
+
+
+class RunWriter:
+    """Appends per-task results with a checkpoint; `finish` writes the final files atomically."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._partial = run_dir / PARTIAL_FILE
+        self._done: dict[str, dict[str, Any]] = {}
+        if self._partial.exists():
+            self._done = self._read_checkpoint()
+
+    def _read_checkpoint(self) -> dict[str, dict[str, Any]]:
+        done: dict[str, dict[str, Any]] = {}
+        lines = self._partial.read_text().splitlines()
+        for i, line in enumerate(lines):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:  # a write cut short by the interrupt: drop it and redo that task
+                    break
+                raise ResultsError(f"{self._partial}, line {i + 1}: corrupt checkpoint") from None
+            done[row["task_id"]] = row
+        # Rewrite without a torn last line, so appends continue from a clean file.
+        self._partial.write_text("".join(canonical(r) + "\n" for r in done.values()))
+        return done
+
+    @property
+    def completed(self) -> dict[str, dict[str, Any]]:
+        """Task results already written (resumed from the checkpoint), by task id."""
+        return dict(self._done)
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        if "task_id" not in row:
+            raise ValueError("a task result needs a task_id")
+        if row["task_id"] in self._done:
+            raise ResultsError(f"task {row['task_id']} is already in {self._partial}")
+        with self._partial.open("a", encoding="utf-8") as fh:
+            fh.write(canonical(dict(row)) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._done[row["task_id"]] = dict(row)
+
+    def finish(self, task_order: Iterable[str], summary: Mapping[str, Any], timings: Mapping[str, Any]) -> Path:
+        """Write tasks.jsonl (in task order), stale.csv, timings.json, then summary.json last (it marks
+        the folder complete)."""
+        order = list(task_order)
+        missing = [t for t in order if t not in self._done]
+        if missing:
+            raise ResultsError(f"cannot finish {self.run_dir}: {len(missing)} tasks unanswered (first {missing[0]})")
+        rows = [self._done[t] for t in order]
+        _atomic_write(self.run_dir / TASKS_FILE, "".join(canonical(r) + "\n" for r in rows))
+        _atomic_write(self.run_dir / STALE_FILE, _stale_csv(rows))
+        _atomic_write(self.run_dir / TIMINGS_FILE, json.dumps(dict(timings), indent=2, sort_keys=True) + "\n")
+        _atomic_write(self.run_dir / SUMMARY_FILE, json.dumps(dict(summary), indent=2, sort_keys=True,
+                                                              default=str) + "\n")
+        self._partial.unlink(missing_ok=True)
+        return self.run_dir
+
+
+def _stale_csv(rows: list[dict[str, Any]]) -> str:
+    import io
+
+    buf = io.StringIO()
+    fields = ["task_id", "template", "task_tier", "verdict", "question_text", "answer", "gold_at_t",
+              "gold_served", "classes_stale"]
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        if r.get("verdict") in STALE_VERDICTS:
+            w.writerow({k: (canonical(r.get(k)) if isinstance(r.get(k), list | dict) else r.get(k)) for k in fields})
+    return buf.getvalue()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
