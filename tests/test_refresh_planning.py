@@ -135,9 +135,10 @@ def test_t_before_t_prime_is_refused(reg) -> None:
 
 def test_measured_rates_ignore_events_after_t_prime() -> None:
     recs = [
-        {"at": "2024-01-01", "kind": "price_changed"},
-        {"at": "2024-01-02", "kind": "user_hired"},
+        {"at": "2024-01-01", "kind": "user_hired"},  # day 0 builds the world: not drift
+        {"at": "2024-01-02", "kind": "price_changed"},
+        {"at": "2024-01-03", "kind": "user_hired"},
         {"at": "2024-01-05", "kind": "price_changed"},  # after T'
     ]
-    rates = measured_change_rates(recs, D("2024-01-01"), D("2024-01-02"), ["prices", "user_status", "vendor_dims"])
+    rates = measured_change_rates(recs, D("2024-01-01"), D("2024-01-03"), ["prices", "user_status", "vendor_dims"])
     assert rates == {"prices": 0.5, "user_status": 0.5, "vendor_dims": 0.0}

@@ -20,7 +20,7 @@ from churn_assets.world.simulator import generate_ledger
 
 # SHA-256 of the default world's ledger.jsonl. It changes only when the simulator, the defaults or
 # the ledger format change on purpose: update it in the same commit and say why.
-GOLDEN_DEFAULT_LEDGER_SHA256 = "c17afb680ed1847070eb1d0321825f809cedae1d52f7efb8b7dc4d91be06f40c"
+GOLDEN_DEFAULT_LEDGER_SHA256 = "8c9331f6944d849ab565068825b1aada76d5fcc4617f332311865cbe84d424ce"
 
 D28_T_PRIME, T = "2024-03-29", "2024-04-27"
 
@@ -217,3 +217,23 @@ def test_activity_weights_are_heavy_tailed(records: list[dict[str, Any]]) -> Non
     counts = sorted(per_user.values(), reverse=True)
     top = counts[: max(1, len(counts) // 10)]
     assert sum(top) / sum(counts) >= 0.35
+
+
+def test_shelfware_makes_idle_licenses_and_reclamations(records: list[dict[str, Any]]) -> None:
+    """Some licenses are bought but barely used: idle-license questions have non-trivial answers."""
+    assert sum(1 for r in records if r["kind"] == "license_unassigned"
+               and r["payload"]["reason"] == "reclaimed_idle") >= 5
+    last_used: dict[str, str] = {}
+    holder: dict[str, str | None] = {}
+    for r in records:
+        if r["at"] > T:
+            break
+        if r["kind"] == "consumption_logged":
+            last_used[r["entity_id"]] = r["at"]
+        elif r["kind"] in ("license_assigned", "license_reassigned"):
+            holder[r["entity_id"]] = r["payload"].get("user_id") or r["payload"]["to_user_id"]
+        elif r["kind"] == "license_unassigned":
+            holder[r["entity_id"]] = None
+    cutoff = (dt.date.fromisoformat(T) - dt.timedelta(days=29)).isoformat()
+    idle = [lic for lic, h in holder.items() if h and last_used.get(lic, "") < cutoff]
+    assert 5 <= len(idle) <= 0.3 * sum(1 for h in holder.values() if h)

@@ -34,16 +34,22 @@ def is_stale(day: Day, last_refresh: Day, ttl_days: int) -> bool:
 def measured_change_rates(
     records: Iterable[Mapping[str, Any]], start: Day, t_prime: Day, classes: Iterable[str]
 ) -> dict[str, float]:
-    """Events per day that change each class, measured on [start, T'] only (never peeking past T')."""
+    """Events per day that change each class, measured on (start, T'] only (never peeking past T').
+
+    Day 0 (`start`) builds the world (every vendor, product, user and license is created then); it is
+    not drift, and counting it would inflate every class's rate several-fold.
+    """
     counts: Counter[str] = Counter()
-    last = t_prime.isoformat()
+    first, last = start.isoformat(), t_prime.isoformat()
     for r in records:
         if r["at"] > last:
             break
+        if r["at"] == first:
+            continue
         kind = EVENT_KINDS.get(r["kind"]) or V1_EVENT_KINDS.get(r["kind"])
         if kind is not None:
             counts.update(kind.classes)
-    days = (t_prime - start).days + 1
+    days = max(1, (t_prime - start).days)
     return {c: counts.get(c, 0) / days for c in classes}
 
 

@@ -183,7 +183,7 @@ def validate_config(data: dict[str, Any]) -> WorldConfig:
     need(0 <= ref["api_product_share"] <= 1, "reference_data.api_product_share", "must be in [0, 1]")
     for key in ("freed_seat_reassign_probability", "new_hire_license_probability",
                 "contract_renewal_probability", "ticket_start_probability", "ticket_resolve_probability",
-                "vendor_rename_share"):
+                "vendor_rename_share", "shelfware_share", "shelfware_usage"):
         value = data["drift"].get(key)
         need(isinstance(value, int | float) and 0 <= value <= 1, f"drift.{key}", "must be in [0, 1]")
         data["drift"][key] = float(value)

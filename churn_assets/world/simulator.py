@@ -53,6 +53,7 @@ class _Contract:
 @dataclass
 class _License:
     product_id: str
+    usage: float = 1.0  # multiplies the holder's activity weight; shelfware is bought but barely used
     holder: str | None = None
     last_used: dt.date | None = None
 
@@ -296,7 +297,8 @@ class Simulator:
         contract_id = self._contract_for(product_id)
         lid = w.new_id("lic", 6)
         weight = self._weight()
-        w.licenses[lid] = _License(product_id)
+        shelfware = self.draws.chance(self.drift["shelfware_share"])
+        w.licenses[lid] = _License(product_id, usage=self.drift["shelfware_usage"] if shelfware else 1.0)
         self._emit("license_purchased", "license", lid, product_id=product_id, contract_id=contract_id,
                    unit_price_usd=w.product_price[product_id], activity_weight=weight)
         self._assign(lid, user_id)
@@ -305,7 +307,7 @@ class Simulator:
         w, lic = self.w, self.w.licenses[lid]
         lic.holder, lic.last_used = user_id, self.day
         w.unassigned.discard(lid)
-        w.assigned.add(lid, w.user_weight[user_id])
+        w.assigned.add(lid, w.user_weight[user_id] * lic.usage)
         w.user_licenses[user_id].add(lid)
         self._emit("license_assigned", "license", lid, user_id=user_id, product_id=lic.product_id)
 
@@ -437,7 +439,7 @@ class Simulator:
         w.user_licenses[frm].discard(lid)
         w.user_licenses[to].add(lid)
         lic.holder, lic.last_used = to, self.day
-        w.assigned.add(lid, w.user_weight[to])
+        w.assigned.add(lid, w.user_weight[to] * lic.usage)
         self._emit("license_reassigned", "license", lid, from_user_id=frm, to_user_id=to,
                    product_id=lic.product_id)
 

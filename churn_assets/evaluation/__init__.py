@@ -1,0 +1,1 @@
+"""Evaluation: verdicts, exposure and prediction, results files and reports."""

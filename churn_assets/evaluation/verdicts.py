@@ -1,0 +1,115 @@
+"""Verdicts: one per answered task, telling a stale answer apart from a wrong one.
+
+In order of precedence:
+
+- `transport_failure`: no answer came back (a source kept refusing: retries exhausted, 429s, timeouts).
+  Never scored as a wrong answer.
+- `parse_failure`: the agent could not parse the question, or its answer text is not a value of the
+  template's answer type.
+- `correct`: equal to gold at T (under the answer type's stated rounding).
+- `freshness_error`: wrong at T, right against the served vintage, and every class the answer read was
+  served as of one single day.
+- `mixed_vintage_error`: wrong at T, right against the served vintage, whose classes were served as of
+  several days (e.g. assignments as of T-1 joined with prices as of T-5, or a staged table with a live
+  read at T).
+- `reasoning_error`: anything else wrong.
+
+The served vintage is the data time of the tables the answer actually read, per entity class (from its
+trace), not the class a question was mapped to: that was the reference's mistake.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from churn_assets.tasks.answers import AnswerParseError, AnswerType, Value
+from churn_assets.tasks.gold import GoldResolver, complete_vintage
+from churn_assets.tasks.task_set import Task
+from churn_assets.world.fold import uniform_vintage
+
+Day = dt.date
+
+CORRECT = "correct"
+FRESHNESS_ERROR = "freshness_error"
+MIXED_VINTAGE_ERROR = "mixed_vintage_error"
+REASONING_ERROR = "reasoning_error"
+PARSE_FAILURE = "parse_failure"
+TRANSPORT_FAILURE = "transport_failure"
+VERDICTS = (CORRECT, FRESHNESS_ERROR, MIXED_VINTAGE_ERROR, REASONING_ERROR, PARSE_FAILURE, TRANSPORT_FAILURE)
+STALE_VERDICTS = (FRESHNESS_ERROR, MIXED_VINTAGE_ERROR)  # "stale answers" in every comparison
+
+
+def verdict(
+    answer_type: AnswerType,
+    answer: Value,
+    gold_at_anchor: Value,
+    served_gold: Value,
+    served_days: Collection[Day],
+    *,
+    transport_failed: bool = False,
+    parse_failed: bool = False,
+) -> str:
+    """The verdict of one answer; `served_days` are the data times of the classes it read."""
+    if transport_failed:
+        return TRANSPORT_FAILURE
+    if parse_failed:
+        return PARSE_FAILURE
+    if answer_type.equal(answer, gold_at_anchor):
+        return CORRECT
+    if answer_type.equal(answer, served_gold) and not answer_type.equal(served_gold, gold_at_anchor):
+        return FRESHNESS_ERROR if len(set(served_days)) == 1 else MIXED_VINTAGE_ERROR
+    return REASONING_ERROR
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an arm returned for one task.
+
+    `answer_text` is the agent's answer as written (parsed with the template's answer type) unless
+    `answer` holds a typed value already; `read_days` maps each entity class the answer read to the data
+    time it was served (T for a live read), from the answer's trace.
+    """
+
+    answer_text: str | None = None
+    answer: Value = None
+    has_value: bool = False  # True when `answer` is set (a typed answer may legitimately be None)
+    read_days: Mapping[str, Day] = field(default_factory=dict)
+    transport_failed: bool = False
+    question_parsed: bool = True
+
+
+@dataclass(frozen=True)
+class Scored:
+    task_id: str
+    verdict: str
+    answer: Value
+    gold_at_anchor: Value
+    served_gold: Value
+    served_vintage: dict[str, Day]  # the classes the answer read -> their data time
+
+    @property
+    def stale(self) -> bool:
+        return self.verdict in STALE_VERDICTS
+
+
+def score(resolver: GoldResolver, task: Task, outcome: Outcome) -> Scored:
+    """Score one task's outcome against gold at T and gold under the vintage the answer read."""
+    t = task.template
+    anchor = dt.date.fromisoformat(task.anchor)
+    read = dict(outcome.read_days)
+    gold_t = resolver.gold(t, task.params, anchor=anchor, vintage=uniform_vintage(anchor))
+    served = resolver.gold(t, task.params, anchor=anchor, vintage=complete_vintage(read, anchor)) if read else gold_t
+    answer: Value = None
+    parse_failed = not outcome.question_parsed
+    if outcome.has_value:
+        answer = t.answer.normalize(outcome.answer)
+    elif not outcome.transport_failed and not parse_failed:
+        try:
+            answer = t.answer.parse(outcome.answer_text or "")
+        except AnswerParseError:
+            parse_failed = True
+    v = verdict(t.answer, answer, gold_t, served, read.values(),
+                transport_failed=outcome.transport_failed, parse_failed=parse_failed)
+    return Scored(task.task_id, v, answer, gold_t, served, read)

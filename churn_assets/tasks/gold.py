@@ -1,0 +1,557 @@
+"""Gold answers, computed from the ledger fold only (the ledger is the only truth).
+
+`gold(records, template, params, anchor=T, vintage={class: day})`: the answer to a task asked at the
+anchor T against a world whose every entity class holds its facts as of `vintage[class]` (section 10,
+"Gold"). Gold at T is the uniform vintage (every class at T); the gold of what an arm served is its
+vintage map. Three rules make a stale answer a matter of data, never of the question:
+
+- windows ("in the last N days") end at the anchor under every vintage;
+- states derived from dates (a contract's status, months remaining) are computed at the anchor from the
+  served vintage's dates;
+- a reference to an entity a class does not know at its served day resolves as absent (the fold's query
+  helpers apply it), as agents do.
+
+Arms never import this module (an import scan enforces it); they read `templates.py` and `parser.py`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from churn_assets.errors import UserFacingError
+from churn_assets.tasks.answers import Value, round_half_up
+from churn_assets.tasks.templates import Template, template
+from churn_assets.world.calendar import add_months
+from churn_assets.world.fold import (
+    active_users_by_cost_center,
+    assigned_licenses,
+    fold_vintage,
+    license_holders,
+    list_price_of,
+    monthly_spend_by_cost_center,
+    open_tickets,
+    unassigned_licenses,
+    uniform_vintage,
+)
+from churn_assets.world.state import STATE_CLASSES, ConsumptionRecord, Contract, WorldState
+
+Day = dt.date
+Params = Mapping[str, Any]
+GoldFn = Callable[[WorldState, Params, Day], Value]
+
+
+class GoldError(UserFacingError, ValueError):
+    """A gold request that cannot be answered as asked (a vintage after the anchor, an unknown template)."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# shared helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+def _day(value: Day | str) -> Day:
+    return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The `days` days ending at the anchor: first .. last, both included."""
+
+    first: Day
+    last: Day
+
+    @classmethod
+    def ending_at(cls, anchor: Day, days: int) -> Window:
+        return cls(anchor - dt.timedelta(days=int(days) - 1), anchor)
+
+    def __contains__(self, day: object) -> bool:
+        return isinstance(day, dt.date) and self.first <= day <= self.last
+
+
+def _window(params: Params, anchor: Day) -> Window:
+    return Window.ending_at(anchor, params["days"])
+
+
+def _money(value: float) -> float:
+    return round_half_up(value, 2)
+
+
+def _consumption_in(state: WorldState, window: Window) -> Iterable[ConsumptionRecord]:
+    """The `consumption` class's records inside the window (the records are in day order)."""
+    records = state.consumption.records
+    lo, hi = 0, len(records)
+    while lo < hi:  # first record on or after window.first
+        mid = (lo + hi) // 2
+        if records[mid].day < window.first:
+            lo = mid + 1
+        else:
+            hi = mid
+    for r in records[lo:]:
+        if r.day > window.last:
+            break
+        yield r
+
+
+def _license_usage(state: WorldState, license_id: str, window: Window) -> list[ConsumptionRecord]:
+    """The `utilization` class's consumption records of one license inside the window."""
+    out = []
+    for r in reversed(state.utilization.by_license.get(license_id, ())):
+        if r.day < window.first:
+            break
+        if r.day <= window.last:
+            out.append(r)
+    return out
+
+
+def _held_by_active(state: WorldState, anchor: Day, product: str | None = None) -> dict[str, str]:
+    """License -> holder for licenses held by active users today, optionally of one product."""
+    held = assigned_licenses(state, anchor)
+    if product is None:
+        return held
+    licenses = state.assignments.licenses
+    return {lid: u for lid, u in held.items() if licenses[lid].product_id == product}
+
+
+def _top(amounts: Mapping[str, float]) -> str | None:
+    """The id with the largest amount; None when there is none or the largest is tied (no single answer:
+    the generator skips such instances)."""
+    if not amounts:
+        return None
+    ranked = sorted(amounts.values(), reverse=True)
+    if len(ranked) > 1 and ranked[0] == ranked[1]:
+        return None
+    return max(amounts, key=lambda k: amounts[k])
+
+
+def _known_contract(state: WorldState, contract_id: str, anchor: Day) -> Contract | None:
+    c = state.contract_terms.contracts.get(contract_id)
+    return c if c is not None and c.terms[0].recorded_on <= anchor else None
+
+
+def _active_contracts(state: WorldState, anchor: Day) -> list[Contract]:
+    return [c for c in state.contract_terms.contracts.values()
+            if c.terms[0].recorded_on <= anchor and c.status_on(anchor) == "active"]
+
+
+def _last_day(contract: Contract) -> Day:
+    return max(t.expires_on for t in contract.terms)
+
+
+def whole_months_between(start: Day, end: Day) -> int:
+    """Whole months from `start` to `end`: the largest m with start + m months <= end (0 if end < start)."""
+    if end < start:
+        return 0
+    m = (end.year - start.year) * 12 + (end.month - start.month)
+    while m > 0 and add_months(start, m) > end:
+        m -= 1
+    return m
+
+
+# ---------------------------------------------------------------------------------------------------
+# task_tier 1
+# ---------------------------------------------------------------------------------------------------
+
+
+def _list_price(s: WorldState, p: Params, a: Day) -> Value:
+    return list_price_of(s, p["product"], a)
+
+
+def _price_changes(s: WorldState, p: Params, a: Day) -> Value:
+    w = _window(p, a)
+    # The first point of a product's history is its listing, not a change.
+    return sum(1 for prod in s.prices.products.values() for pt in prod.price_history[1:] if pt.valid_from in w)
+
+
+def _purchases(s: WorldState, p: Params, a: Day) -> Value:
+    w = _window(p, a)
+    return sum(1 for lic in s.assignments.licenses.values() if lic.purchased_on in w)
+
+
+def _holdings_ended(s: WorldState, w: Window, ended_by: str, product: str | None = None) -> int:
+    return sum(1 for lic in s.assignments.licenses.values() if product is None or lic.product_id == product
+               for h in lic.holdings if h.ended_by == ended_by and h.valid_to in w)
+
+
+def _reclamations(s: WorldState, p: Params, a: Day) -> Value:
+    return _holdings_ended(s, _window(p, a), "reclaimed_idle")
+
+
+def _freed_by_offboarding(s: WorldState, p: Params, a: Day) -> Value:
+    return _holdings_ended(s, _window(p, a), "offboarded")
+
+
+def _unassigned(s: WorldState, p: Params, a: Day) -> Value:
+    return len(unassigned_licenses(s, a))
+
+
+def _offboardings(s: WorldState, p: Params, a: Day) -> Value:
+    w = _window(p, a)
+    return sum(1 for u in s.user_status.users.values() if u.offboarded_on in w)
+
+
+def _hires(s: WorldState, p: Params, a: Day) -> Value:
+    w = _window(p, a)
+    return sum(1 for u in s.user_status.users.values() if u.hired_on in w)
+
+
+def _open_tickets_of(s: WorldState, a: Day) -> list[Any]:
+    return [s.tickets.tickets[t] for t in open_tickets(s, a)]
+
+
+def _open_tickets_product(s: WorldState, p: Params, a: Day) -> Value:
+    return sum(1 for t in _open_tickets_of(s, a) if t.product_id == p["product"])
+
+
+def _open_tickets_priority(s: WorldState, p: Params, a: Day) -> Value:
+    return sum(1 for t in _open_tickets_of(s, a) if t.priority == p["priority"])
+
+
+def _tickets_opened(s: WorldState, p: Params, a: Day) -> Value:
+    w = _window(p, a)
+    return sum(1 for t in s.tickets.tickets.values() if t.opened_on in w)
+
+
+def _vendor_version(s: WorldState, vendor_id: str | None, a: Day) -> Any:
+    vendor = s.vendor_dims.vendors.get(vendor_id) if vendor_id is not None else None
+    return vendor.version_on(a) if vendor is not None else None
+
+
+def _vendor_name(s: WorldState, p: Params, a: Day) -> Value:
+    v = _vendor_version(s, p["vendor"], a)
+    return None if v is None else v.name
+
+
+def _vendor_tier(s: WorldState, p: Params, a: Day) -> Value:
+    v = _vendor_version(s, p["vendor"], a)
+    return None if v is None else v.tier
+
+
+def _reassignments_product(s: WorldState, p: Params, a: Day) -> Value:
+    return _holdings_ended(s, _window(p, a), "reassigned", p["product"])
+
+
+def _held_licenses_change(s: WorldState, p: Params, a: Day) -> Value:
+    return len(license_holders(s, _day(p["day2"]))) - len(license_holders(s, _day(p["day1"])))
+
+
+def _api_calls_product(s: WorldState, p: Params, a: Day) -> Value:
+    return sum(r.api_calls for r in _consumption_in(s, _window(p, a)) if r.product_id == p["product"])
+
+
+def _distinct_users_product(s: WorldState, p: Params, a: Day) -> Value:
+    return len({r.user_id for r in _consumption_in(s, _window(p, a)) if r.product_id == p["product"]})
+
+
+def _session_minutes_product(s: WorldState, p: Params, a: Day) -> Value:
+    return sum(r.session_minutes for r in _consumption_in(s, _window(p, a)) if r.product_id == p["product"])
+
+
+def _top_product_minutes(s: WorldState, p: Params, a: Day) -> Value:
+    minutes: dict[str, float] = {}
+    for r in _consumption_in(s, _window(p, a)):
+        minutes[r.product_id] = minutes.get(r.product_id, 0) + r.session_minutes
+    return _top(minutes)
+
+
+# ---------------------------------------------------------------------------------------------------
+# task_tier 2
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cc_spend(s: WorldState, cost_center: str, day: Day) -> float:
+    return monthly_spend_by_cost_center(s, day).by_cost_center.get(cost_center, 0.0)
+
+
+def _cost_center_spend(s: WorldState, p: Params, a: Day) -> Value:
+    return _cc_spend(s, p["cost_center"], a)
+
+
+def _total_spend(s: WorldState, p: Params, a: Day) -> Value:
+    return monthly_spend_by_cost_center(s, a).total
+
+
+def _vendor_spend(s: WorldState, p: Params, a: Day) -> Value:
+    total = 0.0
+    for lic in s.assignments.licenses.values():
+        product = s.prices.products.get(lic.product_id)
+        if lic.purchased_on <= a and product is not None and product.vendor_id == p["vendor"]:
+            price = product.list_price_on(a)
+            total += price if price is not None else 0.0
+    return _money(total)
+
+
+def _top_cost_center(s: WorldState, p: Params, a: Day) -> Value:
+    return _top(monthly_spend_by_cost_center(s, a).by_cost_center)
+
+
+def _top_cost_center_in_unit(s: WorldState, p: Params, a: Day) -> Value:
+    centers = s.cost_center_membership.cost_centers
+    spend = monthly_spend_by_cost_center(s, a).by_cost_center
+    return _top({cc: v for cc, v in spend.items()
+                 if cc in centers and centers[cc].business_unit == p["business_unit"]})
+
+
+def _cost_centers_above(s: WorldState, p: Params, a: Day) -> Value:
+    spend = monthly_spend_by_cost_center(s, a).by_cost_center
+    return sorted(cc for cc, v in spend.items() if v > p["threshold"])
+
+
+def _spend_change_cost_center(s: WorldState, p: Params, a: Day) -> Value:
+    cc = p["cost_center"]
+    return _money(_cc_spend(s, cc, _day(p["day2"])) - _cc_spend(s, cc, _day(p["day1"])))
+
+
+def _unallocated_spend(s: WorldState, p: Params, a: Day) -> Value:
+    return monthly_spend_by_cost_center(s, a).unallocated
+
+
+def _idle(s: WorldState, held: Mapping[str, str], w: Window) -> list[str]:
+    return [lid for lid in held if not _license_usage(s, lid, w)]
+
+
+def _idle_licenses_cost_center(s: WorldState, p: Params, a: Day) -> Value:
+    membership = s.cost_center_membership
+    held = {lid: u for lid, u in _held_by_active(s, a).items()
+            if membership.cost_center_on(u, a) == p["cost_center"]}
+    return len(_idle(s, held, _window(p, a)))
+
+
+def _idle_license_cost(s: WorldState, p: Params, a: Day) -> Value:
+    total = 0.0
+    for lid in _idle(s, _held_by_active(s, a), _window(p, a)):
+        price = list_price_of(s, s.assignments.licenses[lid].product_id, a)
+        total += price if price is not None else 0.0  # a product the served prices do not know: absent
+    return _money(total)
+
+
+def _unused_licenses_product(s: WorldState, p: Params, a: Day) -> Value:
+    return len(_idle(s, _held_by_active(s, a, p["product"]), _window(p, a)))
+
+
+def _zero_api_licenses_product(s: WorldState, p: Params, a: Day) -> Value:
+    w = _window(p, a)
+    return sum(1 for lid in _held_by_active(s, a, p["product"])
+               if sum(r.api_calls for r in _license_usage(s, lid, w)) == 0)
+
+
+def _active_in(s: WorldState, cost_center: str, day: Day) -> int:
+    return len(active_users_by_cost_center(s, day).get(cost_center, ()))
+
+
+def _active_users_cost_center(s: WorldState, p: Params, a: Day) -> Value:
+    return _active_in(s, p["cost_center"], a)
+
+
+def _active_users_change_cost_center(s: WorldState, p: Params, a: Day) -> Value:
+    cc = p["cost_center"]
+    return _active_in(s, cc, _day(p["day2"])) - _active_in(s, cc, _day(p["day1"]))
+
+
+def _tickets_opened_cost_center(s: WorldState, p: Params, a: Day) -> Value:
+    w, membership = _window(p, a), s.cost_center_membership
+    return sum(1 for t in s.tickets.tickets.values()
+               if t.opened_on in w and membership.cost_center_on(t.user_id, a) == p["cost_center"])
+
+
+def _tickets_opened_vendor(s: WorldState, p: Params, a: Day) -> Value:
+    w, products = _window(p, a), s.prices.products
+    return sum(1 for t in s.tickets.tickets.values()
+               if t.opened_on in w and t.product_id in products and products[t.product_id].vendor_id == p["vendor"])
+
+
+def _seat_utilization(s: WorldState, p: Params, a: Day) -> Value:
+    held = _held_by_active(s, a, p["product"])
+    if not held:
+        return None  # no seat held: the fraction is undefined
+    used = len(held) - len(_idle(s, held, _window(p, a)))
+    return round_half_up(used / len(held), 2)
+
+
+def _license_holders_product(s: WorldState, p: Params, a: Day) -> Value:
+    return len(_held_by_active(s, a, p["product"]))
+
+
+# ---------------------------------------------------------------------------------------------------
+# task_tier 3
+# ---------------------------------------------------------------------------------------------------
+
+
+def _contract(fn: Callable[[WorldState, Contract, Params, Day], Value]) -> GoldFn:
+    """Contract questions: an unknown contract (not yet recorded in the served terms) has no answer."""
+    def run(s: WorldState, p: Params, a: Day) -> Value:
+        c = _known_contract(s, p["contract"], a)
+        return None if c is None else fn(s, c, p, a)
+    return run
+
+
+def _contract_annual_value(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    return c.terms[-1].annual_value_usd
+
+
+def _vendor_contract_value(s: WorldState, p: Params, a: Day) -> Value:
+    return _money(sum(c.terms[-1].annual_value_usd or 0.0 for c in _active_contracts(s, a)
+                      if c.vendor_id == p["vendor"]))
+
+
+def _committed_seat_gap(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    committed = c.terms[-1].committed_seats
+    if committed is None:
+        return None
+    licenses = s.assignments.licenses
+    held = sum(1 for lid in _held_by_active(s, a) if licenses[lid].contract_id == c.contract_id)
+    return committed - held
+
+
+def _notice_deadline(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    if c.renewal_notice_days is None:
+        return None
+    return (c.terms[-1].expires_on - dt.timedelta(days=c.renewal_notice_days)).isoformat()
+
+
+def _committed_seats(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    return c.terms[-1].committed_seats
+
+
+def _contract_status(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    return c.status_on(a)
+
+
+def _months_remaining(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    return whole_months_between(a, _last_day(c))
+
+
+def _contract_vendor_name(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
+    v = _vendor_version(s, c.vendor_id, a)
+    return None if v is None else v.name
+
+
+def _contracts_expiring(s: WorldState, p: Params, a: Day) -> Value:
+    horizon = a + dt.timedelta(days=int(p["days"]))
+    return sorted(c.contract_id for c in _active_contracts(s, a) if _last_day(c) <= horizon)
+
+
+def _contracts_by_vendor_tier(s: WorldState, p: Params, a: Day) -> Value:
+    out = []
+    for c in _active_contracts(s, a):
+        v = _vendor_version(s, c.vendor_id, a)
+        if v is not None and v.tier == p["tier"]:
+            out.append(c.contract_id)
+    return sorted(out)
+
+
+GOLD: dict[str, GoldFn] = {
+    "t1_list_price": _list_price,
+    "t1_price_changes": _price_changes,
+    "t1_purchases": _purchases,
+    "t1_reclamations": _reclamations,
+    "t1_freed_by_offboarding": _freed_by_offboarding,
+    "t1_unassigned_licenses": _unassigned,
+    "t1_offboardings": _offboardings,
+    "t1_hires": _hires,
+    "t1_open_tickets_product": _open_tickets_product,
+    "t1_open_tickets_priority": _open_tickets_priority,
+    "t1_tickets_opened": _tickets_opened,
+    "t1_vendor_name": _vendor_name,
+    "t1_vendor_tier": _vendor_tier,
+    "t1_reassignments_product": _reassignments_product,
+    "t1_held_licenses_change": _held_licenses_change,
+    "t1_api_calls_product": _api_calls_product,
+    "t1_distinct_users_product": _distinct_users_product,
+    "t1_session_minutes_product": _session_minutes_product,
+    "t1_top_product_minutes": _top_product_minutes,
+    "t2_cost_center_spend": _cost_center_spend,
+    "t2_total_spend": _total_spend,
+    "t2_vendor_spend": _vendor_spend,
+    "t2_top_cost_center": _top_cost_center,
+    "t2_top_cost_center_in_unit": _top_cost_center_in_unit,
+    "t2_cost_centers_above": _cost_centers_above,
+    "t2_spend_change_cost_center": _spend_change_cost_center,
+    "t2_unallocated_spend": _unallocated_spend,
+    "t2_idle_licenses_cost_center": _idle_licenses_cost_center,
+    "t2_idle_license_cost": _idle_license_cost,
+    "t2_unused_licenses_product": _unused_licenses_product,
+    "t2_zero_api_licenses_product": _zero_api_licenses_product,
+    "t2_active_users_cost_center": _active_users_cost_center,
+    "t2_active_users_change_cost_center": _active_users_change_cost_center,
+    "t2_tickets_opened_cost_center": _tickets_opened_cost_center,
+    "t2_tickets_opened_vendor": _tickets_opened_vendor,
+    "t2_seat_utilization": _seat_utilization,
+    "t2_license_holders_product": _license_holders_product,
+    "t3_contract_annual_value": _contract(_contract_annual_value),
+    "t3_vendor_contract_value": _vendor_contract_value,
+    "t3_committed_seat_gap": _contract(_committed_seat_gap),
+    "t3_notice_deadline": _contract(_notice_deadline),
+    "t3_committed_seats": _contract(_committed_seats),
+    "t3_contract_status": _contract(_contract_status),
+    "t3_months_remaining": _contract(_months_remaining),
+    "t3_contract_vendor_name": _contract(_contract_vendor_name),
+    "t3_contracts_expiring": _contracts_expiring,
+    "t3_contracts_by_vendor_tier": _contracts_by_vendor_tier,
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------------------------------
+
+
+def _template(t: Template | str) -> Template:
+    return template(t) if isinstance(t, str) else t
+
+
+def check_vintage(vintage: Mapping[str, Day | str], anchor: Day) -> dict[str, Day]:
+    """A complete vintage map with no day after the anchor (served data cannot come from after T)."""
+    missing = [c for c in STATE_CLASSES if c not in vintage]
+    if missing:
+        raise GoldError(f"vintage map is missing {', '.join(missing)}")
+    days = {c: _day(vintage[c]) for c in STATE_CLASSES}
+    late = [f"{c}={d}" for c, d in days.items() if d > anchor]
+    if late:
+        raise GoldError(f"vintage map serves data after the anchor {anchor}: {', '.join(late)}")
+    return days
+
+
+def complete_vintage(read: Mapping[str, Day | str], anchor: Day | str) -> dict[str, Day]:
+    """A vintage map from the data times of the classes an answer read; classes it did not read take the
+    anchor (gold reads only its template's classes, so they cannot matter)."""
+    a = _day(anchor)
+    return {c: _day(read[c]) if c in read else a for c in STATE_CLASSES}
+
+
+def gold_from_state(state: WorldState, t: Template | str, params: Params, anchor: Day | str) -> Value:
+    """The answer of one task from a folded state (the state's vintage is whatever it was folded at)."""
+    tmpl = _template(t)
+    fn = GOLD.get(tmpl.template_id)
+    if fn is None:
+        raise GoldError(f"template {tmpl.template_id} has no gold computation")
+    return tmpl.answer.normalize(fn(state, params, _day(anchor)))
+
+
+class GoldResolver:
+    """Gold for many tasks over one ledger: each vintage map is folded once and reused."""
+
+    def __init__(self, records: Sequence[Mapping[str, Any]], *, format_version: int = 2) -> None:
+        self.records = records
+        self.format_version = format_version
+        self._states: dict[tuple[tuple[str, Day], ...], WorldState] = {}
+
+    def state(self, vintage: Mapping[str, Day | str], anchor: Day | str) -> WorldState:
+        days = check_vintage(vintage, _day(anchor))
+        key = tuple(sorted(days.items()))
+        if key not in self._states:
+            self._states[key] = fold_vintage(self.records, days, format_version=self.format_version)
+        return self._states[key]
+
+    def gold(self, t: Template | str, params: Params, *, anchor: Day | str,
+             vintage: Mapping[str, Day | str] | None = None) -> Value:
+        a = _day(anchor)
+        return gold_from_state(self.state(vintage or uniform_vintage(a), a), t, params, a)
+
+
+def gold(records: Sequence[Mapping[str, Any]], t: Template | str, params: Params, *, anchor: Day | str,
+         vintage: Mapping[str, Day | str] | None = None, format_version: int = 2) -> Value:
+    """Gold of one task (folds the ledger; use `GoldResolver` for many tasks)."""
+    return GoldResolver(records, format_version=format_version).gold(t, params, anchor=anchor, vintage=vintage)

@@ -1,0 +1,113 @@
+"""A task set: tasks as written to `tasks.jsonl`, their hash, and reading them back.
+
+No fold import: arms and agents load task sets through this module. A task carries what an agent is
+asked (question text, anchor) and what scoring needs to know about it (template, params, answer type,
+entity classes, measure); gold is never stored with the tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from churn_assets.errors import UserFacingError
+from churn_assets.tasks.templates import Template, template
+
+TASKS_FILE = "tasks.jsonl"
+
+
+class TaskSetError(UserFacingError, ValueError):
+    """A task file that cannot be read, or a task set that cannot be built as asked."""
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    world_id: str
+    anchor: str  # T, ISO day: "today" in the question
+    template_id: str
+    params: dict[str, Any] = field(hash=False)
+    question_text: str
+
+    @property
+    def template(self) -> Template:
+        return template(self.template_id)
+
+    @property
+    def task_tier(self) -> int:
+        return self.template.task_tier
+
+    @property
+    def intent(self) -> str:
+        return self.template.intent
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.template
+        return {
+            "task_id": self.task_id,
+            "world_id": self.world_id,
+            "anchor": self.anchor,
+            "task_tier": t.task_tier,
+            "intent": t.intent,
+            "template_id": t.template_id,
+            "question_text": self.question_text,
+            "params": dict(sorted(self.params.items())),
+            "answer_type": t.answer.kind,
+            "answer_decimals": t.answer.decimals,
+            "entity_classes": list(t.classes),
+            "measure": t.measure,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Task:
+        return cls(str(d["task_id"]), str(d["world_id"]), str(d["anchor"]), str(d["template_id"]),
+                   dict(d["params"]), str(d["question_text"]))
+
+
+def task_lines(tasks: Iterable[Task]) -> str:
+    """The canonical file content: one JSON object per line, sorted keys, no spaces."""
+    return "".join(json.dumps(t.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+                   for t in tasks)
+
+
+def task_set_hash(tasks: Iterable[Task]) -> str:
+    """SHA-256 of the canonical `tasks.jsonl` bytes (so `sha256sum tasks.jsonl` gives the same)."""
+    return hashlib.sha256(task_lines(tasks).encode()).hexdigest()
+
+
+def write_tasks(tasks: Sequence[Task], path: Path) -> str:
+    """Write `tasks.jsonl` atomically; returns the task-set hash."""
+    text = task_lines(tasks)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_tasks(path: Path) -> list[Task]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise TaskSetError(f"task file {path} not found") from None
+    tasks = []
+    for n, line in enumerate(lines, 1):
+        try:
+            tasks.append(Task.from_json(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise TaskSetError(f"{path}, line {n}: not a task ({e})") from None
+    return tasks
+
+
+def task_set_counts(tasks: Sequence[Task]) -> dict[str, dict[str, int]]:
+    """Tasks per task_tier, intent and template (asset metadata and the CLI summary)."""
+    return {
+        "task_tier": {str(k): v for k, v in sorted(Counter(t.task_tier for t in tasks).items())},
+        "intent": dict(sorted(Counter(t.intent for t in tasks).items())),
+        "template": dict(sorted(Counter(t.template_id for t in tasks).items())),
+    }
