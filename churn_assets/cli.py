@@ -7,7 +7,12 @@ import sys
 
 import click
 
+from churn_assets.commands.project import project
+from churn_assets.commands.services import services
+from churn_assets.commands.tasks import exposure, tasks
+from churn_assets.commands.ui import ui
 from churn_assets.commands.world import generate, ledger
+from churn_assets.commands.worlds import gc, worlds
 
 
 class ChurnbenchGroup(click.Group):
@@ -45,3 +50,10 @@ def main() -> None:
 
 main.add_command(generate)
 main.add_command(ledger)
+main.add_command(services)
+main.add_command(worlds)
+main.add_command(gc)
+main.add_command(ui)
+main.add_command(tasks)
+main.add_command(exposure)
+main.add_command(project)

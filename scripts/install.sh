@@ -15,4 +15,9 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# The dbt manifest that Dagster reads when the code location loads (`@dbt_assets`, churn_assets/assets/dbt.py).
+# `dbt parse` needs no database (profiles.yml defaults every connection variable); partial parsing keeps a
+# second run to a few seconds.
+(cd dbt_project && DBT_SEND_ANONYMOUS_USAGE_STATS=false ../.venv/bin/dbt parse --profiles-dir . --quiet)
+echo "dbt manifest: $(pwd)/dbt_project/target/manifest.json"
 echo "churnbench installed in $(pwd)/.venv ($(.venv/bin/churnbench --version))"

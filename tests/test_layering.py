@@ -25,7 +25,7 @@ RANKS: dict[str, int] = {
     # services and the state folder stand beside the core: used by resources and the CLI only.
     "services": 6, "state": 6, "deployment": 6,
     "assets": 7, "resources": 7, "checks": 7, "jobs": 7, "schedules": 7, "sensors": 7,
-    "partitions": 7, "materialize": 7, "world_registry": 7, "dbt_project": 7,
+    "partitions": 7, "materialize": 7, "world_registry": 7, "dbt_project": 7, "scenario_materializer": 7,
     "definitions": 8,
     "cli": 9, "commands": 9, "__main__": 9,
 }

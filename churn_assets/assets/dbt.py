@@ -1,0 +1,157 @@
+"""The dbt star schema of each world as Dagster assets (dagster-dbt), partitioned by world.
+
+One `@dbt_assets` definition covers every model of `dbt_project/` (keys `analytics/<model>`, group
+`analytics`); a partition runs `dbt build --vars '{"world": "<world id>"}'`, which reads `<world>_raw` and
+writes `<world>_analytics`. dbt tests show as asset checks. Every raw source maps to the `warehouse_raw`
+asset (`meta.dagster.asset_key` in `models/staging/_raw__sources.yml`), so lineage reads
+`ledger -> warehouse_raw -> analytics/*`.
+
+Before dbt runs, the read-only arm role exists and may use the world's `_analytics` and `_staging`
+schemas (`fabric/roles.py`); dbt's `grants` config then grants it the as-of views on every build.
+
+Parsing: dbt re-parses the whole project when `--vars` differ from the saved parse state, i.e. on every
+build of another world. Each world keeps its own parse state (`target/partial_parse/<world>.msgpack`),
+copied into the invocation's own target folder before dbt starts, so a world's second build parses
+only what changed.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at
+# decoration time and needs real types, not strings.
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
+
+from churn_assets.assets.warehouse import user_errors
+from churn_assets.dbt_project import dbt_project, require_manifest
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.postgres import connection, dbt_connection_env, read_load_key, schema_name, world_prefix
+from churn_assets.fabric.roles import ensure_arm_role, grant_arm_access
+from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
+from churn_assets.partitions import world_partitions
+from churn_assets.resources import StateResource
+
+ANALYTICS_GROUP = "analytics"
+ANALYTICS_KEY_PREFIX = "analytics"
+PARTIAL_PARSE_FILE = "partial_parse.msgpack"
+PARSE_STATE_DIR = Path(dbt_project.project_dir) / "target" / "partial_parse"
+KEEP_FAILED_RUNS = 5
+
+
+class WarehouseDbtTranslator(DagsterDbtTranslator):
+    """Models are `analytics/<model>` in group `analytics`; sources keep their `meta.dagster.asset_key`."""
+
+    def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> dg.AssetKey:
+        if dbt_resource_props["resource_type"] == "source":
+            return super().get_asset_key(dbt_resource_props)
+        return dg.AssetKey([ANALYTICS_KEY_PREFIX, dbt_resource_props["name"]])
+
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
+        return ANALYTICS_GROUP
+
+
+class WarehouseDbtCli(DbtCliResource):
+    """`DbtCliResource` without dagster-dbt's in-process dbt adapter: it only serves row-count and column
+    metadata (`fetch_row_counts`, `fetch_column_metadata`), which these assets do not fetch, and loading it
+    costs seconds per build (dbt's imports and profile, in this process, before dbt even starts)."""
+
+    def _initialize_dbt_core_adapter(self, args: Sequence[str]) -> Any:
+        return None
+
+
+# Every raw table maps to the one `warehouse_raw` asset.
+TRANSLATOR = WarehouseDbtTranslator(settings=DagsterDbtTranslatorSettings(enable_duplicate_source_asset_keys=True))
+DBT = WarehouseDbtCli(project_dir=dbt_project)
+
+
+def analytics_key(model: str) -> dg.AssetKey:
+    return dg.AssetKey([ANALYTICS_KEY_PREFIX, model])
+
+
+@contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the dbt subprocess started inside the block, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def _parse_state(world_id: str) -> Path:
+    return PARSE_STATE_DIR / f"{world_prefix(world_id)}.msgpack"
+
+
+def _prepare_target(world_id: str, run_id: str) -> Path:
+    """A fresh target folder for one invocation, seeded with the world's saved parse state. Folders of
+    failed builds are kept for their logs; only the newest `KEEP_FAILED_RUNS` of them."""
+    runs = Path(dbt_project.project_dir) / "target" / "runs"
+    if runs.is_dir():
+        kept = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEEP_FAILED_RUNS:]:
+            shutil.rmtree(old, ignore_errors=True)
+    target = runs / f"{world_prefix(world_id)}-{run_id[:8]}-{uuid.uuid4().hex[:6]}"
+    target.mkdir(parents=True, exist_ok=True)
+    saved = _parse_state(world_id)
+    if saved.exists():
+        shutil.copyfile(saved, target / PARTIAL_PARSE_FILE)
+    return target
+
+
+def _save_parse_state(target: Path, world_id: str) -> None:
+    produced = target / PARTIAL_PARSE_FILE
+    if not produced.exists():
+        return
+    PARSE_STATE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = PARSE_STATE_DIR / f".{world_prefix(world_id)}.{uuid.uuid4().hex[:6]}.tmp"
+    shutil.copyfile(produced, tmp)
+    tmp.replace(_parse_state(world_id))
+
+
+def prepare_world(url: str, world_id: str) -> None:
+    """What a dbt build of a world needs first: its raw layer, and the arm role with its schema grants."""
+    with connection(url, autocommit=True) as conn:
+        if read_load_key(conn, schema_name(world_id, "raw"), RAW_META_TABLE) is None:
+            raise UserFacingError(f"world {world_id} has no raw layer ({schema_name(world_id, 'raw')}): "
+                                  "materialize `warehouse_raw` first")
+        ensure_arm_role(conn)
+        grant_arm_access(conn, world_id)
+
+
+@dbt_assets(
+    manifest=require_manifest(),
+    project=dbt_project,
+    partitions_def=world_partitions,
+    dagster_dbt_translator=TRANSLATOR,
+    name="analytics_dbt",
+)
+def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> Iterator[Any]:
+    """`dbt build` of one world: staging views, SCD2 marts, as-of views, and every dbt test."""
+    world_id = context.partition_key
+    with user_errors():
+        state.world_config(world_id)
+        url = state.service_urls().warehouse
+        prepare_world(url, world_id)
+    target = _prepare_target(world_id, context.run.run_id)
+    try:
+        with _environ(dbt_connection_env(url)):
+            invocation = DBT.cli(["build", "--vars", json.dumps({"world": world_id})], context=context,
+                                 target_path=target)
+        yield from invocation.stream()
+    except Exception:
+        context.log.error(f"dbt build of {world_id} failed; its logs and artifacts are kept in {target}")
+        raise
+    _save_parse_state(target, world_id)
+    shutil.rmtree(target, ignore_errors=True)

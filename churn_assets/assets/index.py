@@ -1,0 +1,145 @@
+"""The `vector_index` and `rag_index` assets (world x day): contract chunks and the RAG corpus in pgvector.
+
+Thin: `grounding/vector_index.py` and `grounding/rag_corpus.py` chunk, serialise, embed what is new and
+store; this module finds the day's documents (`contract_documents` partition) and the world's ledger,
+opens the warehouse, and turns the build into metadata. Both share the process's one embedding model
+(`grounding.embeddings.default_encoder`, loaded on first use).
+
+- `vector_index[world, day]` is the cached copy of `contract_terms` (ARCHITECTURE.md section 10, "Served
+  vintage"): its refresh days are the days it was built. It re-embeds only chunks whose text is new.
+- `rag_index[world, day]` is the classic-RAG arms' corpus built on that day, outside the registry: every
+  record in it has data time = the day.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at
+# decoration time and needs real types, not strings.
+import datetime as dt
+import warnings
+
+import dagster as dg
+
+from churn_assets.assets.documents import contract_documents, contracts_root
+from churn_assets.assets.ledger import ledger
+from churn_assets.assets.operational import world_and_day, world_ledger
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.postgres import connection
+from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
+from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
+from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_vector_index, staging_schema
+from churn_assets.partitions import WORLD_DIMENSION, world_day_partitions
+from churn_assets.resources import StateResource
+from churn_assets.state import StatePaths
+from churn_assets.world.fold import fold_ledger
+from contracts.store import DocumentStoreError, StoredDay, day_dir, read_day
+
+GROUP = "grounding"
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    _LEDGER_OF_THE_WORLD = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=WORLD_DIMENSION)
+
+
+def day_documents(paths: StatePaths, world_id: str, day: dt.date) -> tuple[StoredDay, dict[str, str]]:
+    """The stored documents of (world, day) as {contract id: Markdown}; a clear failure when missing."""
+    try:
+        stored = read_day(day_dir(contracts_root(paths, world_id), day))
+        return stored, {cid: stored.markdown(cid) for cid in stored.contract_ids}
+    except DocumentStoreError as e:
+        raise dg.Failure(description=f"{e}: materialize contract_documents for world {world_id} and day "
+                                     f"{day.isoformat()} first", allow_retries=False) from None
+
+
+def _seconds(seconds: dict[str, float]) -> dg.MetadataValue:
+    return dg.MetadataValue.json({k: round(v, 3) for k, v in seconds.items()})
+
+
+def index_metadata(build: IndexBuild) -> dict[str, object]:
+    schema = staging_schema(build.world_id)
+    return {
+        "dagster/row_count": build.chunks,
+        "chunks_total": build.chunks,
+        "unique_chunks": build.unique_chunks,
+        "re_embedded": build.embedded,
+        "reused": build.reused,
+        "encoder_calls": build.encoder_calls,
+        "documents": build.documents,
+        "model": dg.MetadataValue.text(build.model),
+        "content_version": dg.MetadataValue.text(build.content_version),
+        "documents_manifest_sha256": dg.MetadataValue.text(build.source_version or ""),
+        "table": dg.MetadataValue.text(f"{schema}.{CHUNKS_TABLE}"),
+        "seconds": _seconds(build.seconds),
+    }
+
+
+@dg.asset(
+    partitions_def=world_day_partitions,
+    deps=[contract_documents],
+    group_name=GROUP,
+    kinds={"python", "postgres"},
+    description="Contract chunks as of the day, embedded with all-MiniLM-L6-v2 (offline) in pgvector "
+                "(<world>_staging.vector_index_chunks + embeddings). Chunks carry a content hash, the "
+                "contract id and the as-of day; a day re-embeds only chunks whose hash is new. The cached "
+                "copy of contract_terms: a partition is a refresh on that day.",
+)
+def vector_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
+    world_id, day = world_and_day(context.partition_key)
+    stored, documents = day_documents(state.paths, world_id, day)
+    encoder = default_encoder()
+    try:
+        with connection(state.service_urls().warehouse, autocommit=True) as conn:
+            build = build_vector_index(conn, world_id, day, documents, encoder,
+                                       source_version=stored.manifest.sha256)
+    except UserFacingError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+    context.log.info(f"{world_id} {day}: {build.chunks} chunks of {build.documents} documents, "
+                     f"{build.embedded} embedded now ({build.encoder_calls} encoder calls), {build.reused} reused")
+    metadata = index_metadata(build)
+    if model_load_seconds() is not None:
+        metadata["model_load_seconds"] = round(model_load_seconds() or 0.0, 2)
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(build.content_version))
+
+
+def corpus_metadata(build: CorpusBuild) -> dict[str, object]:
+    return {
+        "dagster/row_count": build.records,
+        "records": build.records,
+        "records_per_kind": dg.MetadataValue.json(build.kinds),
+        "unique_texts": build.unique_texts,
+        "re_embedded": build.embedded,
+        "reused": build.reused,
+        "encoder_calls": build.encoder_calls,
+        "model": dg.MetadataValue.text(build.model),
+        "data_time": dg.MetadataValue.text(build.day.isoformat()),
+        "content_version": dg.MetadataValue.text(build.content_version),
+        "source_version": dg.MetadataValue.text(build.source_version or ""),
+        "table": dg.MetadataValue.text(f"{staging_schema(build.world_id)}.rag_corpus_records"),
+        "seconds": _seconds(build.seconds),
+    }
+
+
+@dg.asset(
+    partitions_def=world_day_partitions,
+    deps=[contract_documents, dg.AssetDep(ledger, partition_mapping=_LEDGER_OF_THE_WORLD)],
+    group_name=GROUP,
+    kinds={"python", "postgres"},
+    description="The classic-RAG corpus built on the day: one short fact record per user, license, product, "
+                "vendor, cost center, ticket and contract chunk, and usage per user x product over the last "
+                "7/30/90 days, embedded in pgvector (<world>_staging.rag_corpus_records + embeddings). Outside "
+                "the registry; data time = the day. Records whose text did not change reuse their embedding.",
+)
+def rag_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
+    world_id, day = world_and_day(context.partition_key)
+    paths = state.paths
+    stored, documents = day_documents(paths, world_id, day)
+    fmt, head_hash, records = world_ledger(paths, world_id)
+    world = fold_ledger(records, day, format_version=fmt)
+    encoder = default_encoder()
+    try:
+        with connection(state.service_urls().warehouse, autocommit=True) as conn:
+            build = build_rag_corpus(conn, world_id, day, world, documents, encoder,
+                                     source_version=f"ledger:{head_hash} documents:{stored.manifest.sha256}")
+    except UserFacingError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+    context.log.info(f"{world_id} {day}: {build.records} records, {build.embedded} embedded now "
+                     f"({build.encoder_calls} encoder calls), {build.reused} reused")
+    return dg.MaterializeResult(metadata=corpus_metadata(build), data_version=dg.DataVersion(build.content_version))

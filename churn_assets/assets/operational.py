@@ -1,0 +1,217 @@
+"""The `operational_store` asset (world x day) and its parity check against the fold.
+
+Thin: the fold (`world/fold.py`) gives the state as of the day, `fabric/operational.py` turns it into
+documents, `fabric/mongo.py` writes them into the day's database `<world>_<yyyymmdd>` (idempotently: a
+database whose `_meta` names the same ledger head and document schema is left as it is). The check reads
+every document back and compares it with a fresh projection of the fold, plus a few counts asked of the
+server itself (active users, licenses of active users, open tickets) against the fold's query helpers.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at
+# decoration time and needs real types, not strings.
+import datetime as dt
+import warnings
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import dagster as dg
+
+from churn_assets.assets.ledger import ledger
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.mongo import (
+    OperationalStoreError,
+    read_collections,
+    read_meta,
+    require_complete,
+    write_partition,
+)
+from churn_assets.fabric.operational import (
+    COLLECTIONS,
+    DEFAULT_WINDOW_DAYS,
+    INDEXES,
+    OPERATIONAL_SCHEMA_VERSION,
+    diff_collections,
+    document_counts,
+    project_operational,
+)
+from churn_assets.partitions import DAY_DIMENSION, WORLD_DIMENSION, world_day_partitions
+from churn_assets.resources import StateResource
+from churn_assets.services import mongo_client
+from churn_assets.state import StatePaths
+from churn_assets.world.fold import active_users, assigned_licenses, fold_ledger, open_tickets
+from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, load_ledger
+
+MAX_PROBLEMS_SHOWN = 50
+
+
+def world_and_day(partition_key: str | dg.MultiPartitionKey) -> tuple[str, dt.date]:
+    key = partition_key if isinstance(partition_key, dg.MultiPartitionKey) \
+        else world_day_partitions.get_partition_key_from_str(partition_key)
+    dims = key.keys_by_dimension
+    return dims[WORLD_DIMENSION], dt.date.fromisoformat(dims[DAY_DIMENSION])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ledger and client, kept per process
+# ---------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=2)
+def _cached_ledger(ledger_dir: str, _fingerprint: tuple[int, int, bytes]) -> tuple[int, str, tuple[Any, ...]]:
+    loaded = load_ledger(ledger_dir)
+    return loaded.format_version, loaded.head_hash or "", tuple(loaded.records)
+
+
+def world_ledger(paths: StatePaths, world_id: str) -> tuple[int, str, tuple[Any, ...]]:
+    """(format version, head hash, records) of the world's ledger, verified by the loader.
+
+    Loading and verifying a 180-day ledger costs more than folding and writing one day, so the records are
+    kept per process while the files are unchanged (mtime, size, manifest bytes): a backfill of many days,
+    or the check right after the asset, reads the ledger once.
+    """
+    ledger_dir = paths.ledger_dir(world_id)
+    try:
+        stat = (ledger_dir / LEDGER_FILE).stat()
+        fingerprint = (stat.st_mtime_ns, stat.st_size, (ledger_dir / MANIFEST_FILE).read_bytes())
+    except FileNotFoundError:
+        raise dg.Failure(description=f"world {world_id} has no ledger at {ledger_dir}: materialize its `ledger` "
+                                     "partition first", allow_retries=False) from None
+    try:
+        return _cached_ledger(str(ledger_dir), fingerprint)
+    except LedgerError as e:
+        raise dg.Failure(description=f"world {world_id}: the ledger is invalid: {e}", allow_retries=False) from None
+
+
+@lru_cache(maxsize=4)
+def _client(url: str) -> Any:
+    # One pymongo client per server per process: clients pool connections and start monitor threads, so
+    # a client per partition would pay that for every day of a backfill.
+    return mongo_client(url)
+
+
+def content_key(head_hash: str, window_days: int) -> dict[str, Any]:
+    """What identifies a partition's content: a stored `_meta` with the same key is not rewritten."""
+    return {"schema_version": OPERATIONAL_SCHEMA_VERSION, "ledger_head_hash": head_hash, "window_days": window_days}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Asset
+# ---------------------------------------------------------------------------------------------------
+
+with warnings.catch_warnings():
+    # Beta in Dagster 1.13, and exactly the edge wanted: partition (world, day) reads the world's ledger.
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    _LEDGER_OF_THE_WORLD = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=WORLD_DIMENSION)
+
+
+@dg.asset(
+    partitions_def=world_day_partitions,
+    deps=[dg.AssetDep(ledger, partition_mapping=_LEDGER_OF_THE_WORLD)],
+    group_name="fabric",
+    kinds={"mongodb", "python"},
+    description="The operational store as of the day: MongoDB database <world>_<yyyymmdd> with collections "
+                f"{', '.join(COLLECTIONS)} (utilization over the trailing {DEFAULT_WINDOW_DAYS} days) and "
+                "their indexes; `_meta` is written last and marks the database complete.",
+)
+def operational_store(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
+    world_id, day = world_and_day(context.partition_key)
+    try:
+        state.world_config(world_id)  # a world key without a stored config fails clearly, as the ledger does
+        urls = state.service_urls()
+    except UserFacingError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+    fmt, head_hash, records = world_ledger(state.paths, world_id)
+    folded = fold_ledger(records, day, format_version=fmt)
+    collections = project_operational(folded, day, window_days=DEFAULT_WINDOW_DAYS)
+    try:
+        written = write_partition(_client(urls.mongodb), world_id, day, collections, indexes=INDEXES,
+                                  content_key=content_key(head_hash, DEFAULT_WINDOW_DAYS))
+    except OperationalStoreError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+    action = "unchanged (already complete)" if written.skipped else (
+        "rewritten (a previous write was incomplete)" if written.rewrote_incomplete else "written")
+    context.log.info(f"{written.database}: {action}, {sum(written.counts.values())} documents "
+                     f"in {written.seconds:.2f} s")
+    counts = document_counts(collections)
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(counts.values()),
+            "documents_per_collection": dg.MetadataValue.json(counts),
+            "database": dg.MetadataValue.text(written.database),
+            "action": dg.MetadataValue.text(action),
+            "window_days": DEFAULT_WINDOW_DAYS,
+            "ledger_head_hash": dg.MetadataValue.text(head_hash),
+            "write_seconds": round(written.seconds, 3),
+        },
+        # Same ledger head and document schema: byte-for-byte the same documents.
+        data_version=dg.DataVersion(f"{OPERATIONAL_SCHEMA_VERSION}:{head_hash}:{day}"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Check
+# ---------------------------------------------------------------------------------------------------
+
+
+def parity_problems(db: Any, expected: Mapping[str, list[dict[str, Any]]], folded: Any, day: dt.date,
+                    head_hash: str) -> list[str]:
+    """Everything in the stored database that differs from the fold as of `day` (empty: parity)."""
+    problems: list[str] = []
+    meta = read_meta(db) or {}
+    if meta.get("ledger_head_hash") != head_hash:
+        problems.append(f"_meta: ledger head {meta.get('ledger_head_hash')!r} is not the ledger's {head_hash!r}")
+    stored = read_collections(db, COLLECTIONS)
+    problems += diff_collections(expected, stored, limit=MAX_PROBLEMS_SHOWN)
+    # Counts asked of the server itself (its filters, not ours), against the fold's own query helpers.
+    server_counts = {
+        "active users": (db.users.count_documents({"status": "active"}), len(active_users(folded, day))),
+        "licenses of active users": (db.assignments.count_documents({"holder_active": True}),
+                                     len(assigned_licenses(folded, day))),
+        "open tickets": (db.tickets.count_documents({"status": {"$in": ["open", "in_progress"]}}),
+                         len(open_tickets(folded, day))),
+    }
+    for what, (got, want) in server_counts.items():
+        if got != want:
+            problems.append(f"{what}: the store counts {got}, the fold {want}")
+    return problems
+
+
+with warnings.catch_warnings():
+    # Partitioned checks are "preview" in Dagster 1.13; they let the check name the world and day it verifies.
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+
+    @dg.asset_check(asset=operational_store, partitions_def=world_day_partitions, blocking=True)
+    def operational_store_parity(context: dg.AssetCheckExecutionContext, state: StateResource
+                                 ) -> dg.AssetCheckResult:
+        """Every document of the day's database equals the projection of the fold as of the day, and the
+        server's own counts (active users, licenses of active users, open tickets) equal the fold's."""
+        world_id, day = world_and_day(context.partition_key)
+        urls = state.service_urls()
+        client = _client(urls.mongodb)
+        try:
+            db = require_complete(client, world_id, day)
+        except OperationalStoreError as e:
+            return dg.AssetCheckResult(passed=False, description=str(e),
+                                       metadata={"problems": dg.MetadataValue.json([str(e)])})
+        fmt, head_hash, records = world_ledger(state.paths, world_id)
+        folded = fold_ledger(records, day, format_version=fmt)
+        expected = project_operational(folded, day, window_days=int(read_meta(db).get("window_days")
+                                                                    or DEFAULT_WINDOW_DAYS))
+        problems = parity_problems(db, expected, folded, day, head_hash)
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        return dg.AssetCheckResult(
+            passed=not problems,
+            description="; ".join(shown[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+            if problems else None,
+            metadata={
+                "database": dg.MetadataValue.text(db.name),
+                "documents_per_collection": dg.MetadataValue.json(document_counts(expected)),
+                "problem_count": len(problems),
+                "problems": dg.MetadataValue.json(shown),
+            },
+        )
+
+
+OPERATIONAL_ASSETS = [operational_store]
+OPERATIONAL_CHECKS = [operational_store_parity]

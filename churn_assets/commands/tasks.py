@@ -1,0 +1,132 @@
+"""`churnbench tasks` (write a task set to a file) and `churnbench exposure` (how many of its answers a
+served vintage would leave stale, measured and predicted), outside Dagster."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import click
+
+from churn_assets.errors import UserFacingError
+from churn_assets.state import StatePaths
+
+PAPER_T = "2024-04-27"  # ARCHITECTURE.md section 10, "The paper's windows"
+PAPER_T_PRIME_D28 = "2024-03-29"
+
+
+def _day(value: str, what: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{what} must be a day YYYY-MM-DD, got {value!r}") from None
+
+
+def _load(world_id: str | None, ledger_path: Path | None) -> tuple[str, Any]:
+    """(world id, loaded ledger) of a registered world's ledger in the state folder, or of a ledger path."""
+    from churn_assets.world.ledger import load_ledger
+
+    if (world_id is None) == (ledger_path is None):
+        raise click.UsageError("give one of --world ID or --ledger PATH")
+    if world_id is not None:
+        ledger_dir = StatePaths.resolve().ledger_dir(world_id)
+        if not ledger_dir.is_dir():
+            raise UserFacingError(f"world {world_id} has no ledger in {ledger_dir.parent}: register and "
+                                  f"materialize it (`churnbench worlds add --materialize`), or pass --ledger")
+        return world_id, load_ledger(ledger_dir)
+    assert ledger_path is not None
+    loaded = load_ledger(ledger_path)
+    name = loaded.manifest.world_id if loaded.manifest is not None else ledger_path.stem.split(".")[0]
+    return name, loaded
+
+
+def _require_inside(loaded: Any, day: dt.date, what: str) -> None:
+    first, last = loaded.first_day, loaded.last_day
+    if first is None or not first <= day.isoformat() <= last:
+        raise UserFacingError(f"{what}={day} is outside the ledger's days {first} .. {last}")
+
+
+@click.command()
+@click.option("--world", "world_id", help="A registered world (its ledger in the state folder).")
+@click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), help="A ledger file or folder instead.")
+@click.option("--at", "at", default=PAPER_T, show_default=True, help="T: the day the questions are asked.")
+@click.option("--n", "n", type=click.IntRange(1, 10_000), help="Number of tasks (default: deployment config).")
+@click.option("--seed", "task_seed", type=click.IntRange(0), help="Task seed (default: deployment config).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=Path("tasks.jsonl"),
+              show_default=True, help="Where to write the task set.")
+def tasks(world_id: str | None, ledger_path: Path | None, at: str, n: int | None, task_seed: int | None,
+          out: Path) -> None:
+    """Sample a task set from a world at T and write tasks.jsonl; prints its task-set hash."""
+    from churn_assets.deployment import task_settings
+    from churn_assets.tasks.generator import generate_task_set
+    from churn_assets.tasks.task_set import task_set_counts, write_tasks
+
+    anchor = _day(at, "--at")
+    name, loaded = _load(world_id, ledger_path)
+    _require_inside(loaded, anchor, "T")
+    settings = task_settings()
+    generated = generate_task_set(loaded.records, world_id=name, anchor=anchor, n=n or settings.count,
+                                  task_seed=settings.seed if task_seed is None else task_seed,
+                                  format_version=loaded.format_version)
+    digest = write_tasks(generated.tasks, out)
+    counts = task_set_counts(generated.tasks)
+    click.echo(f"world {name} at T={anchor}: {len(generated.tasks)} tasks -> {out}")
+    click.echo("task_tier: " + ", ".join(f"{k}: {v}" for k, v in counts["task_tier"].items()))
+    click.echo("intent:    " + ", ".join(f"{k}: {v}" for k, v in counts["intent"].items()))
+    click.echo(f"templates: {len(counts['template'])}, degenerate answers (zero/empty): {generated.degenerate}")
+    click.echo(f"task-set hash {digest}")
+
+
+@click.command()
+@click.option("--world", "world_id", help="A registered world (its ledger in the state folder).")
+@click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), help="A ledger file or folder instead.")
+@click.option("--tasks", "tasks_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A tasks.jsonl (default: the world's default task set at T, sampled now).")
+@click.option("--at", "at", default=PAPER_T, show_default=True, help="T: the evaluation day.")
+@click.option("--t-prime", "t_prime", default=PAPER_T_PRIME_D28, show_default=True, help="T': the cache build day.")
+@click.option("--policy", "policies", multiple=True, default=("tiered", "off"), show_default=True,
+              help="Refresh policy (tiered, off, ttl:CLASS=DAYS, rate, uniform:N, proportional:N); repeatable.")
+@click.option("-v", "--verbose", is_flag=True, help="Per template: exposed, predicted, tasks.")
+def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | None, at: str, t_prime: str,
+             policies: tuple[str, ...], verbose: bool) -> None:
+    """Exposure (tasks whose gold at T differs from gold under the served vintage) and its prediction."""
+    from churn_assets.deployment import task_settings
+    from churn_assets.evaluation.exposure import ChangeRates, run_exposure
+    from churn_assets.freshness.planning import measured_change_rates, served_vintage
+    from churn_assets.freshness.policies import parse_policy
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.tasks.generator import generate_task_set
+    from churn_assets.tasks.gold import GoldResolver
+    from churn_assets.tasks.task_set import read_tasks
+
+    anchor, build = _day(at, "--at"), _day(t_prime, "--t-prime")
+    name, loaded = _load(world_id, ledger_path)
+    _require_inside(loaded, anchor, "T")
+    _require_inside(loaded, build, "T'")
+    records = loaded.records
+    if tasks_file is not None:
+        task_list = read_tasks(tasks_file)
+    else:
+        settings = task_settings()
+        task_list = generate_task_set(records, world_id=name, anchor=anchor, n=settings.count,
+                                      task_seed=settings.seed, format_version=loaded.format_version).tasks
+    registry = load_registry()
+    start = dt.date.fromisoformat(records[0]["at"])
+    resolver = GoldResolver(records, format_version=loaded.format_version)
+    rates = ChangeRates.measure(records, start=start, t_prime=build)
+    class_rates = measured_change_rates(records, start, build, registry.classes)
+    calendar_days = (dt.date.fromisoformat(loaded.last_day) - start).days + 1
+    click.echo(f"world {name}: {len(task_list)} tasks, T={anchor}, T'={build}")
+    for text in policies:
+        policy = parse_policy(text)
+        vintage = served_vintage(registry, build, anchor, policy, rates=class_rates, calendar_days=calendar_days)
+        run = run_exposure(records, task_list, anchor=anchor, t_prime=build, vintage=vintage, start=start,
+                           resolver=resolver, rates=rates)
+        served = ", ".join(f"{c} {d}" for c, d in vintage.items() if d != anchor) or "every class at T"
+        click.echo(f"{policy.policy_id:>10}: exposure {run.exposure:3d}, prediction {run.prediction:6.1f} "
+                   f"(served: {served})")
+        if verbose:
+            for template_id, (exposed, predicted, count) in run.by_template().items():
+                if exposed or predicted >= 0.05:
+                    click.echo(f"{'':12}{template_id:<38} {exposed:3d} {predicted:6.2f} / {count}")

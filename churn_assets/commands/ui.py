@@ -1,0 +1,116 @@
+"""`churnbench ui`: start the services, then `dagster dev` on the workspace, on 127.0.0.1.
+
+`dagster dev` runs in its own session and this command forwards Ctrl-C (SIGINT) and SIGTERM to its
+whole process group, then makes sure nothing of it is left: the webserver, daemon and code server go
+with it. The embedded services stay up for the next command (`churnbench services down` stops them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from churn_assets.commands.services import format_status
+from churn_assets.services import free_port, start_services
+from churn_assets.state import STATE_DIR_ENV, StatePaths
+
+DEFAULT_PORT = 3000
+SHUTDOWN_GRACE_S = 12.0  # then SIGTERM, then SIGKILL: the whole stop stays well under 20 s
+
+
+def workspace_file() -> Path | None:
+    """workspace.yaml at the root of the (editable) clone, beside the package."""
+    candidate = Path(__file__).resolve().parents[2] / "workspace.yaml"
+    return candidate if candidate.is_file() else None
+
+
+def dagster_dev_command(port: int) -> list[str]:
+    workspace = workspace_file()
+    target = ["-w", str(workspace)] if workspace else ["-m", "churn_assets.definitions"]
+    return [sys.executable, "-m", "dagster", "dev", *target, "-h", "127.0.0.1", "-p", str(port)]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class _Stop(Exception):
+    """Raised from the signal handler to leave the wait loop."""
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
+              help="Port of the Dagster UI (a free one is chosen if it is taken).")
+def ui(port: int) -> None:
+    """Open the Dagster UI on this state folder's instance (Ctrl-C stops it)."""
+    paths = StatePaths.resolve()
+    for status in start_services(paths):
+        click.echo(format_status(status))
+    if not port_is_free(port):
+        chosen = free_port()
+        click.echo(f"port {port} is taken; using {chosen}")
+        port = chosen
+    env = {**os.environ, "DAGSTER_HOME": str(paths.dagster_home), STATE_DIR_ENV: str(paths.root)}
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise _Stop(signum)
+
+    # Our own handlers, installed before the child starts: a process launched with SIGINT ignored (a
+    # background job of a script) would otherwise pass SIG_IGN on to `dagster dev`, which then never
+    # stops; handled signals are reset to their defaults in the child at exec.
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        child = subprocess.Popen(dagster_dev_command(port), env=env, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+        click.echo(f"Dagster UI: http://127.0.0.1:{port}  (state folder {paths.root}; Ctrl-C stops it)",
+                   err=True)
+        try:
+            code = child.wait()
+        except _Stop:
+            code = None
+        _shutdown(child)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if code not in (None, 0):
+        raise SystemExit(code)
+
+
+def _shutdown(child: subprocess.Popen[bytes]) -> None:
+    """SIGINT the process group (what a terminal's Ctrl-C does), escalate, and sweep leftovers."""
+    import psutil
+
+    try:
+        family = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the cleanup
+    for sig, grace in ((signal.SIGINT, SHUTDOWN_GRACE_S), (signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, sig)
+        for proc in family:
+            if sig == signal.SIGKILL:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
+        _, alive = psutil.wait_procs(family, timeout=grace)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=0.1)
+        if not alive and child.poll() is not None:
+            break
+        family = alive
+    click.echo("Dagster UI stopped", err=True)
+
+

@@ -1,0 +1,265 @@
+"""The SaaS API client: timeouts, exponential backoff that honours `Retry-After`, typed errors, counters.
+
+    client = SaasClient(base_url, api_key)
+    client.entitlements(world, "usr_000042", as_of="2024-04-27")
+    client.tickets(world, as_of=..., status="open", product="prd_0003")     # every page, merged
+    client.utilization(world, "prd_0003", as_of=..., window_days=30)
+    client.prices(world, as_of=...)
+    client.stats                                                              # counters so far
+
+Retried: 429 (after `Retry-After` when the server sends it, else the backoff), 5xx, timeouts and
+connection errors, up to `max_retries` retries per call with waits `backoff_base * 2**n` (capped at
+`backoff_max`). After the last retry the call raises `TransportError`: the evaluation scores that as a
+`transport_failure`, never as a wrong answer (ARCHITECTURE.md section 6). Not retried: 401/403
+(`SaasAuthError`), 404 (`SaasNotFound`: the tenant, user or product does not exist as of the day; an
+answer, not a failure) and other 4xx (`SaasRequestError`, a bug in the caller).
+
+Counters (`SaasStats`), which results report (section 10, "SaaS mock"): `calls` (API calls made),
+`requests` (HTTP attempts), `retries`, `throttled` (429s absorbed, i.e. followed by a retry),
+`errors_retried` (5xx, timeouts and connection errors followed by a retry), `failures` (calls that raised
+`TransportError`), `wait_seconds` (time spent waiting between attempts). They add up:
+`requests == calls + retries` and `retries == throttled + errors_retried`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from churn_assets.errors import UserFacingError
+
+KEY_HEADER = "X-API-Key"
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MAX_RETRIES = 6
+DEFAULT_BACKOFF_BASE_S = 0.25
+DEFAULT_BACKOFF_MAX_S = 30.0
+MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer pause is treated as down: fail the call instead
+PAGE_SIZE = 500
+
+
+class SaasError(UserFacingError):
+    """Any failure of a SaaS API call; the message names the endpoint."""
+
+
+class TransportError(SaasError):
+    """The call did not get an answer after its retries (429s, 5xx, timeouts, refused connections)."""
+
+    def __init__(self, message: str, *, attempts: int, last_status: int | None) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_status = last_status
+
+
+class SaasAuthError(SaasError):
+    """401/403: the API key is missing or not accepted."""
+
+
+class SaasNotFound(SaasError):
+    """404: the tenant, user or product does not exist (as of the day asked)."""
+
+
+class SaasRequestError(SaasError):
+    """Another 4xx: the request itself is wrong."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class SaasStats:
+    calls: int = 0
+    requests: int = 0
+    retries: int = 0
+    throttled: int = 0
+    errors_retried: int = 0
+    failures: int = 0
+    wait_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __sub__(self, other: SaasStats) -> SaasStats:
+        """Counters of a span: `after - before`."""
+        return SaasStats(**{k: getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__})
+
+
+def parse_retry_after(value: str | None, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait from a `Retry-After` header (delay-seconds or an HTTP date); None when absent/bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - now()
+    return max(0.0, seconds)
+
+
+class SaasClient:
+    """A client of one SaaS API deployment, safe to share between threads (counters are locked)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+        backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
+        jitter: float = 0.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        seed: int = 0,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.jitter = jitter
+        self._sleep = sleep
+        self._random = random.Random(seed)  # jitter only; seeded so that reruns wait alike
+        self._http = httpx.Client(base_url=self.base_url, headers={KEY_HEADER: api_key},
+                                  timeout=httpx.Timeout(timeout_s), transport=transport)
+        self._lock = threading.Lock()
+        self._stats = SaasStats()
+        # The plan the server applies to our key (`X-SaaS-Profile`), for results to record; None until known.
+        self.profile: str | None = None
+
+    # -- counters ---------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> SaasStats:
+        with self._lock:
+            return self._stats
+
+    def _count(self, **deltas: float) -> None:
+        with self._lock:
+            s = self._stats
+            self._stats = SaasStats(**{k: getattr(s, k) + deltas.get(k, 0) for k in s.__dataclass_fields__})
+
+    # -- the retry loop ---------------------------------------------------------------------------
+
+    def backoff(self, retry: int) -> float:
+        """Wait before retry number `retry` (0-based) when the server gave no `Retry-After`."""
+        wait = min(self.backoff_max_s, self.backoff_base_s * (2 ** retry))
+        if self.jitter:
+            wait *= 1.0 + self.jitter * (2 * self._random.random() - 1)
+        return max(0.0, wait)
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """GET `path` and return its JSON, retrying as the module doc says."""
+        clean = {k: str(v) for k, v in (params or {}).items() if v is not None}
+        what = f"GET {path}"
+        self._count(calls=1)
+        last_status: int | None = None
+        last_problem = ""
+        for attempt in range(self.max_retries + 1):
+            self._count(requests=1)
+            retry_after: float | None = None
+            try:
+                response = self._http.get(path, params=clean)
+            except httpx.TimeoutException as e:
+                last_problem, last_status = f"timed out ({type(e).__name__})", None
+            except httpx.TransportError as e:
+                last_problem, last_status = f"connection failed ({type(e).__name__}: {e})", None
+            else:
+                status = response.status_code
+                last_status = status
+                if status < 400:
+                    self.profile = response.headers.get("X-SaaS-Profile", self.profile)
+                    return response.json()
+                detail = _detail(response)
+                if status in (401, 403):
+                    raise SaasAuthError(f"{what}: {status} {detail} (check CHURNBENCH_SAAS_API_KEY or the "
+                                        "state folder's services/saas-keys.json)")
+                if status == 404:
+                    raise SaasNotFound(f"{what}: {detail}")
+                if status == 429:
+                    last_problem = f"429 rate limited ({detail})"
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                elif status >= 500:
+                    last_problem = f"{status} {detail}"
+                else:
+                    raise SaasRequestError(f"{what}: {status} {detail}", status=status)
+            if attempt == self.max_retries:
+                break
+            wait = retry_after if retry_after is not None else self.backoff(attempt)
+            if wait > MAX_RETRY_AFTER_S:
+                last_problem += f"; the server asks to wait {wait:.0f} s, more than {MAX_RETRY_AFTER_S:.0f} s"
+                break
+            self._count(retries=1, throttled=int(last_status == 429), errors_retried=int(last_status != 429),
+                        wait_seconds=wait)
+            self._sleep(wait)
+        self._count(failures=1)
+        attempts = attempt + 1
+        raise TransportError(f"{what} failed after {attempts} attempt(s): {last_problem}",
+                             attempts=attempts, last_status=last_status)
+
+    # -- endpoints --------------------------------------------------------------------------------
+
+    def entitlements(self, world: str, user_id: str, *, as_of: str) -> dict[str, Any]:
+        return self.get(f"/v1/tenants/{world}/entitlements/{user_id}", {"as_of": as_of})
+
+    def tickets_page(self, world: str, *, as_of: str, status: str | None = None, product: str | None = None,
+                     page: int = 1, page_size: int = PAGE_SIZE) -> dict[str, Any]:
+        return self.get(f"/v1/tenants/{world}/tickets", {"as_of": as_of, "status": status, "product": product,
+                                                         "page": page, "page_size": page_size})
+
+    def iter_tickets(self, world: str, *, as_of: str, status: str | None = None,
+                     product: str | None = None, page_size: int = PAGE_SIZE) -> Iterator[dict[str, Any]]:
+        page: int | None = 1
+        while page is not None:
+            body = self.tickets_page(world, as_of=as_of, status=status, product=product, page=page,
+                                     page_size=page_size)
+            yield from body["items"]
+            page = body["next_page"]
+
+    def tickets(self, world: str, *, as_of: str, status: str | None = None,
+                product: str | None = None) -> list[dict[str, Any]]:
+        """Every matching ticket (all pages)."""
+        return list(self.iter_tickets(world, as_of=as_of, status=status, product=product))
+
+    def utilization(self, world: str, product_id: str, *, as_of: str, window_days: int = 30) -> dict[str, Any]:
+        return self.get(f"/v1/tenants/{world}/products/{product_id}/utilization",
+                        {"as_of": as_of, "window_days": window_days})
+
+    def prices(self, world: str, *, as_of: str) -> list[dict[str, Any]]:
+        return self.get(f"/v1/tenants/{world}/prices", {"as_of": as_of})["items"]
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SaasClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:300]
+    return str(body)[:200]

@@ -1,0 +1,237 @@
+"""In-process materialization against the persistent Dagster instance of a state folder.
+
+The CLI (and later the scenario materializer) runs partitions here, one `execute_in_process` per
+partition on the job resolved once per process: no subprocess, no code server, so the per-partition
+overhead is what Dagster's run bookkeeping in Postgres costs (see bench/bench_services.py).
+Runs show in the UI like any other (same instance, `DAGSTER_HOME=<state>/dagster`).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from churn_assets.errors import UserFacingError
+from churn_assets.partitions import WORLD_DIMENSION, world_partitions
+from churn_assets.services import (
+    POSTGRES,
+    ServiceUrls,
+    ensure_services,
+    raise_if_a_service_died,
+    service_errors,
+)
+from churn_assets.state import StatePaths, validate_world_id
+
+# In-process runs log to the console at DEBUG by default; the CLI prints its own summary instead.
+QUIET_RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+LAUNCHED_BY_TAG = "churnbench/launched_by"
+STATEMENT_TIMEOUT_MS = 120_000  # bounds any Dagster storage query, so a wedged server cannot hang a command
+
+
+class MaterializationError(UserFacingError):
+    """A materialization failed for a reason the message states (unknown key, failed step, failed check)."""
+
+
+@dataclass
+class Session:
+    """An open state folder: its paths, service URLs and persistent Dagster instance."""
+
+    paths: StatePaths
+    urls: ServiceUrls
+    instance: dg.DagsterInstance = field(repr=False)
+
+
+@contextmanager
+def open_session(paths: StatePaths | None = None) -> Iterator[Session]:
+    """Start the services if needed and open the persistent instance; translate a service that dies
+    inside the block into a `ServiceError` naming it."""
+    paths = paths or StatePaths.resolve()
+    urls = ensure_services(paths)
+    with service_errors(paths), _fail_fast_storage(POSTGRES.name in urls.embedded):
+        instance = dg.DagsterInstance.from_config(str(paths.dagster_home))
+        # dagster-postgres opens a new connection per statement unless told to hold a pool (which it
+        # does for the webserver); a run writes ~50 events, so pooling halves the per-partition cost.
+        instance.optimize_for_webserver(statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600,
+                                        max_overflow=5)
+        try:
+            yield Session(paths, urls, instance)
+        finally:
+            instance.dispose()
+
+
+@contextmanager
+def _fail_fast_storage(embedded_postgres: bool) -> Iterator[None]:
+    """dagster-postgres retries a failed connection 5 times with exponential backoff (~6 s per
+    statement, a dozen seconds per run) and logs each retry. Against the embedded server on a local
+    socket a refused connection means the server is gone: retry once, quietly, and let
+    `service_errors` say which service died."""
+    if not embedded_postgres:
+        yield
+        return
+    import logging
+
+    from dagster_postgres import utils as pg_utils
+
+    def drop_retry_noise(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Retrying failed database connection")
+
+    fn = pg_utils.retry_pg_connection_fn
+    saved = fn.__defaults__
+    fn.__defaults__ = (1, 0.1)  # (retry_limit, retry_wait)
+    root = logging.getLogger()
+    root.addFilter(drop_retry_noise)
+    try:
+        yield
+    finally:
+        fn.__defaults__ = saved
+        root.removeFilter(drop_retry_noise)
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    partition_key: str
+    run_id: str
+    seconds: float
+    metadata: dict[str, dict[str, Any]]  # asset -> materialization metadata (plain values)
+
+
+def materialize(
+    session: Session,
+    definitions: dg.Definitions,
+    assets: Sequence[str],
+    partition_keys: Sequence[str | dg.MultiPartitionKey],
+    *,
+    on_partition: Callable[[PartitionRun], None] | None = None,
+    tags: dict[str, str] | None = None,
+) -> list[PartitionRun]:
+    """Materialize `assets` (and their checks) for each partition key, in this process, in order.
+
+    `definitions` come from the caller (`churn_assets.definitions.defs_for(state folder)`, which
+    binds the resources to this state folder); this module sits below definitions.py.
+    Stops at the first failure with a `MaterializationError` that carries the step's own message.
+    """
+    paths, instance = session.paths, session.instance
+    keys = [dg.AssetKey.from_user_string(a) for a in assets]
+    partitions_def = _common_partitions_def(definitions, keys)
+    for pk in partition_keys:
+        _require_known_partition(instance, partitions_def, pk)
+    job = definitions.resolve_implicit_global_asset_job_def()
+    run_tags = {LAUNCHED_BY_TAG: "cli", **(tags or {})}
+    runs = []
+    for pk in partition_keys:
+        started = time.perf_counter()
+        with service_errors(paths), warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            result = job.execute_in_process(
+                instance=instance, partition_key=str(pk), asset_selection=keys,
+                run_config=QUIET_RUN_CONFIG, tags=run_tags, raise_on_error=False,
+            )
+        if not result.success:
+            raise_if_a_service_died(paths, settle_s=0.0)  # a step that lost its database says so
+            raise MaterializationError(f"materializing {', '.join(assets)} [{pk}] failed (run "
+                                       f"{result.run_id}): {failure_message(result)}")
+        run = PartitionRun(
+            partition_key=str(pk), run_id=result.run_id, seconds=time.perf_counter() - started,
+            metadata={
+                event.asset_key.to_user_string(): {k: v.value for k, v in event.materialization.metadata.items()}
+                for event in result.get_asset_materialization_events()
+                if event.asset_key is not None
+            },
+        )
+        runs.append(run)
+        if on_partition is not None:
+            on_partition(run)
+    return runs
+
+
+def run_checks(
+    session: Session,
+    definitions: dg.Definitions,
+    checks: Sequence[dg.AssetCheckKey],
+    partition_key: str,
+) -> list[dg.AssetCheckEvaluation]:
+    """Run asset checks alone (without re-materializing their asset) for one partition.
+
+    Partitioned checks are a Dagster preview: a check-only run cannot take `partition_key` (no asset
+    in it carries the partitions), so the partition is passed the way the UI does, as the run's
+    `dagster/partition` tag.
+    """
+    paths, instance = session.paths, session.instance
+    partitions_def = _common_partitions_def(definitions, [c.asset_key for c in checks])
+    _require_known_partition(instance, partitions_def, partition_key)
+    job = definitions.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection=set(), asset_check_selection=set(checks))
+    with service_errors(paths), warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        result = job.execute_in_process(
+            instance=instance, run_config=QUIET_RUN_CONFIG, raise_on_error=False,
+            tags={"dagster/partition": partition_key, LAUNCHED_BY_TAG: "cli"},
+        )
+    evaluations = list(result.get_asset_check_evaluations())
+    if not evaluations:
+        raise MaterializationError(f"checks on [{partition_key}] did not run: {failure_message(result)}")
+    return evaluations
+
+
+def _common_partitions_def(definitions: dg.Definitions, keys: Sequence[dg.AssetKey]
+                           ) -> dg.PartitionsDefinition | None:
+    specs = {spec.key: spec for spec in definitions.resolve_all_asset_specs()}
+    unknown = [k.to_user_string() for k in keys if k not in specs]
+    if unknown:
+        raise MaterializationError(f"unknown asset(s) {', '.join(unknown)}; known: "
+                                   f"{', '.join(sorted(k.to_user_string() for k in specs))}")
+    parts = {specs[k].partitions_def for k in keys}
+    if len(parts) != 1:
+        raise MaterializationError("assets materialized together must share one partitioning")
+    return parts.pop()
+
+
+def _require_known_partition(instance: dg.DagsterInstance, partitions_def: dg.PartitionsDefinition | None,
+                             key: str | dg.MultiPartitionKey) -> None:
+    """Refuse a key that is not a partition, naming the command that would make it one."""
+    if partitions_def is None:
+        raise MaterializationError("these assets are not partitioned; materialize them without a key")
+    world = None
+    if partitions_def == world_partitions:
+        world = str(key)
+    elif isinstance(key, dg.MultiPartitionKey):
+        world = key.keys_by_dimension.get(WORLD_DIMENSION)
+    if world is not None:
+        validate_world_id(world)
+    if world is not None and not instance.has_dynamic_partition(world_partitions.name or "", world):
+        raise MaterializationError(f"world {world} is not registered in this state folder; register it "
+                                   "with `churnbench worlds add` (see `churnbench worlds list`)")
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
+        known = partitions_def.has_partition_key(str(key))
+    if not known:
+        raise MaterializationError(f"{key} is not a partition of these assets")
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    """The failing steps' own words: a `dg.Failure` description, a failed check, or the error."""
+    messages = []
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data is not None:
+            data = event.step_failure_data
+            if data.user_failure_data is not None and data.user_failure_data.description:
+                messages.append(data.user_failure_data.description)
+            elif data.error is not None:
+                messages.append(_error_text(data.error))
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            details = {k: v.value for k, v in evaluation.metadata.items()}
+            messages.append(f"check {evaluation.check_name} failed: {details}")
+    return "; ".join(dict.fromkeys(messages)) or "the run failed (see the run in the Dagster UI)"
+
+
+def _error_text(error: Any) -> str:
+    cause = error
+    while getattr(cause, "cause", None) is not None:
+        cause = cause.cause
+    return " ".join(str(cause.message).split())[:500]

@@ -1,0 +1,175 @@
+"""The state folder: where one deployment keeps its worlds, its Dagster home and its service records.
+
+Default `.churnbench/` in the working directory; `CHURNBENCH_STATE_DIR` overrides it. Everything a
+command needs is found through this folder only (ARCHITECTURE.md section 10, "State folder"), so two
+clones never touch each other's services or data.
+
+Layout::
+
+    <state>/
+      .state-id                 random id of this state folder (ties the embedded Postgres data to it)
+      services/                 one <service>.json record per embedded service, logs, the Mongo data
+      dagster/                  DAGSTER_HOME (generated dagster.yaml: storage on the embedded Postgres)
+      worlds/<world>/           config.json (the registered world config), ledger/, later contracts/
+      results/<world>/          evaluation results (later issues)
+
+The embedded Postgres data directory is NOT inside the state folder: the embedded server, run as root,
+opens the permissions of every parent of its data directory (and runs as a system user that must
+traverse them). It lives under `/var/tmp/churnbench-pg-<hash of the state folder's absolute path>/`,
+whose parents are world-traversable already, and two state folders never share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from churn_assets.errors import UserFacingError
+
+STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"
+DEFAULT_STATE_DIRNAME = ".churnbench"
+# Where embedded Postgres data directories go; its parents must already be world-traversable.
+PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
+DEFAULT_PG_ROOT = Path("/var/tmp")
+
+WORLD_CONFIG_FILE = "config.json"
+LEDGER_DIRNAME = "ledger"
+
+# `<name>-s<seed>-<hash6>` (section 10, "World id"); names follow the world config's name rule.
+WORLD_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}-s\d+-[0-9a-f]{6}$")
+
+
+class StateError(UserFacingError):
+    """The state folder or a path inside it is unusable; the message names it."""
+
+
+def validate_world_id(world_id: str) -> str:
+    """World ids become folder names, partition keys and SQL identifiers: refuse anything else."""
+    if not WORLD_ID_RE.match(world_id):
+        raise StateError(f"{world_id!r} is not a world id (expected <name>-s<seed>-<hash6>, "
+                         "e.g. default-s42-3f9a1c; see `churnbench worlds list`)")
+    return world_id
+
+
+def sql_identifier(world_id: str) -> str:
+    """The world id as a SQL identifier prefix (section 10: `default-s42-3f9a1c` -> `default_s42_3f9a1c`)."""
+    return validate_world_id(world_id).replace("-", "_")
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    """Absolute paths of one state folder. Creating this object touches nothing on disk."""
+
+    root: Path
+
+    @classmethod
+    def resolve(cls, root: str | Path | None = None) -> StatePaths:
+        """`root`, else `CHURNBENCH_STATE_DIR`, else `./.churnbench`; always made absolute."""
+        chosen = root or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIRNAME
+        return cls(Path(chosen).expanduser().resolve())
+
+    # -- the folder itself ----------------------------------------------------------------------
+
+    def ensure(self) -> StatePaths:
+        """Create the folder (and its id) if missing; refuse a path that is not a directory."""
+        if self.root.exists() and not self.root.is_dir():
+            raise StateError(f"state folder {self.root} exists and is not a directory")
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.state_id_file.exists():
+            atomic_write_text(self.state_id_file, secrets.token_hex(8) + "\n")
+        return self
+
+    @property
+    def state_id_file(self) -> Path:
+        return self.root / ".state-id"
+
+    @property
+    def state_id(self) -> str:
+        """Random id written when the folder is created: a new folder at an old path gets a new id."""
+        try:
+            return self.state_id_file.read_text().strip()
+        except FileNotFoundError:
+            raise StateError(f"state folder {self.root} is not initialised (no .state-id)") from None
+
+    # -- services -------------------------------------------------------------------------------
+
+    @property
+    def services_dir(self) -> Path:
+        return self.root / "services"
+
+    def service_record(self, name: str) -> Path:
+        return self.services_dir / f"{name}.json"
+
+    @property
+    def services_lock(self) -> Path:
+        return self.services_dir / ".lock"
+
+    @property
+    def mongo_dir(self) -> Path:
+        return self.services_dir / "mongo"
+
+    @property
+    def path_hash(self) -> str:
+        return hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+
+    @property
+    def pg_home(self) -> Path:
+        """Folder made for the embedded Postgres of this state folder (outside it, see module doc)."""
+        base = Path(os.environ.get(PG_ROOT_ENV) or _default_pg_root())
+        return base / f"churnbench-pg-{self.path_hash}"
+
+    @property
+    def pg_data(self) -> Path:
+        return self.pg_home / "data"
+
+    # -- Dagster --------------------------------------------------------------------------------
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster"
+
+    @property
+    def dagster_yaml(self) -> Path:
+        return self.dagster_home / "dagster.yaml"
+
+    # -- worlds ---------------------------------------------------------------------------------
+
+    @property
+    def worlds_dir(self) -> Path:
+        return self.root / "worlds"
+
+    def world_dir(self, world_id: str) -> Path:
+        return self.worlds_dir / validate_world_id(world_id)
+
+    def world_config_file(self, world_id: str) -> Path:
+        return self.world_dir(world_id) / WORLD_CONFIG_FILE
+
+    def ledger_dir(self, world_id: str) -> Path:
+        return self.world_dir(world_id) / LEDGER_DIRNAME
+
+    def results_dir(self, world_id: str) -> Path:
+        return self.root / "results" / validate_world_id(world_id)
+
+    def world_ids_on_disk(self) -> set[str]:
+        """Worlds with a folder under `worlds/` (registered or not)."""
+        if not self.worlds_dir.is_dir():
+            return set()
+        return {p.name for p in self.worlds_dir.iterdir() if p.is_dir() and WORLD_ID_RE.match(p.name)}
+
+
+def _default_pg_root() -> Path:
+    # /var/tmp survives reboots (unlike /tmp on many systems) and is world-traversable already.
+    return DEFAULT_PG_ROOT if DEFAULT_PG_ROOT.is_dir() else Path(tempfile.gettempdir())
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

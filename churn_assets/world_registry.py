@@ -1,0 +1,286 @@
+"""Registered worlds: stored configs, the Dagster `world` dynamic partition, and every per-world artefact.
+
+A world is *registered* when its id is a partition of the `world` dynamic partitions definition in the
+Dagster instance; `add_world` writes its config to `<state>/worlds/<world>/config.json` first and then
+registers it, so a registered world always has its config (unless someone deleted the file).
+
+Removal (`remove_world`, `churnbench worlds rm`) unregisters first and then removes every artefact in
+`WORLD_ARTEFACTS`; `collect_garbage` (`churnbench gc`) removes the artefacts of any world that is not
+registered. Unregistering first means a removal that fails half-way leaves only garbage that `gc`
+finds later, never a registered world with half its data.
+
+**Every issue that creates a per-world artefact appends a `WorldArtefact` to `WORLD_ARTEFACTS`** (how to
+find the worlds that have one, how to remove one world's) and extends `tests/integration/test_worlds.py`
+(`populate_world` there materializes what creates it).
+
+Dagster materialization history of a removed world is kept: the event log is an append-only audit
+record, and Dagster's SQL event storage cannot wipe single partitions (`wipe_asset_partitions` raises
+NotImplementedError in OSS). Re-adding the same world (same config, same id) shows its old
+materializations until it is materialized again, which regenerates byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from churn_assets.deployment import deployment
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.mongo import drop_world_databases, world_databases
+from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
+from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
+from churn_assets.partitions import WORLD_PARTITIONS_NAME
+from churn_assets.state import StatePaths, atomic_write_text, validate_world_id
+from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
+from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
+from contracts.store import CONTRACTS_DIRNAME
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+    from churn_assets.services import ServiceUrls
+
+
+class WorldNotFoundError(UserFacingError):
+    """A world id that is not registered, or registered without a stored config."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stored configs
+# ---------------------------------------------------------------------------------------------------
+
+
+def write_world_config(paths: StatePaths, config: WorldConfig) -> Path:
+    target = paths.world_config_file(config.world_id)
+    text = json.dumps(config.data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_text(target, text)
+    return target
+
+
+def load_world_config(paths: StatePaths, world_id: str) -> WorldConfig:
+    """The stored config of `world_id`, checked to still hash to that id."""
+    validate_world_id(world_id)
+    path = paths.world_config_file(world_id)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorldNotFoundError(
+            f"world {world_id} has no stored config ({path} is missing): register it with "
+            "`churnbench worlds add` (see `churnbench worlds list`)") from None
+    except json.JSONDecodeError as e:
+        raise WorldNotFoundError(f"world config {path} is not valid JSON ({e.msg})") from None
+    try:
+        config = config_from_data(data)
+    except WorldConfigError as e:
+        raise WorldNotFoundError(f"world config {path}: {e}") from None
+    if config.world_id != world_id:
+        raise WorldNotFoundError(f"world config {path} hashes to {config.world_id}, not {world_id}: "
+                                 "it was edited after registration; remove the world and add it again")
+    return config
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-world artefacts (extended by every issue that creates one)
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ArtefactContext:
+    """What a cleanup hook may need. Services are started only when a hook asks for `urls`."""
+
+    paths: StatePaths
+    instance: dg.DagsterInstance
+
+    @cached_property
+    def urls(self) -> ServiceUrls:
+        from churn_assets.services import ensure_services
+
+        return ensure_services(self.paths)
+
+
+@dataclass(frozen=True)
+class WorldArtefact:
+    """One kind of per-world artefact: `find` lists the worlds that have one; `remove` deletes one
+    world's (a no-op when it has none)."""
+
+    name: str
+    find: Callable[[ArtefactContext], set[str]]
+    remove: Callable[[ArtefactContext, str], None]
+
+
+def _worlds_with(relative: str) -> Callable[[ArtefactContext], set[str]]:
+    def find(ctx: ArtefactContext) -> set[str]:
+        return {w for w in ctx.paths.world_ids_on_disk() if (ctx.paths.world_dir(w) / relative).exists()}
+    return find
+
+
+def _remove_path(relative: str) -> Callable[[ArtefactContext, str], None]:
+    def remove(ctx: ArtefactContext, world_id: str) -> None:
+        target = ctx.paths.world_dir(world_id) / relative
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+    return remove
+
+
+def _remove_world_folder(ctx: ArtefactContext, world_id: str) -> None:
+    folder = ctx.paths.world_dir(world_id)
+    if folder.exists():
+        shutil.rmtree(folder)
+
+
+def _with_mongo(fn: Callable[[Any], Any]) -> Any:
+    """Run `fn(client)` on a pymongo client of the state folder's Mongo server (started if needed)."""
+    from churn_assets.services import mongo_client
+
+    def run(ctx: ArtefactContext, *args: Any) -> Any:
+        client = mongo_client(ctx.urls.mongodb)
+        try:
+            return fn(client, *args)
+        finally:
+            client.close()
+    return run
+
+
+def _with_warehouse(fn: Callable[..., Any]) -> Any:
+    """Run `fn(conn, ...)` on a connection to the state folder's warehouse database (started if needed)."""
+    from churn_assets.fabric.postgres import connection
+
+    def run(ctx: ArtefactContext, *args: Any) -> Any:
+        with connection(ctx.urls.warehouse, autocommit=True) as conn:
+            return fn(conn, *args)
+    return run
+
+
+# In creation order; removal runs in reverse. The world folder comes first so that removing it last
+# takes anything a later issue wrote under it without a hook of its own.
+WORLD_ARTEFACTS: list[WorldArtefact] = [
+    WorldArtefact("world folder", lambda ctx: ctx.paths.world_ids_on_disk(), _remove_world_folder),
+    WorldArtefact("world config", _worlds_with("config.json"), _remove_path("config.json")),
+    WorldArtefact("ledger files", _worlds_with("ledger"), _remove_path("ledger")),
+    # issue 5: the Postgres schemas <world>_truth, _raw, _analytics, _staging (removed after everything in them)
+    WorldArtefact("warehouse schemas", _with_warehouse(worlds_with_schemas), _with_warehouse(drop_world_schemas)),
+    WorldArtefact("contract documents", _worlds_with(CONTRACTS_DIRNAME), _remove_path(CONTRACTS_DIRNAME)),
+    # issue 6: one MongoDB database per (world, as-of day), `<world>_<yyyymmdd>`
+    WorldArtefact("operational store", _with_mongo(lambda client: set(world_databases(client))),
+                  _with_mongo(drop_world_databases)),
+    # issue 8: the vector index and RAG corpus tables (and their embeddings) in `<world>_staging`
+    WorldArtefact("vector index and RAG corpus", _with_warehouse(worlds_with_vectors),
+                  _with_warehouse(drop_world_vectors)),
+]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registry operations
+# ---------------------------------------------------------------------------------------------------
+
+
+def registered_worlds(instance: dg.DagsterInstance) -> list[str]:
+    return sorted(instance.get_dynamic_partitions(WORLD_PARTITIONS_NAME))
+
+
+def is_registered(instance: dg.DagsterInstance, world_id: str) -> bool:
+    return instance.has_dynamic_partition(WORLD_PARTITIONS_NAME, world_id)
+
+
+def add_world(paths: StatePaths, instance: dg.DagsterInstance, config: WorldConfig) -> bool:
+    """Store the config and register the world; False when it was registered already (idempotent)."""
+    deployment().calendar.require_fit(config)
+    world_id = config.world_id
+    config_file = paths.world_config_file(world_id)
+    if config_file.exists():
+        load_world_config(paths, world_id)  # refuses a stored config that no longer matches its id
+    else:
+        write_world_config(paths, config)
+    if is_registered(instance, world_id):
+        return False
+    instance.add_dynamic_partitions(WORLD_PARTITIONS_NAME, [world_id])
+    return True
+
+
+@dataclass(frozen=True)
+class WorldInfo:
+    world_id: str
+    registered: bool
+    config: WorldConfig | None
+    problem: str  # why the config could not be read, "" when it could
+    ledger_events: int | None  # events in the materialized ledger, None when not materialized
+
+    @property
+    def ledger_materialized(self) -> bool:
+        return self.ledger_events is not None
+
+
+def list_worlds(paths: StatePaths, instance: dg.DagsterInstance) -> list[WorldInfo]:
+    """Registered worlds, plus unregistered ones that still have artefacts on disk (gc removes those)."""
+    import dagster as dg
+
+    registered = set(registered_worlds(instance))
+    materialized = instance.get_materialized_partitions(dg.AssetKey("ledger"))
+    out = []
+    for world_id in sorted(registered | paths.world_ids_on_disk()):
+        config, problem = None, ""
+        try:
+            config = load_world_config(paths, world_id)
+        except UserFacingError as e:
+            problem = str(e)
+        events = None
+        if world_id in materialized:
+            events = _ledger_count(paths.ledger_dir(world_id))
+        out.append(WorldInfo(world_id, world_id in registered, config, problem, events))
+    return out
+
+
+def _ledger_count(ledger_dir: Path) -> int | None:
+    """Events in the manifest, when the ledger files are there (Dagster history may outlive them)."""
+    try:
+        manifest = json.loads((ledger_dir / MANIFEST_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return int(manifest["count"]) if (ledger_dir / LEDGER_FILE).exists() else None
+
+
+def remove_world(paths: StatePaths, instance: dg.DagsterInstance, world_id: str) -> list[str]:
+    """Unregister `world_id` and remove its artefacts; returns what was removed."""
+    validate_world_id(world_id)
+    ctx = ArtefactContext(paths, instance)
+    removed: list[str] = []
+    if is_registered(instance, world_id):
+        instance.delete_dynamic_partition(WORLD_PARTITIONS_NAME, world_id)
+        removed.append("Dagster partition")
+    removed += _remove_artefacts(ctx, world_id)
+    if not removed:
+        raise WorldNotFoundError(f"no world {world_id} in state folder {paths.root} "
+                                 "(see `churnbench worlds list`)")
+    return removed
+
+
+def _remove_artefacts(ctx: ArtefactContext, world_id: str) -> list[str]:
+    removed = []
+    for artefact in reversed(WORLD_ARTEFACTS):
+        if world_id in artefact.find(ctx):
+            artefact.remove(ctx, world_id)
+            removed.append(artefact.name)
+    return removed
+
+
+def world_artefacts(paths: StatePaths, instance: dg.DagsterInstance, world_id: str) -> list[str]:
+    """Names of the artefacts `world_id` has right now (tests assert this is empty after removal)."""
+    ctx = ArtefactContext(paths, instance)
+    return [a.name for a in WORLD_ARTEFACTS if world_id in a.find(ctx)]
+
+
+def collect_garbage(paths: StatePaths, instance: dg.DagsterInstance) -> dict[str, list[str]]:
+    """Remove the artefacts of every world that is not registered; {world: artefacts removed}."""
+    ctx = ArtefactContext(paths, instance)
+    registered = set(registered_worlds(instance))
+    found: set[str] = set()
+    for artefact in WORLD_ARTEFACTS:
+        found |= artefact.find(ctx)
+    return {w: _remove_artefacts(ctx, w) for w in sorted(found - registered)}

@@ -1,0 +1,7 @@
+-- Contract ids only: vendor, term, dates, value and seats live in the contract documents (section 6).
+select
+    contract_id,
+    valid_from,
+    valid_to,
+    source_seq
+from {{ source('raw', 'contracts') }}

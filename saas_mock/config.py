@@ -1,0 +1,155 @@
+"""Plans, profiles and API keys of the SaaS API.
+
+A *profile* is a named plan: requests per minute per key and injected latency (ARCHITECTURE.md section 10,
+"SaaS mock"): `default` 600/min and 50 ms for local runs, `reference` 60/min and 350 ms (the ChurnBench
+reference's SaaS), `unlimited` no limit and no latency (benchmarks). Each API key is issued on a profile,
+as vendors issue keys on plans: one running server serves a `default` and a `reference` caller at once, and
+the caller picks its profile by the key it sends. A key may override its profile's numbers.
+
+Keys come only from the environment or from a file in the state folder, never from the command line
+(other users can read command lines):
+
+- `CHURNBENCH_SAAS_API_KEYS`: JSON, `{"keys": [{"id": "...", "key": "...", "profile": "default"}, ...]}`
+  (optional per key: `rate_per_minute`, `burst`, `latency_ms`);
+- or a file of the same JSON, `--keys-file` / `CHURNBENCH_SAAS_KEYS_FILE`; the embedded service writes
+  `<state>/services/saas-keys.json` (mode 0600) with one key per built-in profile on its first start.
+
+Keys are compared in constant time (`hmac.compare_digest`, against every known key, no early exit).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from churn_assets.errors import UserFacingError
+
+KEYS_ENV = "CHURNBENCH_SAAS_API_KEYS"
+KEYS_FILE_ENV = "CHURNBENCH_SAAS_KEYS_FILE"
+KEY_HEADER = "X-API-Key"
+
+
+class SaasConfigError(UserFacingError):
+    """The SaaS API's keys or limits are misconfigured; the message names the source."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Limits of one key. `rate_per_minute` 0 means no limit; `burst` is the bucket size (requests that may
+    arrive at once; the bucket refills at `rate_per_minute / 60` per second)."""
+
+    profile: str
+    rate_per_minute: float
+    latency_ms: float
+    burst: int
+
+    @property
+    def limited(self) -> bool:
+        return self.rate_per_minute > 0
+
+
+def _plan(profile: str, rate_per_minute: float, latency_ms: float) -> Plan:
+    # A minute's quota may arrive at once (as under a fixed one-minute window), then it refills evenly.
+    return Plan(profile, rate_per_minute, latency_ms, max(1, int(rate_per_minute)))
+
+
+PROFILES: dict[str, Plan] = {
+    "default": _plan("default", 600, 50),
+    "reference": _plan("reference", 60, 350),
+    "unlimited": _plan("unlimited", 0, 0),
+}
+DEFAULT_PROFILE = "default"
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    key_id: str
+    secret: bytes
+    plan: Plan
+
+
+def plan_for(profile: str, overrides: Mapping[str, Any] | None = None) -> Plan:
+    if profile not in PROFILES:
+        raise SaasConfigError(f"unknown SaaS profile {profile!r} (known: {', '.join(PROFILES)})")
+    plan = PROFILES[profile]
+    overrides = overrides or {}
+    rate = float(overrides.get("rate_per_minute", plan.rate_per_minute))
+    latency = float(overrides.get("latency_ms", plan.latency_ms))
+    burst_default = plan.burst if "rate_per_minute" not in overrides else max(1, int(rate))
+    burst = int(overrides.get("burst", burst_default))
+    if rate < 0 or latency < 0 or burst < 1:
+        raise SaasConfigError(f"profile {profile}: rate_per_minute and latency_ms must be >= 0, burst >= 1")
+    return replace(plan, rate_per_minute=rate, latency_ms=latency, burst=burst)
+
+
+def parse_keys(text: str, where: str) -> list[ApiKey]:
+    """Keys from the JSON text of `where` (an env variable or a file), validated."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SaasConfigError(f"{where}: not valid JSON ({e.msg})") from None
+    entries = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise SaasConfigError(f"{where}: expected {{\"keys\": [{{\"id\": ..., \"key\": ..., \"profile\": ...}}]}}")
+    keys: list[ApiKey] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or len(entry["key"]) < 16:
+            raise SaasConfigError(f"{where}: keys[{i}] needs a `key` string of at least 16 characters")
+        key_id = str(entry.get("id") or f"key{i}")
+        if key_id in seen:
+            raise SaasConfigError(f"{where}: key id {key_id!r} appears twice")
+        seen.add(key_id)
+        overrides = {k: entry[k] for k in ("rate_per_minute", "latency_ms", "burst") if k in entry}
+        plan = plan_for(str(entry.get("profile", DEFAULT_PROFILE)), overrides)
+        keys.append(ApiKey(key_id, entry["key"].encode(), plan))
+    return keys
+
+
+def load_keys(keys_file: str | Path | None = None, env: Mapping[str, str] | None = None) -> list[ApiKey]:
+    """Keys from `CHURNBENCH_SAAS_API_KEYS`, else from `keys_file` / `CHURNBENCH_SAAS_KEYS_FILE`."""
+    env = os.environ if env is None else env
+    if env.get(KEYS_ENV):
+        return parse_keys(env[KEYS_ENV], KEYS_ENV)
+    path = keys_file or env.get(KEYS_FILE_ENV)
+    if not path:
+        raise SaasConfigError(f"no API keys: set {KEYS_ENV} (JSON) or give a keys file ({KEYS_FILE_ENV}, "
+                              "--keys-file or --state-dir)")
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SaasConfigError(f"cannot read the SaaS keys file {path}: {e.strerror}") from None
+    return parse_keys(text, str(path))
+
+
+def with_overrides(keys: Sequence[ApiKey], **overrides: float | None) -> list[ApiKey]:
+    """Server-wide overrides (command-line flags for benchmarks and tests) applied to every key's plan."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return list(keys)
+    out = []
+    for key in keys:
+        rate = float(given.get("rate_per_minute", key.plan.rate_per_minute))
+        burst = int(given["burst"]) if "burst" in given else (
+            max(1, int(rate)) if "rate_per_minute" in given else key.plan.burst)
+        out.append(replace(key, plan=replace(key.plan, rate_per_minute=rate, burst=burst,
+                                             latency_ms=float(given.get("latency_ms", key.plan.latency_ms)))))
+    return out
+
+
+def match_key(keys: Sequence[ApiKey], presented: str | None) -> ApiKey | None:
+    """The key whose secret equals `presented`, compared in constant time against every key."""
+    if not presented:
+        return None
+    given = presented.encode("utf-8", "surrogateescape")
+    found: ApiKey | None = None
+    for key in keys:
+        # No early exit: the time taken does not tell which key (or how much of one) matched.
+        if hmac.compare_digest(key.secret, given):
+            found = key
+    return found

@@ -1,0 +1,80 @@
+"""`churnbench ui`: answers on its port, shows the CLI's partitions through GraphQL (same instance),
+and stops on SIGINT within 20 s leaving no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from churn_assets.services import free_port
+
+pytestmark = pytest.mark.integration
+
+STARTUP_TIMEOUT_S = 120  # `dagster dev` answers in ~7-16 s on these machines; more under load
+STOP_LIMIT_S = 20
+
+
+def graphql(port: int, query: str) -> dict[str, object]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def wait_until_answering(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"churnbench ui exited early:\n{log.read_text()[-3000:]}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the UI did not answer within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+def test_ui_serves_the_shared_instance_and_stops_on_sigint(
+        small_world: str, state_dir: Path, tmp_path: Path, churnbench_exe: str,
+        cli_env: Callable[..., dict[str, str]]) -> None:
+    port = free_port()
+    log = tmp_path / "ui.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([churnbench_exe, "ui", "--port", str(port)], env=cli_env(state_dir),
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    family: list[psutil.Process] = []
+    try:
+        wait_until_answering(port, proc, log)
+        data = graphql(port, "{ assetNodes { assetKey { path } partitionKeys } }")
+        nodes = {tuple(n["assetKey"]["path"]): n for n in data["data"]["assetNodes"]}  # type: ignore[index]
+        assert ("ledger",) in nodes
+        # The world registered and materialized from the CLI is a partition in the UI too.
+        assert small_world in nodes[("ledger",)]["partitionKeys"]
+
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        assert len(family) >= 3  # churnbench, dagster dev, webserver/daemon/code server
+        os.kill(proc.pid, signal.SIGINT)
+        started = time.monotonic()
+        proc.wait(timeout=STOP_LIMIT_S + 5)
+        elapsed = time.monotonic() - started
+        assert elapsed < STOP_LIMIT_S, f"stopped after {elapsed:.1f}s"
+        _, alive = psutil.wait_procs(family, timeout=2)
+        assert not alive, f"left behind: {[p.info if hasattr(p, 'info') else p.pid for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in family:
+            if p.is_running():
+                p.kill()

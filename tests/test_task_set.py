@@ -1,0 +1,168 @@
+"""The default task set on the default world, its file and hash, the `churnbench tasks` command and the
+`task_set` asset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_exposure import default_world_dir
+
+from churn_assets.grounding.registry import load_registry
+from churn_assets.tasks.generator import GeneratedTaskSet, derive_seed, generate_task_set, tier_quotas
+from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.parser import parse_question
+from churn_assets.tasks.task_set import TASKS_FILE, read_tasks, task_set_counts, task_set_hash, write_tasks
+from churn_assets.tasks.templates import TEMPLATES_BY_ID
+from churn_assets.world.ledger import load_ledger
+
+T = "2024-04-27"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[dict[str, Any]]]:
+    path = default_world_dir(tmp_path_factory)
+    loaded = load_ledger(path)
+    assert loaded.manifest is not None
+    return path, loaded.manifest.world_id, loaded.records
+
+
+@pytest.fixture(scope="module")
+def resolver(world: tuple[Path, str, list[dict[str, Any]]]) -> GoldResolver:
+    return GoldResolver(world[2])
+
+
+@pytest.fixture(scope="module")
+def default_set(world: tuple[Path, str, list[dict[str, Any]]], resolver: GoldResolver) -> GeneratedTaskSet:
+    return generate_task_set(world[2], world_id=world[1], anchor=T, resolver=resolver)
+
+
+def test_default_set_has_180_unique_questions_split_81_63_36(default_set: GeneratedTaskSet) -> None:
+    tasks = default_set.tasks
+    assert len(tasks) == 180
+    assert len({t.question_text for t in tasks}) == 180
+    assert len({t.task_id for t in tasks}) == 180
+    counts = task_set_counts(tasks)
+    assert counts["task_tier"] == {"1": 81, "2": 63, "3": 36}
+    # Intents close to the reference's 50 / 48 / 44 / 38.
+    reference = {"spend_visibility": 50, "criticality": 48, "utilization": 44, "savings_opportunity": 38}
+    for intent, n in reference.items():
+        assert abs(counts["intent"][intent] - n) <= 6, counts["intent"]
+    assert len(counts["template"]) == len(TEMPLATES_BY_ID)  # every template is asked
+
+
+def test_every_measure_of_the_set_is_registered(default_set: GeneratedTaskSet) -> None:
+    registry = load_registry()
+    for task in default_set.tasks:
+        owner = registry.class_of_measure(task.template.measure)
+        assert owner.name in task.template.classes
+
+
+def test_every_question_parses_back_to_its_task(default_set: GeneratedTaskSet) -> None:
+    for task in default_set.tasks:
+        parsed = parse_question(task.question_text)
+        assert (parsed.template.template_id, parsed.params) == (task.template_id, task.params)
+
+
+def test_answers_are_defined_and_degenerate_ones_capped(default_set: GeneratedTaskSet, resolver: GoldResolver) -> None:
+    golds = default_set.gold_at_anchor
+    assert all(v is not None for v in golds.values())
+    per_template: dict[str, list[Any]] = {}
+    for task in default_set.tasks:
+        assert resolver.gold(task.template, task.params, anchor=T) == golds[task.task_id]
+        per_template.setdefault(task.template_id, []).append(golds[task.task_id])
+    for template_id, values in per_template.items():
+        answer = TEMPLATES_BY_ID[template_id].answer
+        degenerate = sum(1 for v in values if answer.is_degenerate(v))
+        # A quarter of the template's share (a template short of candidates keeps its cap).
+        assert degenerate <= 0.25 * max(len(values), TEMPLATES_BY_ID[template_id].weight), (template_id, values)
+    assert sum(1 for t in default_set.tasks if TEMPLATES_BY_ID[t.template_id].answer.is_degenerate(
+        golds[t.task_id])) == default_set.degenerate
+    assert default_set.degenerate <= 18  # well under a tenth of the set
+
+
+def test_parameters_come_from_the_world_at_t(default_set: GeneratedTaskSet,
+                                             world: tuple[Path, str, list[dict[str, Any]]]) -> None:
+    for task in default_set.tasks:
+        for key in ("day1", "day2"):
+            if key in task.params:
+                assert task.params[key] <= T
+        assert task.anchor == T and task.world_id == world[1]
+
+
+def test_generation_is_deterministic_and_seeded_by_world_and_t(
+        default_set: GeneratedTaskSet, world: tuple[Path, str, list[dict[str, Any]]], resolver: GoldResolver) -> None:
+    _, world_id, records = world
+    again = generate_task_set(records, world_id=world_id, anchor=T, resolver=resolver)
+    assert task_set_hash(again.tasks) == task_set_hash(default_set.tasks)
+    other_seed = generate_task_set(records, world_id=world_id, anchor=T, task_seed=1, resolver=resolver)
+    assert task_set_hash(other_seed.tasks) != task_set_hash(default_set.tasks)
+    assert derive_seed(world_id, T) != derive_seed(world_id, "2024-04-26") != derive_seed("other-s1-abcdef", T)
+
+
+def test_other_sizes_split_tiers_proportionally() -> None:
+    assert tier_quotas(180) == {1: 81, 2: 63, 3: 36}
+    assert tier_quotas(20) == {1: 9, 2: 7, 3: 4}
+    assert sum(tier_quotas(7).values()) == 7
+
+
+def test_task_file_round_trip_and_hash(default_set: GeneratedTaskSet, tmp_path: Path) -> None:
+    path = tmp_path / TASKS_FILE
+    digest = write_tasks(default_set.tasks, path)
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest() == task_set_hash(default_set.tasks)
+    assert read_tasks(path) == default_set.tasks
+    first = json.loads(path.read_text().splitlines()[0])
+    for field in ("task_id", "question_text", "task_tier", "intent", "template_id", "params", "answer_type",
+                  "entity_classes", "measure", "anchor", "world_id"):
+        assert field in first
+    assert "gold" not in " ".join(first)  # gold never travels with the tasks
+
+
+def test_tasks_command_writes_the_file_and_prints_its_hash(
+        world: tuple[Path, str, list[dict[str, Any]]], tmp_path: Path) -> None:
+    from churn_assets.cli import main
+
+    out = tmp_path / "set" / TASKS_FILE
+    result = CliRunner().invoke(main, ["tasks", "--ledger", str(world[0]), "--n", "20", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert f"task-set hash {digest}" in result.output
+    tasks = read_tasks(out)
+    assert Counter(t.task_tier for t in tasks) == {1: 9, 2: 7, 3: 4}
+    bad = CliRunner().invoke(main, ["tasks", "--ledger", str(world[0]), "--at", "2025-01-01", "--out", str(out)])
+    assert bad.exit_code != 0 and "outside the ledger's days" in bad.output
+
+
+def test_task_set_asset_writes_the_partition(tmp_path: Path) -> None:
+    import dagster as dg
+
+    from churn_assets.assets.tasks import task_set, task_set_file
+    from churn_assets.partitions import WORLD_PARTITIONS_NAME, world_day_key
+    from churn_assets.resources import StateResource
+    from churn_assets.state import StatePaths
+    from churn_assets.world.config import load_config
+    from churn_assets.world.simulator import generate_ledger
+    from churn_assets.world_registry import write_world_config
+
+    paths = StatePaths.resolve(tmp_path / "state").ensure()
+    config = load_config(days=30)
+    write_world_config(paths, config)
+    generate_ledger(config, paths.ledger_dir(config.world_id))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(WORLD_PARTITIONS_NAME, [config.world_id])
+    day = dt.date(2024, 1, 30)
+    result = dg.materialize([task_set], partition_key=world_day_key(config.world_id, day), instance=instance,
+                            resources={"state": StateResource(state_dir=str(paths.root))})
+    assert result.success
+    path = task_set_file(paths, config.world_id, day)
+    metadata = {k: v.value for k, v in result.asset_materializations_for_node("task_set")[0].metadata.items()}
+    assert metadata["task_set_hash"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert metadata["tasks_per_task_tier"] == {"1": 81, "2": 63, "3": 36}
+    assert metadata["dagster/row_count"] == 180
+    assert {t.anchor for t in read_tasks(path)} == {day.isoformat()}
