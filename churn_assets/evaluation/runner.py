@@ -1,0 +1,182 @@
+"""One evaluation run: answer every task of a task set through an arm, score it, write the results.
+
+    spec = RunSpec(world_id, world_config_hash, "grounding", "tiered", t_prime, t, task_set_hash)
+    summary = evaluate(arm, tasks, resolver, store, spec, exposure=run_exposure(...))
+
+The run is keyed by its experiment hash (everything that can change an answer or a count) and the code
+version; answers are checkpointed per task, so an interrupted run resumes where it stopped and gives the
+same per-task answers, verdicts and counts. Timings go to a sidecar outside anything compared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from churn_assets.evaluation.exposure import RunExposure
+from churn_assets.evaluation.results import ResultsStore, RunKey, code_version, experiment_hash
+from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, Outcome, score
+from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.task_set import Task
+
+Day = dt.date
+
+
+class AnswerLike(Protocol):
+    """What the runner needs of an arm's answer (`arms.base.ArmAnswer` provides it)."""
+
+    task_id: str
+    value: Any
+    text: str
+    parse_error: str | None
+    transport_error: str | None
+    timings_ms: dict[str, float]
+
+    @property
+    def served_vintage(self) -> dict[str, Day]: ...
+
+    @property
+    def cost_units(self) -> float: ...
+
+    @property
+    def routes(self) -> list[str]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class ArmLike(Protocol):
+    name: str
+
+    @property
+    def planned_vintage(self) -> dict[str, Day]: ...
+
+    def answer(self, task: Task) -> AnswerLike: ...
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The identity of a run: what was asked (hashed) — never how long it took."""
+
+    world_id: str
+    world_config_hash: str
+    arm: str
+    policy_id: str
+    t_prime: Day
+    t: Day
+    task_set_hash: str
+    agent_id: str = "det"
+    saas_profile: str = "default"
+    policy_params: Mapping[str, Any] | None = None
+    model_settings: Mapping[str, Any] | None = None
+
+    @property
+    def scenario_key(self) -> str:
+        """`<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>` (section 10)."""
+        return (f"{self.world_id}__{self.arm}__{self.policy_id}__tp{self.t_prime:%Y%m%d}__t{self.t:%Y%m%d}"
+                f"__{self.agent_id}__{self.saas_profile}")
+
+    def experiment(self) -> dict[str, Any]:
+        return {
+            "world_id": self.world_id, "world_config_hash": self.world_config_hash, "arm": self.arm,
+            "policy_id": self.policy_id, "policy_params": dict(self.policy_params or {}),
+            "t_prime": self.t_prime.isoformat(), "t": self.t.isoformat(), "task_set_hash": self.task_set_hash,
+            "agent_id": self.agent_id, "model_settings": dict(self.model_settings or {}),
+            "saas_profile": self.saas_profile,
+        }
+
+    def key(self, code: str | None = None) -> RunKey:
+        return RunKey(self.world_id, self.scenario_key, experiment_hash(self.experiment()), code or code_version())
+
+
+def _day_json(vintage: Mapping[str, Day]) -> dict[str, str]:
+    return {c: d.isoformat() for c, d in sorted(vintage.items())}
+
+
+def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned: Mapping[str, Day],
+                 exposed: bool | None) -> dict[str, Any]:
+    """One task's result row: question, answer, gold at T, planned vintage and gold under it, verdict, trace."""
+    outcome = Outcome(answer_text=answer.text, answer=answer.value, has_value=answer.value is not None,
+                      read_days=answer.served_vintage, transport_failed=answer.transport_error is not None,
+                      question_parsed=answer.parse_error is None)
+    scored = score(resolver, task, outcome)
+    t = task.template
+    anchor = dt.date.fromisoformat(task.anchor)
+    planned_gold = resolver.gold(t, task.params, anchor=anchor, vintage=dict(planned))
+    stale_classes = sorted(c for c, d in scored.served_vintage.items() if d < anchor)
+    trace = answer.to_json()
+    return {
+        "task_id": task.task_id, "template": t.template_id, "task_tier": t.task_tier, "intent": t.intent,
+        "question_text": task.question_text, "answer": scored.answer, "answer_text": answer.text,
+        "verdict": scored.verdict, "gold_at_t": scored.gold_at_anchor, "gold_served": scored.served_gold,
+        "served_vintage": _day_json(scored.served_vintage), "planned_vintage": _day_json(planned),
+        "gold_planned": planned_gold, "exposed": exposed, "classes_stale": stale_classes,
+        "cost_units": answer.cost_units, "routes": answer.routes, "parse_error": answer.parse_error,
+        "transport_error": answer.transport_error, "traces": trace.get("traces", []),
+    }
+
+
+def evaluate(
+    arm: ArmLike,
+    tasks: Sequence[Task],
+    resolver: GoldResolver,
+    store: ResultsStore,
+    spec: RunSpec,
+    *,
+    exposure: RunExposure | None = None,
+    code: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    transport_counters: Callable[[], Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary."""
+    key = spec.key(code)
+    if store.is_complete(key):
+        return store.read_summary(key)
+    writer = store.open_run(key)
+    planned = dict(arm.planned_vintage)
+    exposed = {te.task_id: te.exposed for te in exposure.tasks} if exposure else {}
+    latencies: dict[str, float] = {}
+    for i, task in enumerate(tasks):
+        if task.task_id not in writer.completed:
+            answer = arm.answer(task)
+            writer.append(score_answer(resolver, task, answer, planned, exposed.get(task.task_id)))
+            latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
+        if progress is not None:
+            progress(i + 1, len(tasks))
+    rows = [writer.completed[t.task_id] for t in tasks]
+    summary = summarize(rows, spec, key, planned, exposure)
+    timings = {
+        "latency_ms_per_task": latencies,
+        "mean_latency_ms": statistics.fmean(latencies.values()) if latencies else None,
+        "saas": dict(transport_counters()) if transport_counters else {},
+        "resumed_tasks": len(tasks) - len(latencies),
+    }
+    writer.finish([t.task_id for t in tasks], summary, timings)
+    return summary
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, planned: Mapping[str, Day],
+              exposure: RunExposure | None) -> dict[str, Any]:
+    """Counts per verdict, accuracy, stale answers (freshness + mixed vintage), exposure, cost, route mix."""
+    counts = Counter(r["verdict"] for r in rows)
+    n = len(rows)
+    routes = Counter(route for r in rows for route in r["routes"])
+    by_tier: dict[str, Counter[str]] = {}
+    for r in rows:
+        by_tier.setdefault(str(r["task_tier"]), Counter())[r["verdict"]] += 1
+    return {
+        "scenario_key": spec.scenario_key, "experiment_hash": key.experiment_hash, "code_version": key.code_version,
+        "experiment": spec.experiment(), "tasks": n,
+        "verdicts": {v: counts.get(v, 0) for v in VERDICTS},
+        "stale_answers": sum(counts.get(v, 0) for v in STALE_VERDICTS),
+        "accuracy": round(counts.get("correct", 0) / n, 4) if n else None,
+        "exposure": exposure.exposure if exposure else None,
+        "prediction": round(exposure.prediction, 2) if exposure else None,
+        "mean_cost_units": round(statistics.fmean(r["cost_units"] for r in rows), 3) if n else None,
+        "route_mix": dict(sorted(routes.items())),
+        "planned_vintage": _day_json(planned),
+        "verdicts_by_task_tier": {k: dict(v) for k, v in sorted(by_tier.items())},
+    }

@@ -1,0 +1,144 @@
+"""The evaluation runner at the arm seam: a scripted arm answering from a known vintage.
+
+The scripted arm is a fake at the seam between arms and scoring (real arms are tested against the real
+services in tests/integration/test_arms.py); here it lets the runner's scoring, checkpointing and keying
+be checked exactly: an arm that answers gold under its planned vintage must have stale answers equal to
+exposure and no reasoning errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from churn_assets.evaluation.exposure import run_exposure
+from churn_assets.evaluation.results import ResultsStore
+from churn_assets.evaluation.runner import RunSpec, evaluate
+from churn_assets.freshness.planning import served_vintage
+from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.grounding.registry import load_registry
+from churn_assets.tasks.generator import generate_task_set
+from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.task_set import Task, task_set_hash
+from churn_assets.world.config import load_config
+from churn_assets.world.simulator import simulate
+
+T = dt.date(2024, 2, 25)
+T_PRIME = dt.date(2024, 1, 28)
+
+
+@dataclass
+class ScriptedAnswer:
+    task_id: str
+    value: Any
+    text: str
+    vintage: dict[str, dt.date]
+    parse_error: str | None = None
+    transport_error: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
+
+    @property
+    def served_vintage(self) -> dict[str, dt.date]:
+        return self.vintage
+
+    @property
+    def cost_units(self) -> float:
+        return 1.0
+
+    @property
+    def routes(self) -> list[str]:
+        return ["staged_sql"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"traces": [{"route": "staged_sql"}]}
+
+
+class ScriptedArm:
+    """Answers gold under its planned vintage, restricted to the classes each template reads."""
+
+    def __init__(self, name: str, resolver: GoldResolver, planned: dict[str, dt.date], fail_after: int | None = None):
+        self.name, self.resolver, self._planned, self.fail_after, self.calls = name, resolver, planned, fail_after, 0
+
+    @property
+    def planned_vintage(self) -> dict[str, dt.date]:
+        return dict(self._planned)
+
+    def answer(self, task: Task) -> ScriptedAnswer:
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt("interrupted mid-run")
+        read = {c: self._planned[c] for c in task.template.classes}
+        value = self.resolver.gold(task.template, task.params, anchor=T, vintage=self._planned)
+        return ScriptedAnswer(task.task_id, value, str(value), read)
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[list[dict[str, Any]], GoldResolver, list[Task]]:
+    config = load_config(days=60)
+    records = []
+    for i, e in enumerate(simulate(config)):
+        records.append({"seq": i, "at": e.at.isoformat(), "kind": e.kind, "entity_type": e.entity_type,
+                        "entity_id": e.entity_id, "payload": e.payload})
+    resolver = GoldResolver(records)
+    tasks = generate_task_set(records, world_id=config.world_id, anchor=T, n=40, resolver=resolver).tasks
+    return records, resolver, list(tasks)
+
+
+def _spec(arm: str, policy: str, tasks: list[Task]) -> RunSpec:
+    return RunSpec("default-s42-test00", "cafe", arm, policy, T_PRIME, T, task_set_hash(tasks))
+
+
+@pytest.mark.parametrize("policy", [Tiered(), Off()])
+def test_stale_answers_equal_exposure_for_an_arm_that_serves_its_plan(world, tmp_path: Path, policy) -> None:
+    records, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, policy)
+    exposure = run_exposure(records, tasks, anchor=T, t_prime=T_PRIME, vintage=planned, resolver=resolver)
+    summary = evaluate(ScriptedArm("grounding", resolver, planned), tasks, resolver, ResultsStore(tmp_path),
+                       _spec("grounding", policy.policy_id, tasks), exposure=exposure, code="git-test")
+    assert summary["tasks"] == len(tasks)
+    assert summary["verdicts"]["reasoning_error"] == 0
+    assert summary["stale_answers"] == exposure.exposure
+    assert summary["verdicts"]["correct"] == len(tasks) - exposure.exposure
+    if isinstance(policy, Off):
+        assert exposure.exposure > 0
+
+
+def test_resume_after_interrupt_gives_identical_results(world, tmp_path: Path) -> None:
+    _, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Off())
+    spec = _spec("grounding_no_freshness_tiers", "off", tasks)
+    whole = evaluate(ScriptedArm("x", resolver, planned), tasks, resolver, ResultsStore(tmp_path / "a"), spec,
+                     code="git-test")
+    store = ResultsStore(tmp_path / "b")
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(ScriptedArm("x", resolver, planned, fail_after=15), tasks, resolver, store, spec, code="git-test")
+    second = ScriptedArm("x", resolver, planned)
+    resumed = evaluate(second, tasks, resolver, store, spec, code="git-test")
+    assert second.calls == len(tasks) - 15  # only the unanswered tasks are asked again
+    key = spec.key("git-test")
+    assert resumed == whole
+    assert ResultsStore(tmp_path / "a").read_tasks(key) == store.read_tasks(key)
+
+
+def test_a_changed_code_version_never_overwrites(world, tmp_path: Path) -> None:
+    _, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Tiered())
+    store = ResultsStore(tmp_path)
+    spec = _spec("grounding", "tiered", tasks)
+    evaluate(ScriptedArm("g", resolver, planned), tasks, resolver, store, spec, code="git-one")
+    first = (store.run_dir(spec.key("git-one")) / "tasks.jsonl").read_bytes()
+    evaluate(ScriptedArm("g", resolver, planned), tasks, resolver, store, spec, code="git-two")
+    assert (store.run_dir(spec.key("git-one")) / "tasks.jsonl").read_bytes() == first
+    assert store.is_complete(spec.key("git-two"))
+    again = ScriptedArm("g", resolver, planned)
+    evaluate(again, tasks, resolver, store, spec, code="git-one")  # complete: read back, nothing re-asked
+    assert again.calls == 0
+
+
+def test_scenario_key_format() -> None:
+    spec = RunSpec("default-s42-3f9a1c", "h", "grounding", "tiered", dt.date(2024, 3, 29), dt.date(2024, 4, 27), "x")
+    assert spec.scenario_key == "default-s42-3f9a1c__grounding__tiered__tp20240329__t20240427__det__default"
