@@ -20,6 +20,7 @@ only what changed.
 import json
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,6 +58,13 @@ class WarehouseDbtTranslator(DagsterDbtTranslator):
         return ANALYTICS_GROUP
 
 
+def dbt_executable() -> str:
+    """The `dbt` installed beside this interpreter (`.venv/bin/dbt`), so commands run as `.venv/bin/pytest` or
+    `.venv/bin/churnbench` find it without an activated venv; else whatever `dbt` is on PATH."""
+    beside = Path(sys.executable).parent / "dbt"
+    return str(beside) if beside.exists() else "dbt"
+
+
 class WarehouseDbtCli(DbtCliResource):
     """`DbtCliResource` without dagster-dbt's in-process dbt adapter: it only serves row-count and column
     metadata (`fetch_row_counts`, `fetch_column_metadata`), which these assets do not fetch, and loading it
@@ -68,7 +76,7 @@ class WarehouseDbtCli(DbtCliResource):
 
 # Every raw table maps to the one `warehouse_raw` asset.
 TRANSLATOR = WarehouseDbtTranslator(settings=DagsterDbtTranslatorSettings(enable_duplicate_source_asset_keys=True))
-DBT = WarehouseDbtCli(project_dir=dbt_project)
+DBT = WarehouseDbtCli(project_dir=dbt_project, dbt_executable=dbt_executable())
 
 
 def analytics_key(model: str) -> dg.AssetKey:
