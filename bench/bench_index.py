@@ -6,8 +6,10 @@ Targets (medians, the embedding model already loaded in the process):
 
 - vector index, first build of every contract of a day (~60 documents, empty store)    < 30 s
 - vector index, the next day with one changed contract                                  < 3 s
-- RAG corpus, one (world, day) from an empty store (fold + serialise + embed + store)   < 120 s
+- RAG corpus, one (world, day) (fold + serialise + embed + store), after the day's index
+  (the pipeline's order: its contract chunks are embedded already)                      < 120 s
 - RAG corpus, the next day                                                              < 30 s
+- RAG corpus, one (world, day) from an empty store (the worst case, also reported)     < 120 s
 
 Measured as the assets run them, without Dagster's bookkeeping, against a temporary embedded Postgres
 (or `CHURNBENCH_POSTGRES_URL`): documents are rendered in memory (the asset reads the same Markdown
@@ -44,12 +46,12 @@ from contracts.facts import contract_facts_as_of
 from contracts.render import render_markdown
 
 DAY = "2024-04-26"
-TARGETS = {
-    "vector index: first build, all contracts": 30.0,
-    "vector index: next day, one changed contract": 3.0,
-    "RAG corpus: first (world, day)": 120.0,
-    "RAG corpus: next day": 30.0,
-}
+INDEX_FIRST = "vector index: first build, all contracts"
+INDEX_NEXT = "vector index: next day, one changed contract"
+RAG_FIRST = "RAG corpus: first (world, day), index built"
+RAG_NEXT = "RAG corpus: next day"
+RAG_EMPTY = "RAG corpus: first (world, day), empty store"
+TARGETS = {INDEX_FIRST: 30.0, INDEX_NEXT: 3.0, RAG_FIRST: 120.0, RAG_NEXT: 30.0, RAG_EMPTY: 120.0}
 
 
 def documents_of(records: list[dict], day: dt.date) -> dict[str, str]:
@@ -117,23 +119,24 @@ def main(argv: list[str] | None = None) -> int:
                 for run in range(args.runs):
                     load = os.getloadavg()[0]
                     drop_world_vectors(conn, world_id)
-                    for name, day in (("vector index: first build, all contracts", first),
-                                      ("vector index: next day, one changed contract", second)):
+                    # The pipeline's order: the index of a day, then its corpus (which reuses the index's
+                    # contract chunks), then the next day of each; last, a corpus alone from an empty store.
+                    steps = ((INDEX_FIRST, "index", first), (INDEX_NEXT, "index", second), (RAG_FIRST, "rag", first),
+                             (RAG_NEXT, "rag", second), (RAG_EMPTY, "drop+rag", first))
+                    for name, what, day in steps:
+                        if what == "drop+rag":
+                            drop_world_vectors(conn, world_id)
                         started, cpu_started = time.perf_counter(), time.process_time()
-                        build = build_vector_index(conn, world_id, day, docs[day], encoder)
+                        if what == "index":
+                            build = build_vector_index(conn, world_id, day, docs[day], encoder)
+                            note = f"{build.chunks} chunks, {build.unique_chunks} unique"
+                        else:
+                            state = fold_ledger(records, day, format_version=loaded.format_version)
+                            build = build_rag_corpus(conn, world_id, day, state, docs[day], encoder)
+                            note = f"{build.records} records, {build.unique_texts} unique"
                         results[name].append(time.perf_counter() - started)
                         cpu[name].append(time.process_time() - cpu_started)
-                        notes[name] = (f"  [{build.chunks} chunks, {build.unique_chunks} unique, "
-                                       f"{build.embedded} embedded, {build.encoder_calls} encoder calls]")
-                    drop_world_vectors(conn, world_id)
-                    for name, day in (("RAG corpus: first (world, day)", first), ("RAG corpus: next day", second)):
-                        started, cpu_started = time.perf_counter(), time.process_time()
-                        state = fold_ledger(records, day, format_version=loaded.format_version)
-                        build = build_rag_corpus(conn, world_id, day, state, docs[day], encoder)
-                        results[name].append(time.perf_counter() - started)
-                        cpu[name].append(time.process_time() - cpu_started)
-                        notes[name] = (f"  [{build.records} records, {build.unique_texts} unique, "
-                                       f"{build.embedded} embedded, {build.encoder_calls} encoder calls]")
+                        notes[name] = f"  [{note}, {build.embedded} embedded, {build.encoder_calls} encoder calls]"
                     print(f"run {run + 1}/{args.runs} done (load average at start {load:.1f}): "
                           + ", ".join(f"{results[n][-1]:.1f} s" for n in TARGETS), flush=True)
                 drop_world_vectors(conn, world_id)

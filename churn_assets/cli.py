@@ -8,6 +8,7 @@ import sys
 import click
 
 from churn_assets.commands.project import project
+from churn_assets.commands.run import paper, run
 from churn_assets.commands.services import services
 from churn_assets.commands.tasks import exposure, tasks
 from churn_assets.commands.ui import ui
@@ -57,3 +58,5 @@ main.add_command(ui)
 main.add_command(tasks)
 main.add_command(exposure)
 main.add_command(project)
+main.add_command(run)
+main.add_command(paper)

@@ -10,6 +10,7 @@ import dagster as dg
 from churn_assets.assets import ALL_ASSETS
 from churn_assets.assets.dbt import analytics_dbt
 from churn_assets.assets.documents import contract_documents, contract_documents_parity
+from churn_assets.assets.evaluation import eval_run
 from churn_assets.assets.index import rag_index, vector_index
 from churn_assets.assets.warehouse import warehouse_raw, warehouse_truth
 from churn_assets.assets.warehouse_checks import WAREHOUSE_CHECKS
@@ -21,7 +22,7 @@ def build_defs(state_dir: str | Path | None = None) -> dg.Definitions:
     """Definitions bound to a state folder (None: resolved from the environment when a run starts)."""
     return dg.Definitions(
         assets=[*ALL_ASSETS, contract_documents, warehouse_truth, warehouse_raw, analytics_dbt, vector_index,
-                rag_index],
+                rag_index, eval_run],
         asset_checks=[*ALL_CHECKS, contract_documents_parity, *WAREHOUSE_CHECKS],
         resources={"state": StateResource(state_dir=str(state_dir or ""))},
     )

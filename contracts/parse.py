@@ -16,7 +16,7 @@ import datetime as dt
 import re
 
 from churn_assets.errors import UserFacingError
-from contracts.facts import ContractFacts, ProductRef, TermFacts
+from contracts.model import ContractFacts, ProductRef, TermFacts
 
 NOT_STATED = "not stated"  # a fact the ledger does not carry (format-1 ledgers)
 NO_EXPIRY = "none"  # "Expiry recorded on" before the ledger records one

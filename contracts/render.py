@@ -18,7 +18,7 @@ from pathlib import Path
 import jinja2
 from fpdf import FPDF
 
-from contracts.facts import ContractFacts
+from contracts.model import ContractFacts
 from contracts.parse import NO_EXPIRY, NOT_STATED, escape_cell, is_separator_row, split_row
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"

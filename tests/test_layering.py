@@ -25,7 +25,8 @@ RANKS: dict[str, int] = {
     # services and the state folder stand beside the core: used by resources and the CLI only.
     "services": 6, "state": 6, "deployment": 6,
     "assets": 7, "resources": 7, "checks": 7, "jobs": 7, "schedules": 7, "sensors": 7,
-    "partitions": 7, "materialize": 7, "world_registry": 7, "dbt_project": 7, "scenario_materializer": 7,
+    "partitions": 7, "materialize": 7, "world_registry": 7, "dbt_project": 7, "scenarios": 7,
+    "scenario_materializer": 7,
     "definitions": 8,
     "cli": 9, "commands": 9, "__main__": 9,
 }
@@ -126,3 +127,36 @@ def test_allowed_imports_pass() -> None:
     assert violations("churn_assets.assets.ledger", ["dagster", "churn_assets.world.ledger"]) == []
     assert violations("churn_assets.freshness.adapters", ["dagster"]) == []
     assert violations("saas_mock.app", ["churn_assets.world.fold"]) == []
+
+
+def _resolve(imp: str, known: set[str]) -> str | None:
+    """The project module an import names (`a.b.C` -> `a.b` when `C` is not a module)."""
+    while imp:
+        if imp in known:
+            return imp
+        imp = imp.rpartition(".")[0]
+    return None
+
+
+def test_arms_never_reach_the_ledger_fold_or_gold_even_indirectly() -> None:
+    """Arm isolation holds through every chain of imports (lazy ones included), not only direct ones."""
+    modules = dict(_all_modules())
+    graph = {m: {r for i in _imports(p) if (r := _resolve(i, set(modules))) and r != m} for m, p in modules.items()}
+    problems = []
+    for start in (m for m in modules if m.startswith("churn_assets.arms")):
+        seen, stack, parent = {start}, [start], {start: ""}
+        while stack:
+            mod = stack.pop()
+            if mod.startswith(ARM_FORBIDDEN):
+                chain, cur = [], mod
+                while cur:
+                    chain.append(cur)
+                    cur = parent[cur]
+                problems.append(" -> ".join(reversed(chain)))
+                continue
+            for nxt in graph.get(mod, ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    parent[nxt] = mod
+                    stack.append(nxt)
+    assert not problems, "\n".join(sorted(set(problems)))

@@ -132,10 +132,10 @@ def test_instance_stores_runs_in_postgres(small_world: str, state_paths: StatePa
     try:
         assert isinstance(instance.run_storage, PostgresRunStorage)
         runs = instance.get_runs(dg.RunsFilter(tags={"dagster/partition": small_world}))
-        assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-        event = instance.get_latest_materialization_event(dg.AssetKey("ledger"))
-        assert event is not None and event.asset_materialization is not None
-        assert event.asset_materialization.partition == small_world
+        # Other modules' negative tests fail runs of this world on purpose: some succeeded, all are readable.
+        assert runs and any(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+        # Read back through the instance (other modules may have materialized other worlds since).
+        assert small_world in instance.get_materialized_partitions(dg.AssetKey("ledger"))
     finally:
         instance.dispose()
     stored = _scalar(services.dagster_storage, "SELECT count(*) FROM runs")

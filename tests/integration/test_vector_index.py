@@ -83,7 +83,20 @@ def stored_documents(session: Session, world_id: str, day: dt.date) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def indexed(session: Session, session_defs: Any, small_world: str) -> Indexed:
+def own_world(session: Session, session_defs: Any) -> str:
+    """The default 30-day world under another name: the same events, a world id (and so schemas and an
+    embeddings table) of its own, so that what other modules built for the shared world cannot leak in."""
+    from churn_assets.world_registry import add_world
+
+    config = load_config(days=30, name="vindex")
+    add_world(session.paths, session.instance, config)
+    materialize(session, session_defs, ["ledger"], [config.world_id])
+    return config.world_id
+
+
+@pytest.fixture(scope="module")
+def indexed(session: Session, session_defs: Any, own_world: str) -> Indexed:
+    small_world = own_world
     records = load_ledger(session.paths.ledger_dir(small_world)).records
     first = dt.date.fromisoformat(records[0]["at"])
     before, day, changed = day_with_one_changed_contract(records, first + dt.timedelta(days=1), 29)

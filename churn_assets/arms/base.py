@@ -1,0 +1,179 @@
+"""The arm interface: an arm declares its planned vintage map, then answers one task at a time.
+
+    arm = make_arm("grounding", scenario, sources)      # arms/registry.py
+    arm.planned_vintage                                   # {class: day}, declared before any answer
+    result = arm.answer(task)                             # ArmAnswer: value, text, traces, cost, timings
+
+An `ArmAnswer` carries everything scoring and reports need: the value (None = "unknown") and its text, how
+the question was read, every retrieval's trace (route, tables, data time per class, rows, cost units,
+latency), the served vintage derived from those traces, total cost units, timings (outside anything hashed),
+and a transport failure when a source kept refusing (scored as `transport_failure`, never as wrong).
+
+Arms are plain classes over explicit inputs (a `Scenario` and the `Sources` connections): no Dagster.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from churn_assets.arms.agents.deterministic import AgentAnswer, DeterministicAgent
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.saas_client import TransportError
+from churn_assets.grounding.router import Router
+from churn_assets.grounding.rows import Request, Row
+from churn_assets.grounding.traces import TraceEntry, disagreements, served_vintage
+from churn_assets.tasks.task_set import Task
+
+Day = dt.date
+
+
+class ArmError(UserFacingError):
+    """An arm asked to do what it cannot (a task at another anchor, an unknown arm, missing inputs)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What an arm is evaluated under: world, cache build day T', evaluation day T, refresh policy id."""
+
+    world_id: str
+    t_prime: Day
+    t: Day
+    policy_id: str = "tiered"
+
+    def __post_init__(self) -> None:
+        if self.t < self.t_prime:
+            raise ArmError(f"T={self.t} is before T'={self.t_prime}")
+
+
+@dataclass(frozen=True)
+class ArmAnswer:
+    task_id: str
+    arm: str
+    value: Any
+    text: str
+    template_id: str | None
+    traces: tuple[TraceEntry, ...]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    parse_error: str | None = None
+    transport_error: str | None = None
+
+    @property
+    def served_vintage(self) -> dict[str, Day]:
+        """Class -> data time, from the tables the answer actually read."""
+        return served_vintage(self.traces)
+
+    @property
+    def cost_units(self) -> float:
+        return round(sum(t.cost_units for t in self.traces), 3)
+
+    @property
+    def routes(self) -> list[str]:
+        return [t.route for t in self.traces]
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer as plain values, without wall-clock figures (those are in `timings_json`)."""
+        return {
+            "task_id": self.task_id, "arm": self.arm, "value": self.value, "text": self.text,
+            "template_id": self.template_id, "parse_error": self.parse_error,
+            "transport_error": self.transport_error, "cost_units": self.cost_units,
+            "served_vintage": {c: d.isoformat() for c, d in sorted(self.served_vintage.items())},
+            "traces": [t.to_json(with_latency=False) for t in self.traces],
+        }
+
+    def timings_json(self) -> dict[str, Any]:
+        """Wall-clock figures for the timings sidecar: totals and each retrieval's latency."""
+        return {"task_id": self.task_id, "arm": self.arm, **self.timings_ms,
+                "retrievals_ms": [round(t.latency_ms, 1) for t in self.traces]}
+
+
+class TracingTools:
+    """The agent's structured tools over a router: every call is one traced retrieval. `serves` limits the
+    classes an arm may read (None: every class); a request for another class answers None."""
+
+    def __init__(self, router: Router, serves: frozenset[str] | None = None) -> None:
+        self.router = router
+        self.serves = serves
+        self.traces: list[TraceEntry] = []
+
+    def retrieve(self, requests: Sequence[Request], note: str = "") -> list[list[Row] | None]:
+        allowed = [r for r in requests if self.serves is None or r.entity_class in self.serves]
+        got: dict[int, list[Row]] = {}
+        if allowed:
+            rows, entry = self.router.retrieve(allowed, note)
+            self.traces.append(entry)
+            got = {id(r): rows[i] for i, r in enumerate(allowed)}
+        return [got.get(id(r)) for r in requests]
+
+
+class Arm(abc.ABC):
+    """An architecture answering tasks of one scenario."""
+
+    name: str = ""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.agent = DeterministicAgent()
+
+    @property
+    @abc.abstractmethod
+    def planned_vintage(self) -> dict[str, Day]:
+        """Class -> the data day this arm serves, declared before answering (section 10)."""
+
+    @abc.abstractmethod
+    def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
+        """The agent's answer to one question and the traces of its retrievals."""
+
+    def answer(self, task: Task) -> ArmAnswer:
+        """Answer one task: only its question text reaches the agent; "today" is the scenario's T."""
+        if task.anchor != self.scenario.t.isoformat():
+            raise ArmError(f"task {task.task_id} is asked at {task.anchor}, this arm evaluates at {self.scenario.t}")
+        started = time.perf_counter()
+        traces: list[TraceEntry] = []
+        transport: str | None = None
+        try:
+            agent_answer, traces = self._answer(task.question_text)
+        except TransportError as e:
+            agent_answer, transport = AgentAnswer(None, "unknown", None), str(e)
+            traces = list(getattr(e, "traces", ()))
+        total = (time.perf_counter() - started) * 1000.0
+        retrieval = sum(t.latency_ms for t in traces)
+        return ArmAnswer(task.task_id, self.name, agent_answer.value, agent_answer.text, agent_answer.template_id,
+                         tuple(traces), {"total": round(total, 1), "retrieval": round(retrieval, 1),
+                                         "agent": round(total - retrieval, 1)},
+                         parse_error=agent_answer.parse_error, transport_error=transport)
+
+    def check_traces(self, answer: ArmAnswer) -> list[str]:
+        """Differences between an answer's traces and this arm's planned vintage (empty: they agree)."""
+        return disagreements(answer.traces, self.planned_vintage)
+
+
+class RouterArm(Arm):
+    """An arm whose agent reads structured rows through the router."""
+
+    serves: frozenset[str] | None = None  # classes the arm may read (None: all)
+
+    def __init__(self, scenario: Scenario, router: Router) -> None:
+        super().__init__(scenario)
+        self.router = router
+
+    @property
+    def planned_vintage(self) -> dict[str, Day]:
+        return dict(self.router.served) if self.router.served else {}
+
+    def tools(self, question: str) -> TracingTools:
+        return TracingTools(self.router, self.serves)
+
+    def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
+        tools = self.tools(question)
+        try:
+            answer = self.agent.answer(question, self.scenario.t, tools)
+        except TransportError as e:
+            e.traces = list(tools.traces)  # type: ignore[attr-defined]  # what was read before the failure
+            raise
+        return answer, tools.traces
+

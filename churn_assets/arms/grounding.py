@@ -1,0 +1,150 @@
+"""The `grounding` arm and its three ablations.
+
+- `grounding`: the registry, the router and the staged caches. Staged classes are served from their cache
+  partition of the scenario's served-vintage map (the refresh policy's, computed by `freshness/`), live
+  classes at T from their source (the SaaS API for utilization and tickets, the warehouse for consumption).
+  The agent's plan follows the template's registered measure: it reads every class the measure's definition
+  needs (section 10, "Registry coverage").
+- `grounding_no_freshness_tiers`: the same arm under policy `off`: every staged class served as of T'
+  (live classes still at T).
+- `grounding_no_semantic_model`: no registry measures. The classes an answer may read come from a fixed
+  keyword map over the question text (`KEYWORD_CLASSES`); the router serves those classes whole (never a
+  computed measure), and a class the words do not name is not served, so the agent falls back as
+  `agents.deterministic.Fallbacks` documents (e.g. "monthly license spend" names licenses and cost centers
+  but not prices or user status: licenses are priced at their purchase price, every holder counts as active).
+- `grounding_no_source_routing`: no routing: everything through the RAG corpus (`rag_index`) built at T',
+  top-k fact records per question, answered by the extraction rule (`arms.extraction`). Its planned vintage
+  is every class at T'.
+
+With the deterministic agent, `grounding` and `grounding_no_freshness_tiers` answer every task equal to gold
+at their planned vintage, so their stale answers equal the exposure oracle exactly (section 10).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from churn_assets.arms.agents.deterministic import AgentAnswer
+from churn_assets.arms.base import Arm, ArmError, RouterArm, Scenario
+from churn_assets.arms.extraction import RECORD_CLASSES
+from churn_assets.fabric.postgres import schema_name
+from churn_assets.freshness.planning import PlanningError, served_vintage
+from churn_assets.freshness.policies import Off, Policy
+from churn_assets.grounding.registry import Registry
+from churn_assets.grounding.router import Router, RoutingMode, Sources
+from churn_assets.grounding.traces import RAG_LOOKUP, Read, TraceEntry
+from churn_assets.world.events import ENTITY_CLASSES
+
+Day = dt.date
+
+
+def policy_vintage(registry: Registry, scenario: Scenario, policy: Policy,
+                   served: Mapping[str, Day] | None = None) -> dict[str, Day]:
+    """The served-vintage map an arm serves: the scenario's own when given (the scenario materializer
+    returns it), else planned here for policies that need no measured rates."""
+    if served is not None:
+        return {c: served[c] for c in registry.classes}
+    try:
+        return served_vintage(registry, scenario.t_prime, scenario.t, policy)
+    except PlanningError as e:
+        raise ArmError(f"{e}: pass the scenario's served-vintage map") from None
+
+
+class GroundingArm(RouterArm):
+    name = "grounding"
+
+    def __init__(self, scenario: Scenario, registry: Registry, sources: Sources, policy: Policy,
+                 served: Mapping[str, Day] | None = None) -> None:
+        self.policy = policy
+        vintage = policy_vintage(registry, scenario, policy, served)
+        super().__init__(scenario, Router(registry, sources, t=scenario.t, served=vintage, mode=RoutingMode.REGISTRY))
+
+
+class NoFreshnessTiersArm(GroundingArm):
+    """`grounding` with policy `off`: nothing refreshed after T'."""
+
+    name = "grounding_no_freshness_tiers"
+
+    def __init__(self, scenario: Scenario, registry: Registry, sources: Sources) -> None:
+        super().__init__(scenario, registry, sources, Off())
+
+
+# Question words -> the entity classes they name: a fixed keyword map, checked in order, all matches kept.
+KEYWORD_CLASSES: tuple[tuple[str, str], ...] = (
+    (r"\blist[- ]price|\bprices?\b|\bproducts?\b", "prices"),
+    (r"\blicen[cs]es?\b|\bseats?\b|\bpurchased\b|\breclaimed\b|\bholders?\b|\bheld\b|\breassigned\b", "assignments"),
+    (r"\busers?\b|\bhired\b|\boffboarded\b", "user_status"),
+    (r"\bcost cent(?:er|re)s?\b|\bbusiness unit\b", "cost_center_membership"),
+    (r"\bvendors?\b", "vendor_dims"),
+    (r"\bcontracts?\b", "contract_terms"),
+    (r"\bAPI calls\b|\bsession minutes\b|\bused product\b", "consumption"),
+    (r"\busage\b|\bused\b", "utilization"),
+    (r"\btickets?\b", "tickets"),
+)
+
+
+def keyword_classes(question: str) -> frozenset[str]:
+    """The classes a question's words name (the ablation's only guide to what to read)."""
+    return frozenset(cls for pattern, cls in KEYWORD_CLASSES if re.search(pattern, question, re.IGNORECASE))
+
+
+class NoSemanticModelArm(GroundingArm):
+    """`grounding` without registry measures: reads only the classes the question's keywords name."""
+
+    name = "grounding_no_semantic_model"
+
+    def tools(self, question: str) -> Any:
+        from churn_assets.arms.base import TracingTools
+
+        return TracingTools(self.router, keyword_classes(question))
+
+
+class NoSourceRoutingArm(Arm):
+    """Everything through the RAG corpus built at T': top-k records per question, the extraction rule."""
+
+    name = "grounding_no_source_routing"
+
+    def __init__(self, scenario: Scenario, sources: Sources, encoder: Any = None) -> None:
+        super().__init__(scenario)
+        if sources.pg is None:
+            raise ArmError("grounding_no_source_routing reads the RAG corpus: it needs a warehouse connection")
+        self.sources = sources
+        self._encoder = encoder
+
+    @property
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            from churn_assets.grounding.embeddings import default_encoder
+
+            self._encoder = default_encoder()
+        return self._encoder
+
+    @property
+    def planned_vintage(self) -> dict[str, Day]:
+        return dict.fromkeys(ENTITY_CLASSES, self.scenario.t_prime)
+
+    def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
+        from churn_assets.grounding.rag_corpus import search_corpus
+
+        traces: list[TraceEntry] = []
+        day = self.scenario.t_prime
+        table = f"{schema_name(self.sources.world_id, 'staging')}.rag_corpus_records@{day.isoformat()}"
+
+        def search(query: str, kinds: Sequence[str], k: int) -> list[Any]:
+            started = time.perf_counter()
+            hits = search_corpus(self.sources.pg, self.sources.world_id, day, query, self.encoder, k=k,
+                                 kinds=list(kinds))
+            # The corpus is outside the registry; its data time (T') is attributed to the classes whose facts
+            # the retrieved records state, one read per class (the first carries the search's cost).
+            classes = list(dict.fromkeys(c for kind in kinds for c in RECORD_CLASSES[kind]))
+            reads = tuple(Read("rag_index", table, c, day, sum(1 for h in hits if c in RECORD_CLASSES[h.kind]),
+                               accesses=1 if i == 0 else 0) for i, c in enumerate(classes))
+            traces.append(TraceEntry(RAG_LOOKUP, reads, (time.perf_counter() - started) * 1000.0,
+                                     note=f"top {k} of {', '.join(kinds)}"))
+            return hits
+
+        return self.agent.answer_from_records(question, self.scenario.t, search), traces

@@ -1,0 +1,125 @@
+"""The `eval_run` asset: one partition per scenario key; it answers a task set through an arm and scores it.
+
+It does not build its inputs (section 10, "Evaluation wiring"): at start it checks that every partition the
+scenario needs exists and fails listing the missing ones; `churnbench run` / `paper` call the scenario
+materializer first. Lineage edges to its inputs use a mapping that needs no matching keys (all partitions).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
+import datetime as dt
+import warnings
+
+import dagster as dg
+
+from churn_assets.assets.documents import contract_documents
+from churn_assets.assets.index import rag_index, vector_index
+from churn_assets.assets.ledger import ledger
+from churn_assets.assets.operational import operational_store
+from churn_assets.assets.staging import STAGED_ASSETS
+from churn_assets.assets.tasks import task_set, task_set_file
+from churn_assets.assets.warehouse import warehouse_raw
+from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.exposure import run_exposure
+from churn_assets.evaluation.results import ResultsStore
+from churn_assets.evaluation.runner import RunSpec, evaluate
+from churn_assets.materialize import Session
+from churn_assets.resources import StateResource
+from churn_assets.scenario_materializer import missing_inputs, plan_scenario
+from churn_assets.scenarios import load_scenario, scenario_partitions
+from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.task_set import read_tasks, task_set_hash
+from churn_assets.world.ledger import load_ledger
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    _ANY = dg.AllPartitionMapping()
+
+_INPUTS = [ledger, warehouse_raw, operational_store, contract_documents, vector_index, rag_index, task_set,
+           *STAGED_ASSETS]
+
+
+def results_store(state: StateResource) -> ResultsStore:
+    return ResultsStore(state.paths.root / "results")
+
+
+@dg.asset(
+    partitions_def=scenario_partitions,
+    deps=[dg.AssetDep(a, partition_mapping=_ANY) for a in _INPUTS],
+    group_name="evaluation",
+    kinds={"python"},
+    description="An evaluation run: every task of the task set at T answered through the scenario's arm, scored "
+                "against ledger gold at T and at the data time actually served (freshness errors told apart "
+                "from wrong answers). Keyed by experiment hash and code version; never overwritten.",
+)
+def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
+    from churn_assets.arms.base import Scenario
+    from churn_assets.arms.registry import close_sources, connect_sources, make_arm
+    from churn_assets.services import saas_api_key
+
+    paths = state.paths
+    scenario = load_scenario(paths, context.partition_key)
+    world, policy = scenario.world_id, scenario.parsed_policy
+    urls = state.service_urls()
+    session = Session(paths, urls, context.instance)
+    plan = plan_scenario(session, world, scenario.t_prime, scenario.t, policy)
+    missing = missing_inputs(session, plan)
+    if missing:
+        listed = "\n  ".join(str(m) for m in missing)
+        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing "
+                         f"(`churnbench run` builds them first):\n  {listed}")
+    loaded = load_ledger(paths.ledger_dir(world))
+    resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
+    tasks = read_tasks(task_set_file(paths, world, scenario.t))
+    config = state.world_config(world)
+    spec = RunSpec(world, config.config_hash, scenario.arm, scenario.policy_id, scenario.t_prime, scenario.t,
+                   task_set_hash(tasks), agent_id=scenario.agent_id, saas_profile=scenario.saas_profile,
+                   policy_params={"policy": scenario.policy})
+    sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
+                              saas_key=saas_api_key(paths, scenario.saas_profile) if urls.saas else None,
+                              documents_root=paths.world_dir(world) / "contracts")
+    try:
+        arm = make_arm(scenario.arm, Scenario(world, scenario.t_prime, scenario.t, scenario.policy_id), sources,
+                       policy=policy, served=plan.served_vintage)
+        exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
+                                vintage=arm.planned_vintage, resolver=resolver)
+
+        def progress(done: int, total: int) -> None:
+            if done % 20 == 0 or done == total:
+                context.log.info(f"{scenario.key}: {done}/{total} tasks answered")
+
+        saas = sources.saas
+        summary = evaluate(arm, tasks, resolver, results_store(state), spec, exposure=exposure, progress=progress,
+                           transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None)
+    except UserFacingError as e:
+        raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
+    finally:
+        close_sources(sources)
+    run_dir = results_store(state).run_dir(spec.key(summary["code_version"]))
+    timings = (run_dir / "timings.json").read_text()
+    return dg.MaterializeResult(metadata=_metadata(summary, plan.served_vintage, str(run_dir), timings))
+
+
+def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_json: str) -> dict:
+    import json
+
+    timings = json.loads(timings_json)
+    rows = [dg.TableRecord({"entity_class": c, "refresh_day": d.isoformat()}) for c, d in served.items()]
+    verdicts = summary["verdicts"]
+    return {
+        "accuracy": dg.MetadataValue.float(float(summary["accuracy"] or 0.0)),
+        "stale_answers": summary["stale_answers"],
+        **{f"verdict/{k}": v for k, v in verdicts.items()},
+        "exposure": summary["exposure"],
+        "prediction": dg.MetadataValue.float(float(summary["prediction"] or 0.0)),
+        "mean_cost_units": dg.MetadataValue.float(float(summary["mean_cost_units"] or 0.0)),
+        "mean_latency_ms": dg.MetadataValue.float(float(timings.get("mean_latency_ms") or 0.0)),
+        "saas_calls": int(timings.get("saas", {}).get("calls", 0)),
+        "saas_429s_absorbed": int(timings.get("saas", {}).get("throttled", 0)),
+        "route_mix": dg.MetadataValue.json(summary["route_mix"]),
+        "refresh_day_per_entity_class": dg.MetadataValue.table(
+            rows, schema=dg.TableSchema(columns=[dg.TableColumn("entity_class", "string"),
+                                                 dg.TableColumn("refresh_day", "date")])),
+        "experiment_hash": summary["experiment_hash"],
+        "code_version": summary["code_version"],
+        "results": dg.MetadataValue.path(run_dir),
+    }

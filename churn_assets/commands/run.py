@@ -1,0 +1,165 @@
+"""`churnbench run` (one scenario) and `churnbench paper` (the reference's 2x2 reproduced, every arm run).
+
+Both build the scenario's inputs first with the scenario materializer, in process on the persistent
+instance, then materialize the `eval_run` partition; results land under `<state>/results/<world>/`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+import click
+
+from churn_assets.state import StatePaths
+
+T = dt.date(2024, 4, 27)  # the paper's evaluation day (section 10, "The paper's windows")
+D1, D28 = dt.date(2024, 4, 26), dt.date(2024, 3, 29)
+REFERENCE_STALE = {("tiered", "D+1"): 7, ("tiered", "D+28"): 4, ("off", "D+1"): 7, ("off", "D+28"): 45}
+# Arms built so far; classic_rag and hierarchical arrive with the classic-RAG/hierarchical issue.
+PAPER_ARMS = ("naive", "grounding", "grounding_no_freshness_tiers", "grounding_no_semantic_model",
+              "grounding_no_source_routing")
+
+
+def _day(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a day YYYY-MM-DD") from None
+
+
+def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
+                 policy: str, saas_profile: str, echo: Any) -> dict[str, Any]:
+    """Build the inputs, run `eval_run` for the scenario, return its summary (plus where it is)."""
+    from churn_assets.assets.evaluation import results_store
+    from churn_assets.evaluation.results import STALE_VERDICTS
+    from churn_assets.materialize import materialize
+    from churn_assets.resources import StateResource
+    from churn_assets.scenario_materializer import materialize_scenario
+    from churn_assets.scenarios import ScenarioDef, register_scenario
+
+    scenario = ScenarioDef(world, arm, policy, t_prime, t, "det", saas_profile).validate()
+    build = materialize_scenario(session, definitions, world, t_prime, t, scenario.parsed_policy, echo=echo)
+    key = register_scenario(session.paths, session.instance, scenario)
+    started = time.perf_counter()
+    materialize(session, definitions, ["eval_run"], [key])
+    seconds = time.perf_counter() - started
+    store = results_store(StateResource(state_dir=str(session.paths.root)))
+    folder = sorted(store.root.glob(f"{world}/{key}/*/summary.json"), key=lambda p: p.stat().st_mtime)[-1].parent
+    summary = json.loads((folder / "summary.json").read_text())
+    timings = json.loads((folder / "timings.json").read_text())
+    summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=len(build.built),
+                   mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}))
+    summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
+    return summary
+
+
+def _line(s: dict[str, Any]) -> str:
+    v = s["verdicts"]
+    return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
+            f"freshness {v['freshness_error']:3d}  "
+            f"mixed {v['mixed_vintage_error']:3d}  reasoning {v['reasoning_error']:3d}  parse {v['parse_failure']:2d}  "
+            f"transport {v['transport_failure']:2d}  exposure {s['exposure']}  prediction {s['prediction']}")
+
+
+@click.command()
+@click.option("--world", "world_id", required=True, help="A registered world.")
+@click.option("--arm", required=True, help="naive, grounding, grounding_no_freshness_tiers, "
+              "grounding_no_semantic_model, grounding_no_source_routing.")
+@click.option("--t-prime", "t_prime", required=True, help="T': the cache build day.")
+@click.option("--t", "t", required=True, help="T: the evaluation day.")
+@click.option("--policy", default="tiered", show_default=True,
+              help="tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N.")
+@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True)
+@click.option("--saas-profile", type=click.Choice(["default", "reference"]), default="default", show_default=True)
+def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str) -> None:
+    """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
+    from churn_assets.definitions import defs_for
+    from churn_assets.errors import UserFacingError
+    from churn_assets.materialize import open_session
+
+    if agent == "llm":
+        raise UserFacingError("the LLM agent needs an OpenAI-compatible endpoint and is not built yet; "
+                              "use --agent deterministic")
+    paths = StatePaths.resolve()
+    with open_session(paths) as session:
+        summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
+                               saas_profile, click.echo)
+    click.echo(f"{summary['scenario_key']}: {_line(summary)}")
+    click.echo(f"results: {summary['results']}")
+
+
+@click.command()
+@click.option("--world", "world_id", default=None, help="A registered world (default: the default world, "
+              "registered and built if needed).")
+@click.option("--saas-profile", type=click.Choice(["default", "reference"]), default="default", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
+def paper(world_id: str | None, saas_profile: str, as_json: bool) -> None:
+    """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27)."""
+    from churn_assets.definitions import defs_for
+    from churn_assets.materialize import materialize, open_session
+    from churn_assets.world.config import load_config
+    from churn_assets.world_registry import add_world
+
+    paths = StatePaths.resolve()
+    echo = (lambda _msg: None) if as_json else click.echo
+    started = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    with open_session(paths) as session:
+        definitions = defs_for(str(paths.root))
+        if world_id is None:
+            config = load_config()
+            world_id = config.world_id
+            add_world(paths, session.instance, config)
+            if not (paths.ledger_dir(world_id) / "ledger.jsonl").exists():
+                materialize(session, definitions, ["ledger"], [world_id])
+        cells = [("grounding", "tiered", D1), ("grounding_no_freshness_tiers", "off", D1),
+                 ("grounding", "tiered", D28), ("grounding_no_freshness_tiers", "off", D28)]
+        cells += [(arm, "tiered", D28) for arm in PAPER_ARMS
+                  if arm not in ("grounding", "grounding_no_freshness_tiers")]
+        for arm, policy, t_prime in cells:
+            echo(f"== {arm} ({policy}) T'={t_prime} T={T}")
+            s = run_scenario(session, definitions, world_id, arm, t_prime, T, policy, saas_profile, echo)
+            s.update(arm=arm, policy=policy, t_prime=t_prime.isoformat(), t=T.isoformat(),
+                     window="D+1" if t_prime == D1 else "D+28")
+            runs.append(s)
+            echo(f"   {_line(s)}")
+    elapsed = time.perf_counter() - started
+    if as_json:
+        click.echo(json.dumps({"world": world_id, "t": T.isoformat(), "seconds": round(elapsed, 1),
+                               "saas_profile": saas_profile, "runs": [_json_run(r) for r in runs]}, indent=2))
+        return
+    _print_report(world_id, runs, elapsed)
+
+
+def _json_run(r: dict[str, Any]) -> dict[str, Any]:
+    return {"arm": r["arm"], "policy": r["policy"], "t_prime": r["t_prime"], "t": r["t"], **r["verdicts"],
+            "stale_answers": r["stale_answers"], "exposure": r["exposure"], "prediction": r["prediction"],
+            "accuracy": r["accuracy"], "mean_cost": r["mean_cost_units"], "mean_latency_ms": r["mean_latency_ms"],
+            "route_mix": r["route_mix"], "saas_calls": r["saas"].get("calls"), "saas_429s": r["saas"].get("throttled"),
+            "results": r["results"]}
+
+
+def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float) -> None:
+    click.echo(f"\nchurnbench paper: world {world_id}, T = {T}, {runs[0]['tasks']} tasks, {elapsed / 60:.1f} min\n")
+    click.echo("Stale answers (freshness + mixed-vintage errors), grounding arm, deterministic agent; reference in ()")
+    click.echo(f"{'':14}{'D+1 (control)':>18}{'D+28':>14}")
+    cell = {(r["policy"], r["window"]): r for r in runs if r["arm"] in ("grounding", "grounding_no_freshness_tiers")}
+    for policy, label in (("tiered", "tiering on"), ("off", "tiering off")):
+        row = [f"{cell[(policy, w)]['stale_answers']:>4} ({REFERENCE_STALE[(policy, w)]:>2})" for w in ("D+1", "D+28")]
+        click.echo(f"{label:14}{row[0]:>18}{row[1]:>14}")
+    click.echo("D+1 is a control: with T' = T - 1 nothing is refreshed under the staleness rule, so on = off.\n")
+    click.echo(f"{'arm (D+28)':32}{'acc':>7}{'ok':>5}{'fresh':>6}{'mixed':>6}{'reas':>5}{'parse':>6}{'trans':>6}"
+               f"{'expo':>6}{'pred':>7}{'cost':>7}{'lat ms':>8}  routes")
+    for r in runs:
+        if r["window"] != "D+28":
+            continue
+        v = r["verdicts"]
+        name = r["arm"] + (" (off)" if r["policy"] == "off" else "")
+        routes = ", ".join(f"{k} {n}" for k, n in sorted(r["route_mix"].items(), key=lambda kv: -kv[1])[:3])
+        click.echo(f"{name:32}{100 * (r['accuracy'] or 0):6.1f}%{v['correct']:5d}{v['freshness_error']:6d}"
+                   f"{v['mixed_vintage_error']:6d}{v['reasoning_error']:5d}{v['parse_failure']:6d}"
+                   f"{v['transport_failure']:6d}{r['exposure']:6d}{r['prediction']:7.1f}{r['mean_cost_units']:7.2f}"
+                   f"{(r['mean_latency_ms'] or 0):8.1f}  {routes}")

@@ -1,0 +1,118 @@
+"""What a scenario needs built (freshness/scenario.py) and the order the materializer builds it in, on the
+paper's dates (ARCHITECTURE.md section 10): T = 2024-04-27, D+1 T' = 2024-04-26, D+28 T' = 2024-03-29."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.freshness.scenario import DBT_BUILD, ScenarioInput, scenario_inputs
+from churn_assets.grounding.registry import load_registry
+from churn_assets.scenario_materializer import Step, depends_on, plan_steps
+
+WORLD = "default-s42-3f9a1c"
+T = dt.date(2024, 4, 27)
+D1, D28 = dt.date(2024, 4, 26), dt.date(2024, 3, 29)
+STAGED = ("staged_assignments", "staged_user_status", "staged_prices", "staged_cost_center_membership",
+          "staged_vendor_dims")
+
+
+def d(month: int, day: int) -> dt.date:
+    return dt.date(2024, month, day)
+
+
+def by_asset(inputs: tuple[ScenarioInput, ...]) -> dict[str, list[dt.date | None]]:
+    out: dict[str, list[dt.date | None]] = {}
+    for i in inputs:
+        assert i.world == WORLD
+        out.setdefault(i.asset, []).append(i.day)
+    return out
+
+
+def test_d28_tiered_needs_the_served_partitions_and_the_stores_at_every_refresh_day() -> None:
+    plan = scenario_inputs(load_registry(), WORLD, D28, T, Tiered())
+    assert plan.policy_id == "tiered"
+    assert {c: plan.served_vintage[c] for c in ("assignments", "user_status", "prices", "cost_center_membership",
+                                                 "contract_terms", "vendor_dims", "consumption")} == {
+        "assignments": d(4, 26), "user_status": d(4, 26), "prices": d(4, 22), "cost_center_membership": d(4, 22),
+        "contract_terms": D28, "vendor_dims": D28, "consumption": T}
+    hot = [D28 + dt.timedelta(days=2 * k) for k in range(15)]  # refreshed every 2 days: 03-29 ... 04-26
+    warm = [D28, d(4, 6), d(4, 14), d(4, 22)]
+    assert plan.days == sorted({*hot, *warm, T})
+    assets = by_asset(plan.inputs)
+    assert assets["ledger"] == assets["warehouse_truth"] == assets["warehouse_raw"] == assets[DBT_BUILD] == [None]
+    assert assets["operational_store"] == assets["contract_documents"] == plan.days
+    assert assets["staged_assignments"] == assets["staged_user_status"] == [d(4, 26)]
+    assert assets["staged_prices"] == assets["staged_cost_center_membership"] == [d(4, 22)]
+    assert assets["staged_vendor_dims"] == assets["vector_index"] == assets["rag_index"] == [D28]
+    assert assets["task_set"] == [T]
+    assert len(plan.inputs) == len(set(plan.inputs)) == 4 + 2 * len(plan.days) + 1 + 1 + 5 + 1
+
+
+def test_off_serves_every_class_as_of_t_prime_and_d1_is_a_control() -> None:
+    registry = load_registry()
+    off = scenario_inputs(registry, WORLD, D28, T, Off())
+    assert off.days == [D28, T]
+    assets = by_asset(off.inputs)
+    assert all(assets[a] == [D28] for a in (*STAGED, "vector_index", "rag_index"))
+    # D+1: nothing is stale on T, so tiered and off need the same partitions and serve the same map.
+    tiered1, off1 = scenario_inputs(registry, WORLD, D1, T, Tiered()), scenario_inputs(registry, WORLD, D1, T, Off())
+    assert tiered1.inputs == off1.inputs and tiered1.served_vintage == off1.served_vintage
+    assert tiered1.policy_id != off1.policy_id
+
+
+def test_inputs_come_in_dependency_order() -> None:
+    plan = scenario_inputs(load_registry(), WORLD, D28, T, Tiered())
+    order = [i.asset for i in plan.inputs]
+    assert order[:4] == ["ledger", "warehouse_truth", "warehouse_raw", DBT_BUILD]
+    assert order.index("vector_index") > max(i for i, a in enumerate(order) if a == "contract_documents")
+    assert min(order.index(a) for a in STAGED) > order.index(DBT_BUILD)
+    assert order[-1] == "task_set"
+
+
+# A toy asset graph for the run planner: what each asset reads, transitively.
+ANCESTORS = {
+    "ledger": frozenset(),
+    "warehouse_truth": frozenset({"ledger"}),
+    "warehouse_raw": frozenset({"ledger"}),
+    "analytics/dim_vendor": frozenset({"ledger", "warehouse_raw"}),
+    "analytics/fct_price": frozenset({"ledger", "warehouse_raw"}),
+    "contract_documents": frozenset({"ledger"}),
+    "operational_store": frozenset({"ledger"}),
+    "vector_index": frozenset({"ledger", "contract_documents"}),
+    "rag_index": frozenset({"ledger", "contract_documents"}),
+    "staged_prices": frozenset({"ledger", "warehouse_raw", "analytics/fct_price"}),
+    "staged_vendor_dims": frozenset({"ledger", "warehouse_raw", "analytics/dim_vendor"}),
+    "task_set": frozenset({"ledger"}),
+}
+
+
+def test_runs_are_grouped_and_ordered_after_what_they_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    import churn_assets.scenario_materializer as sm
+
+    monkeypatch.setattr(sm, "dbt_asset_keys", lambda: ("analytics/dim_vendor", "analytics/fct_price"))
+    missing = [
+        ScenarioInput("staged_prices", WORLD, D28), ScenarioInput("vector_index", WORLD, T),
+        ScenarioInput("contract_documents", WORLD, T), ScenarioInput("staged_vendor_dims", WORLD, D28),
+        ScenarioInput(DBT_BUILD, WORLD), ScenarioInput("warehouse_raw", WORLD), ScenarioInput("warehouse_truth", WORLD),
+        ScenarioInput("contract_documents", WORLD, D28), ScenarioInput("ledger", WORLD),
+    ]
+    steps = plan_steps(missing, ANCESTORS.__getitem__)
+    labels = [s.label for s in steps]
+    assert labels[:3] == [f"ledger [{WORLD}]", f"warehouse_raw + warehouse_truth [{WORLD}]", f"{DBT_BUILD} [{WORLD}]"]
+    assert steps[2].assets == ("analytics/dim_vendor", "analytics/fct_price")
+    assert sorted(labels) == sorted(set(labels)) and len(steps) == 8  # the warehouse pair is one run
+    position = {s.label: n for n, s in enumerate(steps)}
+    assert position[f"contract_documents [{T}]"] < position[f"vector_index [{T}]"]
+    # A day-level failure blocks only that day's dependents; a world-level one blocks everything downstream.
+    docs_t = next(s for s in steps if s.label == f"contract_documents [{T}]")
+    index_t = next(s for s in steps if s.label == f"vector_index [{T}]")
+    docs_d28 = next(s for s in steps if s.label == f"contract_documents [{D28}]")
+    assert depends_on(index_t, docs_t, ANCESTORS.__getitem__)
+    assert not depends_on(index_t, docs_d28, ANCESTORS.__getitem__)
+    ledger = steps[0]
+    assert all(depends_on(s, ledger, ANCESTORS.__getitem__) for s in steps[1:])
+    assert isinstance(ledger, Step) and ledger.partition_key == WORLD
+    assert str(index_t.partition_key) == f"{T}|{WORLD}"
