@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from churn_assets.errors import UserFacingError
-from churn_assets.world.fold import assigned_licenses, fold_ledger
+from churn_assets.world.fold import assigned_licenses, fold_ledger, tickets_as_of
 from churn_assets.world.state import ConsumptionRecord, WorldState
 
 TICKET_STATUSES = ("open", "in_progress", "resolved")
@@ -237,24 +237,7 @@ class TenantView:
 
     @staticmethod
     def _tickets(state: WorldState, d: dt.date) -> list[dict[str, Any]]:
-        out = []
-        for ticket in state.tickets.tickets.values():
-            if ticket.opened_on > d:
-                continue
-            seen = [c for c in ticket.history if c.day <= d]
-            status = seen[-1].status
-            out.append({
-                "ticket_id": ticket.ticket_id,
-                "user_id": ticket.user_id,
-                "product_id": ticket.product_id,
-                "priority": ticket.priority,
-                "status": status,
-                "opened_on": _iso(ticket.opened_on),
-                "updated_on": _iso(seen[-1].day),
-                "resolved_on": _iso(seen[-1].day) if status == "resolved" else None,
-            })
-        out.sort(key=lambda t: t["ticket_id"])
-        return out
+        return tickets_as_of(state, d)
 
     @staticmethod
     def _prices(state: WorldState, d: dt.date) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from churn_assets.world.fold import active_users, assigned_licenses, license_holders
+from churn_assets.world.fold import active_users, assigned_licenses, license_holders, tickets_as_of
 from churn_assets.world.state import ConsumptionRecord, WorldState
 
 Document = dict[str, Any]
@@ -171,24 +171,7 @@ def _entitlements(state: WorldState, d: dt.date) -> list[Document]:
 
 
 def _tickets(state: WorldState, d: dt.date) -> list[Document]:
-    docs = []
-    for ticket in state.tickets.tickets.values():
-        if ticket.opened_on > d:
-            continue
-        seen = [change for change in ticket.history if change.day <= d]
-        status = seen[-1].status
-        docs.append({
-            "_id": ticket.ticket_id,
-            "ticket_id": ticket.ticket_id,
-            "user_id": ticket.user_id,
-            "product_id": ticket.product_id,
-            "priority": ticket.priority,
-            "status": status,
-            "opened_on": _iso(ticket.opened_on),
-            "updated_on": _iso(seen[-1].day),
-            "resolved_on": _iso(seen[-1].day) if status == "resolved" else None,
-        })
-    return docs
+    return [{"_id": t["ticket_id"], **t} for t in tickets_as_of(state, d)]
 
 
 def usage_in_window(records: Iterable[ConsumptionRecord], start: dt.date, end: dt.date) -> Document:

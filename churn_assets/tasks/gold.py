@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.tasks.answers import Value, round_half_up
 from churn_assets.tasks.templates import Template, template
+from churn_assets.tasks.windows import Window
 from churn_assets.world.calendar import add_months
 from churn_assets.world.fold import (
     active_users_by_cost_center,
@@ -54,21 +54,6 @@ class GoldError(UserFacingError, ValueError):
 
 def _day(value: Day | str) -> Day:
     return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
-
-
-@dataclass(frozen=True)
-class Window:
-    """The `days` days ending at the anchor: first .. last, both included."""
-
-    first: Day
-    last: Day
-
-    @classmethod
-    def ending_at(cls, anchor: Day, days: int) -> Window:
-        return cls(anchor - dt.timedelta(days=int(days) - 1), anchor)
-
-    def __contains__(self, day: object) -> bool:
-        return isinstance(day, dt.date) and self.first <= day <= self.last
 
 
 def _window(params: Params, anchor: Day) -> Window:

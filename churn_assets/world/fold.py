@@ -486,3 +486,27 @@ def open_tickets(state: WorldState, day: Day | str | None = None) -> set[str]:
         if status is not None and status != "resolved":
             out.add(tid)
     return out
+
+
+def tickets_as_of(state: WorldState, day: Day | str) -> list[dict[str, Any]]:
+    """Every ticket opened by `day` as it stood that day, in ticket order: the one shape the operational
+    store and the SaaS API both serve (plain strings, ISO days)."""
+    d = _anchor(day)
+    out = []
+    for ticket in state.tickets.tickets.values():
+        if ticket.opened_on > d:
+            continue
+        seen = [change for change in ticket.history if change.day <= d]
+        status = seen[-1].status
+        out.append({
+            "ticket_id": ticket.ticket_id,
+            "user_id": ticket.user_id,
+            "product_id": ticket.product_id,
+            "priority": ticket.priority,
+            "status": status,
+            "opened_on": ticket.opened_on.isoformat(),
+            "updated_on": seen[-1].day.isoformat(),
+            "resolved_on": seen[-1].day.isoformat() if status == "resolved" else None,
+        })
+    out.sort(key=lambda t: t["ticket_id"])
+    return out

@@ -49,6 +49,7 @@ from churn_assets.grounding.rows import (
 )
 from churn_assets.tasks.answers import Value, round_half_up
 from churn_assets.tasks.parser import QuestionParseError, parse_question
+from churn_assets.tasks.windows import Window
 from churn_assets.world.calendar import add_months
 
 Day = dt.date
@@ -96,21 +97,6 @@ class AgentAnswer:
 
 def _money(value: float) -> float:
     return round_half_up(value, 2)
-
-
-@dataclass(frozen=True)
-class Window:
-    """The `days` days ending at T, both included."""
-
-    first: Day
-    last: Day
-
-    @classmethod
-    def ending_at(cls, today: Day, days: int) -> Window:
-        return cls(today - dt.timedelta(days=int(days) - 1), today)
-
-    def __contains__(self, day: object) -> bool:
-        return isinstance(day, dt.date) and self.first <= day <= self.last
 
 
 class Users:
