@@ -35,6 +35,7 @@ from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
 from churn_assets.partitions import WORLD_PARTITIONS_NAME
+from churn_assets.scenarios import SCENARIO_PARTITIONS_NAME, scenario_file, scenarios_of_world
 from churn_assets.state import StatePaths, atomic_write_text, validate_world_id
 from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
@@ -174,6 +175,33 @@ WORLD_ARTEFACTS: list[WorldArtefact] = [
     WorldArtefact("vector index and RAG corpus", _with_warehouse(worlds_with_vectors),
                   _with_warehouse(drop_world_vectors)),
 ]
+
+
+def _worlds_with_results(ctx: ArtefactContext) -> set[str]:
+    base = ctx.paths.root / "results"
+    return {p.name for p in base.iterdir() if p.is_dir()} if base.exists() else set()
+
+
+def _remove_results(ctx: ArtefactContext, world_id: str) -> None:
+    shutil.rmtree(ctx.paths.results_dir(world_id), ignore_errors=True)
+
+
+def _worlds_with_scenarios(ctx: ArtefactContext) -> set[str]:
+    folder = ctx.paths.root / "scenarios"
+    return {p.name.split("__", 1)[0] for p in folder.glob("*__*.json")} if folder.exists() else set()
+
+
+def _remove_scenarios(ctx: ArtefactContext, world_id: str) -> None:
+    """The world's stored scenario definitions and their `eval_run` partitions."""
+    for key in scenarios_of_world(ctx.paths, world_id):
+        scenario_file(ctx.paths, key).unlink(missing_ok=True)
+        if ctx.instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, key):
+            ctx.instance.delete_dynamic_partition(SCENARIO_PARTITIONS_NAME, key)
+
+
+# issue 13: evaluation results (`<state>/results/<world>/`) and scenario definitions (`<state>/scenarios/`)
+WORLD_ARTEFACTS.append(WorldArtefact("evaluation results", _worlds_with_results, _remove_results))
+WORLD_ARTEFACTS.append(WorldArtefact("scenarios", _worlds_with_scenarios, _remove_scenarios))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -49,6 +49,24 @@ def populate_world(session: Session, defs: dg.Definitions, world_id: str) -> Non
     materialize(session, defs, ["contract_documents"], [world_day_key(world_id, "2024-01-02")])  # issue 7
     materialize(session, defs, ["operational_store"], [world_day_key(world_id, "2024-01-02")])  # issue 6
     materialize(session, defs, ["vector_index"], [world_day_key(world_id, "2024-01-02")])  # issue 8
+    _evaluation_artefacts(session, world_id)  # issue 13
+
+
+def _evaluation_artefacts(session: Session, world_id: str) -> None:
+    """A stored scenario (and its `eval_run` partition) and a finished results folder, written through the
+    real code paths; a whole evaluation run is tested in test_eval_run.py."""
+    import datetime as dt
+
+    from churn_assets.evaluation.results import ResultsStore
+    from churn_assets.evaluation.runner import RunSpec
+    from churn_assets.scenarios import ScenarioDef, register_scenario
+
+    register_scenario(session.paths, session.instance,
+                      ScenarioDef(world_id, "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3)))
+    spec = RunSpec(world_id, "h", "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3), "tasks")
+    writer = ResultsStore(session.paths.root / "results").open_run(spec.key("git-test"))
+    writer.append({"task_id": "t0", "verdict": "correct"})
+    writer.finish(["t0"], {"tasks": 1}, {})
 
 
 def check_passed(instance: dg.DagsterInstance, world_id: str) -> bool | None:
