@@ -21,6 +21,7 @@ This module imports no Dagster (it runs on every `churnbench services up`, which
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import fcntl
@@ -243,7 +244,7 @@ def _services_lock(paths: StatePaths) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------------
 
 
-class Service:
+class Service(abc.ABC):
     """One service: embedded (started and stopped by churnbench) unless its URL variable is set."""
 
     name: ClassVar[str]
@@ -267,18 +268,18 @@ class Service:
 
     # -- embedded (subclasses) ------------------------------------------------------------------
 
-    def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus: ...
 
-    def start(self, paths: StatePaths) -> ServiceStatus:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def start(self, paths: StatePaths) -> ServiceStatus: ...
 
-    def stop(self, paths: StatePaths) -> ServiceStatus:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def stop(self, paths: StatePaths) -> ServiceStatus: ...
 
+    @abc.abstractmethod
     def health(self, url: str, timeout: float) -> None:
         """Raise unless the service answers a real request at `url` within `timeout` seconds."""
-        raise NotImplementedError
 
     def ensure(self, paths: StatePaths) -> ServiceStatus:
         url = self.external_url()
@@ -529,11 +530,11 @@ def _initdb_without_fsync() -> Iterator[None]:
 class ProcessService(Service):
     """A service that is one child process listening on a free loopback port (Mongo now, SaaS later)."""
 
-    def command(self, paths: StatePaths, port: int) -> list[str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def command(self, paths: StatePaths, port: int) -> list[str]: ...
 
-    def url_for(self, port: int) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def url_for(self, port: int) -> str: ...
 
     def log_file(self, paths: StatePaths) -> Path:
         return paths.services_dir / f"{self.name}.log"
