@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -46,6 +47,22 @@ def wait_until_answering(port: int, proc: subprocess.Popen[bytes], log: Path) ->
     raise AssertionError(f"the UI did not answer within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
+def wait_for_asset_nodes(port: int, proc: subprocess.Popen[bytes], log: Path) -> dict[tuple[str, ...], Any]:
+    """The webserver answers before its code location has loaded the definitions: poll until it has."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    nodes: dict[tuple[str, ...], Any] = {}
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"churnbench ui exited early:\n{log.read_text()[-3000:]}"
+        data = graphql(port, "{ assetNodes { assetKey { path } partitionKeys } }")
+        nodes = {tuple(n["assetKey"]["path"]): n for n in data["data"]["assetNodes"]}  # type: ignore[index]
+        if nodes:
+            return nodes
+        time.sleep(1)
+    status = graphql(port, "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+                           "locationOrLoadError { __typename ... on PythonError { message } } } } } }")
+    raise AssertionError(f"no assets after {STARTUP_TIMEOUT_S} s; workspace: {status}\n{log.read_text()[-3000:]}")
+
+
 def test_ui_serves_the_shared_instance_and_stops_on_sigint(
         small_world: str, state_dir: Path, tmp_path: Path, churnbench_exe: str,
         cli_env: Callable[..., dict[str, str]]) -> None:
@@ -57,8 +74,7 @@ def test_ui_serves_the_shared_instance_and_stops_on_sigint(
     family: list[psutil.Process] = []
     try:
         wait_until_answering(port, proc, log)
-        data = graphql(port, "{ assetNodes { assetKey { path } partitionKeys } }")
-        nodes = {tuple(n["assetKey"]["path"]): n for n in data["data"]["assetNodes"]}  # type: ignore[index]
+        nodes = wait_for_asset_nodes(port, proc, log)
         assert ("ledger",) in nodes
         # The world registered and materialized from the CLI is a partition in the UI too.
         assert small_world in nodes[("ledger",)]["partitionKeys"]
