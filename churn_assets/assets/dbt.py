@@ -61,8 +61,12 @@ class WarehouseDbtTranslator(DagsterDbtTranslator):
 def dbt_executable() -> str:
     """The `dbt` installed beside this interpreter (`.venv/bin/dbt`), so commands run as `.venv/bin/pytest` or
     `.venv/bin/churnbench` find it without an activated venv; else whatever `dbt` is on PATH."""
-    beside = Path(sys.executable).parent / "dbt"
-    return str(beside) if beside.exists() else "dbt"
+    # The venv's bin (sys.prefix) first: a code server may run with the venv's python resolved to the base
+    # interpreter, whose folder has no dbt.
+    for candidate in (Path(sys.prefix) / "bin" / "dbt", Path(sys.executable).parent / "dbt"):
+        if candidate.exists():
+            return str(candidate)
+    return shutil.which("dbt") or "dbt"
 
 
 class WarehouseDbtCli(DbtCliResource):
