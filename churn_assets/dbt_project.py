@@ -3,21 +3,52 @@ module so that the manifest is located once.
 
 The manifest (`dbt_project/target/manifest.json`) is built by the install step (`scripts/install.sh`
 runs `dbt parse`), not at import: `@dbt_assets` reads it when the code location loads. Under
-`dagster dev`, `prepare_if_dev()` re-parses so that model edits show up without reinstalling.
+`dagster dev`, the code server re-parses so that model edits show up without reinstalling.
+
+`dbt_executable()` is the one place that says which `dbt` runs: the venv's, found beside the interpreter,
+so that nothing depends on the venv being on PATH (`churnbench ui` run as `.venv/bin/churnbench ui`).
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
-from dagster_dbt import DbtProject
+from dagster_dbt import DbtCliResource, DbtProject
+from dagster_dbt.dbt_project import DagsterDbtProjectPreparer
 
 from churn_assets.errors import UserFacingError
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parent.parent / "dbt_project"
 
+
+def dbt_executable() -> str:
+    """The `dbt` installed beside this interpreter (`.venv/bin/dbt`), else whatever `dbt` is on PATH."""
+    # The venv's bin (sys.prefix) first: a code server may run with the venv's python resolved to the base
+    # interpreter, whose folder has no dbt.
+    for candidate in (Path(sys.prefix) / "bin" / "dbt", Path(sys.executable).parent / "dbt"):
+        if candidate.exists():
+            return str(candidate)
+    return shutil.which("dbt") or "dbt"
+
+
+class VenvDbtPreparer(DagsterDbtProjectPreparer):
+    """dagster-dbt's dev-time preparer (`dbt deps`, `dbt parse` under `dagster dev`), running our `dbt`:
+    the stock one builds a `DbtCliResource` with the default executable `dbt`, which fails to load the
+    code location when the venv is not on PATH (found by a fresh-clone CI run of the UI test)."""
+
+    def _prepare_packages(self, project: DbtProject) -> None:
+        DbtCliResource(project_dir=project, dbt_executable=dbt_executable()).cli(
+            ["deps", "--quiet"], target_path=project.target_path).wait()
+
+    def _prepare_manifest(self, project: DbtProject) -> None:
+        DbtCliResource(project_dir=project, dbt_executable=dbt_executable()).cli(
+            self._prepare_project_cli_args, target_path=project.target_path).wait()
+
+
 dbt_project = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)
-dbt_project.prepare_if_dev()
+VenvDbtPreparer().prepare_if_dev(dbt_project)
 
 
 def require_manifest() -> Path:

@@ -20,7 +20,6 @@ only what changed.
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
 
 from churn_assets.assets.warehouse import user_errors
-from churn_assets.dbt_project import dbt_project, require_manifest
+from churn_assets.dbt_project import dbt_executable, dbt_project, require_manifest
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection, dbt_connection_env, read_load_key, schema_name, world_prefix
 from churn_assets.fabric.roles import ensure_arm_role, grant_arm_access
@@ -56,17 +55,6 @@ class WarehouseDbtTranslator(DagsterDbtTranslator):
 
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
         return ANALYTICS_GROUP
-
-
-def dbt_executable() -> str:
-    """The `dbt` installed beside this interpreter (`.venv/bin/dbt`), so commands run as `.venv/bin/pytest` or
-    `.venv/bin/churnbench` find it without an activated venv; else whatever `dbt` is on PATH."""
-    # The venv's bin (sys.prefix) first: a code server may run with the venv's python resolved to the base
-    # interpreter, whose folder has no dbt.
-    for candidate in (Path(sys.prefix) / "bin" / "dbt", Path(sys.executable).parent / "dbt"):
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which("dbt") or "dbt"
 
 
 class WarehouseDbtCli(DbtCliResource):
