@@ -8,6 +8,7 @@ import sys
 import click
 
 from churn_assets.commands.project import project
+from churn_assets.commands.results import results, verify_results
 from churn_assets.commands.run import paper, run
 from churn_assets.commands.services import services
 from churn_assets.commands.tasks import exposure, tasks
@@ -60,3 +61,5 @@ main.add_command(exposure)
 main.add_command(project)
 main.add_command(run)
 main.add_command(paper)
+main.add_command(results)
+main.add_command(verify_results)

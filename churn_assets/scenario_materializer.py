@@ -1,7 +1,8 @@
 """The scenario materializer: build, in process on the persistent instance, every missing input of a scenario.
 
-`materialize_scenario(session, defs, world, T', T, policy)` plans the scenario (`freshness/scenario.py`:
-its inputs and served-vintage map), finds which inputs already exist, materializes the others in dependency
+`materialize_scenario(session, defs, world, T', T, policy, arm=...)` plans the scenario
+(`freshness/scenario.py`: its inputs and served-vintage map; `arm_plan` for an arm that serves no staged
+cache), finds which inputs already exist, materializes the others in dependency
 order, and returns the served-vintage map with what it built and reused. `churnbench run` / `paper` call it
 before `eval_run`, which only checks that its inputs exist (ARCHITECTURE.md section 10, "Evaluation wiring").
 
@@ -300,20 +301,58 @@ def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, check_
 # ---------------------------------------------------------------------------------------------------
 
 
+# The inputs of arms that serve no staged cache, by day: (asset, "t_prime" | "t"). Besides these, every arm
+# needs the world-level inputs (the ledger for gold, the warehouse pair and the dbt build: the SaaS mock reads
+# truth, and the arm role's grants on `_staging`, where the indexes live, are made with the dbt build) and the
+# task set at T. Other arms need the policy's whole plan (`freshness/scenario.py`).
+ARM_DAY_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
+    # the RAG corpus built at T' (and the documents of T' its contract chunks come from)
+    "classic_rag": ((CONTRACT_DOCUMENTS, "t_prime"), (RAG_INDEX, "t_prime")),
+    # live stores at T (Mongo; the as-of views are the dbt build), contract terms from the index of T'
+    "hierarchical": ((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime")),
+}
+
+
+def arm_vintage(arm: str, t_prime: dt.date, t: dt.date) -> dict[str, dt.date]:
+    """The planned vintage of an arm of `ARM_DAY_INPUTS`, as the arm itself declares it."""
+    if arm == "classic_rag":
+        from churn_assets.arms.corpus import corpus_vintage
+
+        return corpus_vintage(t_prime)
+    from churn_assets.arms.hierarchical import hierarchical_vintage
+
+    return hierarchical_vintage(t_prime, t)
+
+
+def arm_plan(arm: str, world: str, t_prime: dt.date, t: dt.date, policy_id: str) -> ScenarioPlan:
+    """The plan of a scenario of an arm of `ARM_DAY_INPUTS`: the world-level inputs, the arm's own partitions
+    and the task set, no refresh days (the policy plans none for it), its planned vintage as the served map."""
+    days = {"t_prime": t_prime, "t": t}
+    inputs = [ScenarioInput(LEDGER, world), *(ScenarioInput(a, world) for a in WAREHOUSE),
+              ScenarioInput(DBT_BUILD, world)]
+    inputs += [ScenarioInput(asset, world, days[when]) for asset, when in ARM_DAY_INPUTS[arm]]
+    inputs.append(ScenarioInput(TASK_SET, world, t))
+    return ScenarioPlan(world, t_prime, t, policy_id, {}, arm_vintage(arm, t_prime, t), tuple(inputs))
+
+
 def needs_rates(policy: Policy) -> bool:
     return isinstance(policy, RateMatched) or (isinstance(policy, Budget) and policy.allocation == "proportional")
 
 
 def plan_scenario(session: Session, world: str, t_prime: dt.date, t: dt.date, policy: Policy, *,
-                  registry: Registry | None = None, rates: Mapping[str, float] | None = None) -> ScenarioPlan:
-    """The scenario's plan; refuses days outside the world's calendar. A policy that needs change rates gets
-    them measured on the world's ledger over [start, T'] (the ledger must exist)."""
+                  registry: Registry | None = None, rates: Mapping[str, float] | None = None,
+                  arm: str | None = None) -> ScenarioPlan:
+    """The scenario's plan (`arm_plan` for an arm that serves no staged cache); refuses days outside the world's
+    calendar. A policy that needs change rates gets them measured on the world's ledger over [start, T']
+    (the ledger must exist)."""
     registry = registry or load_registry()
     config = load_world_config(session.paths, world)
     for name, day in (("T'", t_prime), ("T", t)):
         if not config.start <= day <= config.end:
             raise ScenarioMaterializationError(f"{name} = {day} is outside the calendar of world {world} "
                                                f"({config.start}..{config.end})")
+    if arm in ARM_DAY_INPUTS:  # the arm serves no staged cache: the policy plans nothing for it
+        return arm_plan(arm, world, t_prime, t, policy.policy_id)
     if rates is None and needs_rates(policy):
         loaded = load_ledger(session.paths.ledger_dir(world))
         rates = measured_change_rates(loaded.records, config.start, t_prime, list(registry.classes))
@@ -336,15 +375,18 @@ def materialize_scenario(
     rates: Mapping[str, float] | None = None,
     check_data: bool = True,
     echo: Echo | None = None,
+    arm: str | None = None,
 ) -> ScenarioBuild:
-    """Materialize every missing input of scenario (world, T', T, policy); returns the build, whose
-    `served_vintage` is the map the router serves. Raises `ScenarioMaterializationError` listing failures."""
+    """Materialize every missing input of scenario (world, T', T, policy) for `arm` (None: every input the
+    policy's plan names); returns the build, whose `served_vintage` is the map the router serves. Raises
+    `ScenarioMaterializationError` listing failures."""
     started = time.perf_counter()
     say = echo or (lambda _: None)
-    if needs_rates(policy) and rates is None and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
+    if needs_rates(policy) and rates is None and arm not in ARM_DAY_INPUTS \
+            and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
         # Rates are measured on the ledger: build it first.
         _run(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), {}, say)
-    plan = plan_scenario(session, world, t_prime, t, policy, registry=registry, rates=rates)
+    plan = plan_scenario(session, world, t_prime, t, policy, registry=registry, rates=rates, arm=arm)
     existing, vanished = existing_inputs(session, plan.inputs, check_data=check_data)
     missing = [i for i in plan.inputs if i not in existing]
     build = ScenarioBuild(plan, [i for i in plan.inputs if i in existing], sorted(vanished))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,10 @@ class ScenarioDef:
     policy: str  # the policy as written for `parse_policy` (tiered, off, ttl:..., rate:..., uniform:N ...)
     t_prime: dt.date
     t: dt.date
-    agent_id: str = "det"
+    agent_id: str = "det"  # or `llm-<hash6 of model_settings>` (section 10)
     saas_profile: str = "default"
+    # An LLM agent's settings (arms/agents/llm.py `LlmSettings.to_json()`: no API key); None for `det`.
+    model_settings: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @property
     def parsed_policy(self) -> Policy:
@@ -60,12 +63,14 @@ class ScenarioDef:
     def to_json(self) -> dict[str, Any]:
         return {"world_id": self.world_id, "arm": self.arm, "policy": self.policy,
                 "t_prime": self.t_prime.isoformat(), "t": self.t.isoformat(), "agent_id": self.agent_id,
-                "saas_profile": self.saas_profile}
+                "saas_profile": self.saas_profile,
+                **({"model_settings": dict(self.model_settings)} if self.model_settings is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ScenarioDef:
         return cls(d["world_id"], d["arm"], d["policy"], dt.date.fromisoformat(d["t_prime"]),
-                   dt.date.fromisoformat(d["t"]), d.get("agent_id", "det"), d.get("saas_profile", "default"))
+                   dt.date.fromisoformat(d["t"]), d.get("agent_id", "det"), d.get("saas_profile", "default"),
+                   d.get("model_settings"))
 
     def validate(self) -> ScenarioDef:
         if self.arm not in ARMS:
@@ -74,9 +79,16 @@ class ScenarioDef:
             raise ScenarioError(f"unknown SaaS profile {self.saas_profile!r} (known: {', '.join(SAAS_PROFILES)})")
         if self.t < self.t_prime:
             raise ScenarioError(f"T = {self.t} is before T' = {self.t_prime}")
-        if self.agent_id != "det":
-            raise ScenarioError(f"agent {self.agent_id!r}: only the deterministic agent (det) runs here; "
-                                "LLM agents need an OpenAI-compatible endpoint")
+        if self.agent_id == "det":
+            if self.model_settings is not None:
+                raise ScenarioError("the deterministic agent (det) takes no model settings")
+        else:
+            from churn_assets.arms.agents.llm import check_agent_settings
+
+            try:  # the stored settings must hash to the agent id of the key
+                check_agent_settings(self.agent_id, self.model_settings)
+            except UserFacingError as e:
+                raise ScenarioError(f"scenario agent {self.agent_id!r}: {e}") from None
         self.parsed_policy  # noqa: B018 - raises a clear error for a malformed policy
         return self
 

@@ -204,6 +204,24 @@ WORLD_ARTEFACTS.append(WorldArtefact("evaluation results", _worlds_with_results,
 WORLD_ARTEFACTS.append(WorldArtefact("scenarios", _worlds_with_scenarios, _remove_scenarios))
 
 
+def _catalog_worlds(conn: Any) -> set[str]:
+    from churn_assets.evaluation.catalog import catalog_worlds
+
+    return catalog_worlds(conn)
+
+
+def _delete_catalog_rows(conn: Any, world_id: str) -> None:
+    from churn_assets.evaluation.catalog import delete_world_runs
+
+    delete_world_runs(conn, world_id)
+
+
+# issue 13: the world's rows in the results catalog (`churnbench.results_runs`, outside the world's schemas);
+# removed before the results files they point at
+WORLD_ARTEFACTS.append(WorldArtefact("results catalog rows", _with_warehouse(_catalog_worlds),
+                                     _with_warehouse(_delete_catalog_rows)))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Registry operations
 # ---------------------------------------------------------------------------------------------------

@@ -142,3 +142,13 @@ def test_a_changed_code_version_never_overwrites(world, tmp_path: Path) -> None:
 def test_scenario_key_format() -> None:
     spec = RunSpec("default-s42-3f9a1c", "h", "grounding", "tiered", dt.date(2024, 3, 29), dt.date(2024, 4, 27), "x")
     assert spec.scenario_key == "default-s42-3f9a1c__grounding__tiered__tp20240329__t20240427__det__default"
+
+
+def test_token_totals_add_up_and_an_unpriced_answer_leaves_the_cost_unknown() -> None:
+    from churn_assets.evaluation.runner import token_totals
+
+    usage = {"model": "m", "calls": 2, "input_tokens": 100, "output_tokens": 10, "tool_calls": 1, "cost_usd": 0.5}
+    rows = [{"usage": usage}, {"usage": {**usage, "cost_usd": 0.25}}, {}]
+    assert token_totals(rows) == {"model_calls": 4, "tool_calls": 2, "input_tokens": 200, "output_tokens": 20,
+                                  "cost_usd": 0.75}
+    assert token_totals([*rows, {"usage": {**usage, "cost_usd": None}}])["cost_usd"] is None

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from churn_assets.arms.agents.deterministic import AgentAnswer, DeterministicAgent
+from churn_assets.arms.agents.deterministic import Agent, AgentAnswer, DeterministicAgent, TokenUsage
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.saas_client import TransportError
 from churn_assets.grounding.router import Router
@@ -61,6 +61,7 @@ class ArmAnswer:
     timings_ms: dict[str, float] = field(default_factory=dict)
     parse_error: str | None = None
     transport_error: str | None = None
+    usage: TokenUsage | None = None  # a model-backed agent's tokens and cost (None: the deterministic agent)
 
     @property
     def served_vintage(self) -> dict[str, Day]:
@@ -83,6 +84,7 @@ class ArmAnswer:
             "transport_error": self.transport_error, "cost_units": self.cost_units,
             "served_vintage": {c: d.isoformat() for c, d in sorted(self.served_vintage.items())},
             "traces": [t.to_json(with_latency=False) for t in self.traces],
+            **({"usage": self.usage.to_json()} if self.usage is not None else {}),
         }
 
     def timings_json(self) -> dict[str, Any]:
@@ -115,9 +117,9 @@ class Arm(abc.ABC):
 
     name: str = ""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, agent: Agent | None = None) -> None:
         self.scenario = scenario
-        self.agent = DeterministicAgent()
+        self.agent: Agent = agent if agent is not None else DeterministicAgent()
 
     @property
     @abc.abstractmethod
@@ -138,14 +140,15 @@ class Arm(abc.ABC):
         try:
             agent_answer, traces = self._answer(task.question_text)
         except TransportError as e:
-            agent_answer, transport = AgentAnswer(None, "unknown", None), str(e)
+            # `usage`: what a model-backed agent spent before the failure
+            agent_answer, transport = AgentAnswer(None, "unknown", None, usage=getattr(e, "usage", None)), str(e)
             traces = list(getattr(e, "traces", ()))
         total = (time.perf_counter() - started) * 1000.0
         retrieval = sum(t.latency_ms for t in traces)
         return ArmAnswer(task.task_id, self.name, agent_answer.value, agent_answer.text, agent_answer.template_id,
                          tuple(traces), {"total": round(total, 1), "retrieval": round(retrieval, 1),
                                          "agent": round(total - retrieval, 1)},
-                         parse_error=agent_answer.parse_error, transport_error=transport)
+                         parse_error=agent_answer.parse_error, transport_error=transport, usage=agent_answer.usage)
 
     def check_traces(self, answer: ArmAnswer) -> list[str]:
         """Differences between an answer's traces and this arm's planned vintage (empty: they agree)."""

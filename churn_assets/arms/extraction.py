@@ -1,12 +1,13 @@
 """The extraction rule: how the deterministic agent gets an answer out of retrieved fact records.
 
-Arms that only retrieve fact records (the RAG corpus: `grounding_no_source_routing`, and the classic-RAG
-arms of a later issue) give the agent the top-k records most similar to the question, nothing else. The
+Arms that only retrieve fact records (the RAG corpus: `grounding_no_source_routing` and `classic_rag`)
+give the agent the top-k records most similar to the question, nothing else. The
 rule below is fixed and the same for every such arm, so that what separates them is what they retrieve:
 
 1. **Retrieve** the `K` records (`K = 10`) of the corpus most similar to the question text, among the
-   record kinds that state the template's facts (`SPECS[template].kinds`); records naming the entity ids
-   the question names rank first (`rag_corpus.search_corpus`).
+   record kinds that state the template's facts (`SPECS[template].kinds`; `classic_rag` searches every
+   kind: one store of everything); records naming the entity ids the question names rank first
+   (`rag_corpus.search_corpus`).
 2. **Read** every retrieved record into facts (`read_record`: the record texts of `grounding/rag_corpus.py`
    and the contract chunks' tables). Nothing else is known: a record that was not retrieved does not exist.
 3. **Answer**, by the template's *mode*:
@@ -59,7 +60,7 @@ class RetrievedRecord(Protocol):
 
 
 class RecordSearch(Protocol):
-    def __call__(self, query: str, kinds: Sequence[str], k: int) -> Sequence[RetrievedRecord]: ...
+    def __call__(self, query: str, kinds: Sequence[str] | None, k: int) -> Sequence[RetrievedRecord]: ...
 
 
 # ---------------------------------------------------------------------------------------------------

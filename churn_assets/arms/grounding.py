@@ -24,20 +24,15 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from churn_assets.arms.agents.deterministic import AgentAnswer
-from churn_assets.arms.base import Arm, ArmError, RouterArm, Scenario
-from churn_assets.arms.extraction import RECORD_CLASSES
-from churn_assets.fabric.postgres import schema_name
+from churn_assets.arms.base import ArmError, RouterArm, Scenario
+from churn_assets.arms.corpus import CorpusArm
 from churn_assets.freshness.planning import PlanningError, served_vintage
 from churn_assets.freshness.policies import Off, Policy
 from churn_assets.grounding.registry import Registry
 from churn_assets.grounding.router import Router, RoutingMode, Sources
-from churn_assets.grounding.traces import RAG_LOOKUP, Read, TraceEntry
-from churn_assets.world.events import ENTITY_CLASSES
 
 Day = dt.date
 
@@ -103,48 +98,9 @@ class NoSemanticModelArm(GroundingArm):
         return TracingTools(self.router, keyword_classes(question))
 
 
-class NoSourceRoutingArm(Arm):
-    """Everything through the RAG corpus built at T': top-k records per question, the extraction rule."""
+class NoSourceRoutingArm(CorpusArm):
+    """Everything through the RAG corpus built at T': top-k records among the kinds the template plans, the
+    extraction rule (search and traces: `arms/corpus.py`)."""
 
     name = "grounding_no_source_routing"
-
-    def __init__(self, scenario: Scenario, sources: Sources, encoder: Any = None) -> None:
-        super().__init__(scenario)
-        if sources.pg is None:
-            raise ArmError("grounding_no_source_routing reads the RAG corpus: it needs a warehouse connection")
-        self.sources = sources
-        self._encoder = encoder
-
-    @property
-    def encoder(self) -> Any:
-        if self._encoder is None:
-            from churn_assets.grounding.embeddings import default_encoder
-
-            self._encoder = default_encoder()
-        return self._encoder
-
-    @property
-    def planned_vintage(self) -> dict[str, Day]:
-        return dict.fromkeys(ENTITY_CLASSES, self.scenario.t_prime)
-
-    def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
-        from churn_assets.grounding.rag_corpus import search_corpus
-
-        traces: list[TraceEntry] = []
-        day = self.scenario.t_prime
-        table = f"{schema_name(self.sources.world_id, 'staging')}.rag_corpus_records@{day.isoformat()}"
-
-        def search(query: str, kinds: Sequence[str], k: int) -> list[Any]:
-            started = time.perf_counter()
-            hits = search_corpus(self.sources.pg, self.sources.world_id, day, query, self.encoder, k=k,
-                                 kinds=list(kinds))
-            # The corpus is outside the registry; its data time (T') is attributed to the classes whose facts
-            # the retrieved records state, one read per class (the first carries the search's cost).
-            classes = list(dict.fromkeys(c for kind in kinds for c in RECORD_CLASSES[kind]))
-            reads = tuple(Read("rag_index", table, c, day, sum(1 for h in hits if c in RECORD_CLASSES[h.kind]),
-                               accesses=1 if i == 0 else 0) for i, c in enumerate(classes))
-            traces.append(TraceEntry(RAG_LOOKUP, reads, (time.perf_counter() - started) * 1000.0,
-                                     note=f"top {k} of {', '.join(kinds)}"))
-            return hits
-
-        return self.agent.answer_from_records(question, self.scenario.t, search), traces
+    by_kind = True

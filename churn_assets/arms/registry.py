@@ -15,8 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from churn_assets.arms.agents.deterministic import Agent
 from churn_assets.arms.base import Arm, ArmError, Scenario
+from churn_assets.arms.classic_rag import ClassicRagArm
 from churn_assets.arms.grounding import GroundingArm, NoFreshnessTiersArm, NoSemanticModelArm, NoSourceRoutingArm
+from churn_assets.arms.hierarchical import HierarchicalArm
 from churn_assets.arms.naive import NaiveArm
 from churn_assets.fabric.postgres import connect
 from churn_assets.fabric.roles import arm_url
@@ -50,8 +53,18 @@ def _no_routing(scenario: Scenario, sources: Sources, registry: Registry, *, enc
     return NoSourceRoutingArm(scenario, sources, encoder)
 
 
+def _classic_rag(scenario: Scenario, sources: Sources, registry: Registry, *, encoder: Any = None, **_: Any) -> Arm:
+    return ClassicRagArm(scenario, sources, encoder)
+
+
+def _hierarchical(scenario: Scenario, sources: Sources, registry: Registry, **_: Any) -> Arm:
+    return HierarchicalArm(scenario, registry, sources)
+
+
 ARMS: dict[str, Factory] = {
     "naive": _naive,
+    "classic_rag": _classic_rag,
+    "hierarchical": _hierarchical,
     "grounding": _grounding,
     "grounding_no_freshness_tiers": _off,
     "grounding_no_semantic_model": _no_semantic,
@@ -60,13 +73,18 @@ ARMS: dict[str, Factory] = {
 
 
 def make_arm(name: str, scenario: Scenario, sources: Sources, *, registry: Registry | None = None,
-             policy: Policy | None = None, served: Mapping[str, Day] | None = None, encoder: Any = None) -> Arm:
+             policy: Policy | None = None, served: Mapping[str, Day] | None = None, encoder: Any = None,
+             agent: Agent | None = None) -> Arm:
     """The arm `name` for a scenario. `policy`/`served` matter to `grounding` and `grounding_no_semantic_model`
-    (the off ablation always uses policy off); `encoder` to the RAG arm (default: the offline MiniLM)."""
+    (the off ablation always uses policy off); `encoder` to the RAG arm (default: the offline MiniLM); `agent`
+    answers through the arm's tools (default: the deterministic agent; `agents.llm.LlmAgent` for an LLM)."""
     factory = ARMS.get(name)
     if factory is None:
         raise ArmError(f"unknown arm {name!r} (known: {', '.join(ARMS)})")
-    return factory(scenario, sources, registry or load_registry(), policy=policy, served=served, encoder=encoder)
+    arm = factory(scenario, sources, registry or load_registry(), policy=policy, served=served, encoder=encoder)
+    if agent is not None:
+        arm.agent = agent
+    return arm
 
 
 def connect_sources(world_id: str, *, warehouse_url: str | None = None, mongo_url: str | None = None,

@@ -61,7 +61,7 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     world, policy = scenario.world_id, scenario.parsed_policy
     urls = state.service_urls()
     session = Session(paths, urls, context.instance)
-    plan = plan_scenario(session, world, scenario.t_prime, scenario.t, policy)
+    plan = plan_scenario(session, world, scenario.t_prime, scenario.t, policy, arm=scenario.arm)
     missing = missing_inputs(session, plan)
     if missing:
         listed = "\n  ".join(str(m) for m in missing)
@@ -73,13 +73,21 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     config = state.world_config(world)
     spec = RunSpec(world, config.config_hash, scenario.arm, scenario.policy_id, scenario.t_prime, scenario.t,
                    task_set_hash(tasks), agent_id=scenario.agent_id, saas_profile=scenario.saas_profile,
-                   policy_params={"policy": scenario.policy})
+                   policy_params={"policy": scenario.policy}, model_settings=scenario.model_settings)
+    agent = None  # the deterministic agent
+    if scenario.agent_id != "det":
+        from churn_assets.arms.agents.llm import agent_for_scenario
+
+        try:  # the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's agent id
+            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings)
+        except UserFacingError as e:
+            raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
                               saas_key=saas_api_key(paths, scenario.saas_profile) if urls.saas else None,
                               documents_root=paths.world_dir(world) / "contracts")
     try:
         arm = make_arm(scenario.arm, Scenario(world, scenario.t_prime, scenario.t, scenario.policy_id), sources,
-                       policy=policy, served=plan.served_vintage)
+                       policy=policy, served=plan.served_vintage, agent=agent)
         exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
                                 vintage=arm.planned_vintage, resolver=resolver)
 
@@ -89,7 +97,8 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
 
         saas = sources.saas
         summary = evaluate(arm, tasks, resolver, results_store(state), spec, exposure=exposure, progress=progress,
-                           transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None)
+                           transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
+                           catalog=urls.warehouse)  # the results catalog records running -> complete/failed
     except UserFacingError as e:
         raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     finally:

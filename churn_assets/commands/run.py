@@ -18,9 +18,8 @@ from churn_assets.state import StatePaths
 T = dt.date(2024, 4, 27)  # the paper's evaluation day (section 10, "The paper's windows")
 D1, D28 = dt.date(2024, 4, 26), dt.date(2024, 3, 29)
 REFERENCE_STALE = {("tiered", "D+1"): 7, ("tiered", "D+28"): 4, ("off", "D+1"): 7, ("off", "D+28"): 45}
-# Arms built so far; classic_rag and hierarchical arrive with the classic-RAG/hierarchical issue.
-PAPER_ARMS = ("naive", "grounding", "grounding_no_freshness_tiers", "grounding_no_semantic_model",
-              "grounding_no_source_routing")
+PAPER_ARMS = ("naive", "classic_rag", "hierarchical", "grounding", "grounding_no_freshness_tiers",
+              "grounding_no_semantic_model", "grounding_no_source_routing")
 
 
 def _day(value: str) -> dt.date:
@@ -31,8 +30,9 @@ def _day(value: str) -> dt.date:
 
 
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
-                 policy: str, saas_profile: str, echo: Any) -> dict[str, Any]:
-    """Build the inputs, run `eval_run` for the scenario, return its summary (plus where it is)."""
+                 policy: str, saas_profile: str, echo: Any, *, llm: Any = None) -> dict[str, Any]:
+    """Build the inputs, run `eval_run` for the scenario, return its summary (plus where it is). `llm`: the
+    `LlmSettings` of an LLM agent (its agent id goes into the key, its settings into the experiment hash)."""
     from churn_assets.assets.evaluation import results_store
     from churn_assets.evaluation.results import STALE_VERDICTS
     from churn_assets.materialize import materialize
@@ -40,8 +40,10 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     from churn_assets.scenario_materializer import materialize_scenario
     from churn_assets.scenarios import ScenarioDef, register_scenario
 
-    scenario = ScenarioDef(world, arm, policy, t_prime, t, "det", saas_profile).validate()
-    build = materialize_scenario(session, definitions, world, t_prime, t, scenario.parsed_policy, echo=echo)
+    scenario = ScenarioDef(world, arm, policy, t_prime, t, llm.agent_id if llm else "det", saas_profile,
+                           llm.to_json() if llm else None).validate()
+    build = materialize_scenario(session, definitions, world, t_prime, t, scenario.parsed_policy, echo=echo,
+                                 arm=arm)
     key = register_scenario(session.paths, session.instance, scenario)
     started = time.perf_counter()
     materialize(session, definitions, ["eval_run"], [key])
@@ -66,27 +68,29 @@ def _line(s: dict[str, Any]) -> str:
 
 @click.command()
 @click.option("--world", "world_id", required=True, help="A registered world.")
-@click.option("--arm", required=True, help="naive, grounding, grounding_no_freshness_tiers, "
-              "grounding_no_semantic_model, grounding_no_source_routing.")
+@click.option("--arm", required=True, help="naive, classic_rag, hierarchical, grounding, "
+              "grounding_no_freshness_tiers, grounding_no_semantic_model, grounding_no_source_routing.")
 @click.option("--t-prime", "t_prime", required=True, help="T': the cache build day.")
 @click.option("--t", "t", required=True, help="T: the evaluation day.")
 @click.option("--policy", default="tiered", show_default=True,
               help="tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N.")
-@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True)
+@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True,
+              help="llm: a model on the OpenAI-compatible endpoint of CHURNBENCH_LLM_BASE_URL / CHURNBENCH_LLM_MODEL.")
 @click.option("--saas-profile", type=click.Choice(["default", "reference"]), default="default", show_default=True)
 def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
     from churn_assets.definitions import defs_for
-    from churn_assets.errors import UserFacingError
     from churn_assets.materialize import open_session
 
-    if agent == "llm":
-        raise UserFacingError("the LLM agent needs an OpenAI-compatible endpoint and is not built yet; "
-                              "use --agent deterministic")
+    llm = None
+    if agent == "llm":  # settings from CHURNBENCH_LLM_*: a clear error, before anything starts, when unset
+        from churn_assets.arms.agents.llm import LlmSettings
+
+        llm = LlmSettings.from_env()
     paths = StatePaths.resolve()
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
-                               saas_profile, click.echo)
+                               saas_profile, click.echo, llm=llm)
     click.echo(f"{summary['scenario_key']}: {_line(summary)}")
     click.echo(f"results: {summary['results']}")
 

@@ -107,6 +107,11 @@ class ResultsStore:
             raise ResultsError(f"no completed results at {path.parent}")
         return json.loads(path.read_text())
 
+    def read_timings(self, key: RunKey) -> dict[str, Any]:
+        """The timings sidecar of a completed run ({} when it has none)."""
+        path = self.run_dir(key) / TIMINGS_FILE
+        return json.loads(path.read_text()) if path.exists() else {}
+
     def read_tasks(self, key: RunKey) -> list[dict[str, Any]]:
         path = self.run_dir(key) / TASKS_FILE
         if not path.exists():

@@ -6,6 +6,11 @@
 The run is keyed by its experiment hash (everything that can change an answer or a count) and the code
 version; answers are checkpointed per task, so an interrupted run resumes where it stopped and gives the
 same per-task answers, verdicts and counts. Timings go to a sidecar outside anything compared.
+
+With a results catalog (`catalog=`: a `RunCatalog`, or the warehouse URL to open one on), the run is
+recorded there as `running` when it starts, `complete` with its figures once its results folder is
+complete, and `failed` when it raises (errors and interrupts alike): a failed run never looks complete.
+Without one (unit tests) nothing is recorded outside the results folder.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.exposure import RunExposure
-from churn_assets.evaluation.results import ResultsStore, RunKey, code_version, experiment_hash
+from churn_assets.evaluation.results import ResultsStore, RunKey, RunWriter, code_version, experiment_hash
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, Outcome, score
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
@@ -116,6 +122,7 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
         "gold_planned": planned_gold, "exposed": exposed, "classes_stale": stale_classes,
         "cost_units": answer.cost_units, "routes": answer.routes, "parse_error": answer.parse_error,
         "transport_error": answer.transport_error, "traces": trace.get("traces", []),
+        **({"usage": trace["usage"]} if "usage" in trace else {}),  # a model-backed agent's tokens and cost
     }
 
 
@@ -130,12 +137,48 @@ def evaluate(
     code: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     transport_counters: Callable[[], Mapping[str, Any]] | None = None,
+    catalog: RunCatalog | str | None = None,
 ) -> dict[str, Any]:
-    """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary."""
+    """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary.
+
+    `catalog` (a `RunCatalog` or a warehouse URL) records the run's status and figures; None records nothing.
+    """
     key = spec.key(code)
+    cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
+    run_dir = store.run_dir(key)
     if store.is_complete(key):
-        return store.read_summary(key)
+        summary = store.read_summary(key)
+        if cat is not None:  # recorded already, or the catalog was unreachable when the run finished
+            cat.complete(spec, key, run_dir, summary, store.read_timings(key))
+        return summary
     writer = store.open_run(key)
+    if cat is not None:
+        cat.start(spec, key, run_dir)
+    try:
+        summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
+                                       transport_counters)
+    except BaseException as e:
+        if cat is not None:
+            _record_failure(cat, key, e)
+        raise
+    if cat is not None:
+        cat.complete(spec, key, run_dir, summary, timings)
+    return summary
+
+
+def _record_failure(cat: RunCatalog, key: RunKey, error: BaseException) -> None:
+    """Mark the run failed; a catalog that fails too must not hide the run's own error."""
+    text = f"{type(error).__name__}: {' '.join(str(error).split())}".rstrip(": ")
+    try:
+        cat.fail(key, text)
+    except Exception as e:  # reported on the original error instead
+        error.add_note(f"(the results catalog could not record the failure: {type(e).__name__}: {e})")
+
+
+def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, writer: RunWriter, spec: RunSpec,
+                key: RunKey, exposure: RunExposure | None, progress: Callable[[int, int], None] | None,
+                transport_counters: Callable[[], Mapping[str, Any]] | None,
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
     planned = dict(arm.planned_vintage)
     exposed = {te.task_id: te.exposed for te in exposure.tasks} if exposure else {}
     latencies: dict[str, float] = {}
@@ -155,7 +198,7 @@ def evaluate(
         "resumed_tasks": len(tasks) - len(latencies),
     }
     writer.finish([t.task_id for t in tasks], summary, timings)
-    return summary
+    return summary, timings
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, planned: Mapping[str, Day],
@@ -179,4 +222,17 @@ def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, pla
         "route_mix": dict(sorted(routes.items())),
         "planned_vintage": _day_json(planned),
         "verdicts_by_task_tier": {k: dict(v) for k, v in sorted(by_tier.items())},
+        **({"llm_usage": token_totals(rows)} if any("usage" in r for r in rows) else {}),
+    }
+
+
+def token_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A model-backed agent's tokens over a run, and its cost (None when any answer's model is unpriced)."""
+    usages = [r["usage"] for r in rows if r.get("usage")]
+    costs = [u.get("cost_usd") for u in usages]
+    return {
+        "model_calls": sum(u["calls"] for u in usages), "tool_calls": sum(u.get("tool_calls", 0) for u in usages),
+        "input_tokens": sum(u["input_tokens"] for u in usages),
+        "output_tokens": sum(u["output_tokens"] for u in usages),
+        "cost_usd": round(sum(costs), 6) if costs and all(c is not None for c in costs) else None,
     }

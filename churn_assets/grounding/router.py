@@ -13,6 +13,10 @@ Rules (`route_for`, pure; `docs/arms.md` prints the table):
   licenses from the Mongo partition of day T (`operational`), history from the dbt as-of views at T
   (`live_warehouse`), contracts from the documents of day T (`documents`), utilization and tickets from the
   SaaS API (`saas_origin`).
+- **hierarchical** (`RoutingMode.HIERARCHICAL`): the `LIVE` rules, except that a class cached as an index
+  (`contract_terms`) is read from the `vector_index` partition of its served day (`vector_lookup`; the
+  hierarchical arm serves it at T'). Which worker asks for which class is the arm's table
+  (`arms/hierarchical.py::WORKERS`), not the router's.
 
 Two facts a staged table does not carry are read from the warehouse's as-of view *at the class's served
 day* (so their data time is the class's served day, like the rest of the class): license purchases
@@ -88,6 +92,7 @@ class RouteRefused(RouterError):
 class RoutingMode(enum.Enum):
     REGISTRY = "registry"  # grounding and its ablations: staged caches at the served vintage, live at T
     LIVE = "live"  # naive: every class live at T
+    HIERARCHICAL = "hierarchical"  # hierarchical: LIVE, but a class cached as an index read from its index
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -142,7 +147,9 @@ LIVE_VIEW_OF_MART: dict[str, str] = {"fct_consumption": "consumption_as_of"}
 def route_for(view: str, registry: Registry, mode: RoutingMode, served: Mapping[str, Day], t: Day) -> Route:
     """The route of one view under a mode and a served-vintage map (the auditable rule table)."""
     cls = registry[VIEW_CLASS[view]]
-    if mode is RoutingMode.LIVE:
+    if mode is RoutingMode.HIERARCHICAL and cls.staged_index:
+        return Route(VECTOR_LOOKUP, "vector_index", cls.staged_index, _staged_day(cls.name, served, t), "staging")
+    if mode in (RoutingMode.LIVE, RoutingMode.HIERARCHICAL):
         kind, store, relation = LIVE_SOURCES[view]
         return Route(kind, store, relation, t, "analytics" if store == "warehouse" else None)
     if cls.is_live:
@@ -156,17 +163,23 @@ def route_for(view: str, registry: Registry, mode: RoutingMode, served: Mapping[
             relation = LIVE_SOURCES[view][2] if view in ("usage", "tickets") else src.relation
             return Route(SAAS_ORIGIN, "saas", relation, t)
         raise RouterError(f"live class {cls.name}: no live route for source store {src.store}")
-    if cls.name not in served:
-        raise RouterError(f"the served-vintage map has no day for staged class {cls.name}")
-    day = served[cls.name]
-    if day > t:
-        raise RouterError(f"class {cls.name} served at {day}, after T={t}: no route reads the future")
+    day = _staged_day(cls.name, served, t)
     if cls.staged_index:
         return Route(VECTOR_LOOKUP, "vector_index", cls.staged_index, day, "staging")
     if view in STAGED_GAPS:
         return Route(STAGED_SQL, "warehouse", STAGED_GAPS[view], day, "analytics")
     assert cls.staged_table is not None
     return Route(STAGED_SQL, "staging", cls.staged_table, day, "staging")
+
+
+def _staged_day(name: str, served: Mapping[str, Day], t: Day) -> Day:
+    """The served day of a staged class: in the map, and not after T."""
+    if name not in served:
+        raise RouterError(f"the served-vintage map has no day for staged class {name}")
+    day = served[name]
+    if day > t:
+        raise RouterError(f"class {name} served at {day}, after T={t}: no route reads the future")
+    return day
 
 
 def check_relation(world_id: str, schema: str, relation: str) -> None:

@@ -30,6 +30,9 @@ DOCUMENTS = "documents"  # contract documents of day T on disk
 VECTOR_LOOKUP = "vector_lookup"  # vector_index chunks at the served day (contract terms)
 RAG_LOOKUP = "rag_lookup"  # the RAG corpus built at T' (outside the registry)
 ROUTES = (STAGED_SQL, FEDERATED_JOIN, LIVE_WAREHOUSE, OPERATIONAL, SAAS_ORIGIN, DOCUMENTS, VECTOR_LOOKUP, RAG_LOOKUP)
+# Not a route to data: the hierarchical arm's coordinator leaves one entry per retrieval it splits among its
+# workers (which it asked, what it merged). It has no reads, so no data time, no rows and no cost units.
+COORDINATOR = "coordinator"
 
 # Stores a read can touch.
 STORES = ("staging", "warehouse", "operational", "saas", "documents", "vector_index", "rag_index")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
@@ -63,3 +64,177 @@ def test_a_scenario_runs_and_its_metadata_is_on_the_instance(session: Session, s
     again = run_scenario(session, session_defs, eval_world, "grounding", T_PRIME, T, "tiered", "default",
                          lambda _m: None)
     assert again["verdicts"] == verdicts and again["results"] == summary["results"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The results catalog, `results list|show` and `verify-results` (issue 13)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from churn_assets.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def grounding_run(session: Session, session_defs: dg.Definitions, eval_world: str) -> dict[str, Any]:
+    """The grounding scenario of this module (run once; a second call reads the finished results back)."""
+    return run_scenario(session, session_defs, eval_world, "grounding", T_PRIME, T, "tiered", "default",
+                        lambda _m: None)
+
+
+def test_the_catalog_has_the_run_complete_with_its_figures(session: Session, grounding_run: dict[str, Any]) -> None:
+    from pathlib import Path
+
+    from churn_assets.evaluation.catalog import RunCatalog
+
+    s = grounding_run
+    [row] = [r for r in RunCatalog(session.urls.warehouse).find(s["scenario_key"])
+             if r.code_version == s["code_version"]]
+    assert row.status == "complete" and row.error is None and row.finished_at is not None
+    assert (row.experiment_hash, row.world, row.arm, row.policy) == (s["experiment_hash"], s["experiment"]["world_id"],
+                                                                     "grounding", "tiered")
+    assert (row.t_prime, row.t, row.agent_id, row.saas_profile) == (T_PRIME, T, "det", "default")
+    assert row.tasks == s["tasks"] and row.accuracy == s["accuracy"] and row.verdicts == s["verdicts"]
+    assert (row.stale_answers, row.exposure, row.prediction) == (s["stale_answers"], s["exposure"], s["prediction"])
+    assert row.mean_latency_ms == s["mean_latency_ms"] and row.mean_cost_units == s["mean_cost_units"]
+    assert row.results_dir == s["results"] and all(Path(p).is_file() for p in row.files.values() if p)
+
+    listing = _cli("results", "list", "--world", row.world)
+    assert listing.exit_code == 0, listing.output
+    line = next(x for x in listing.output.splitlines() if s["scenario_key"] in x)
+    assert row.experiment_hash[:10] in line and "complete" in line and f"{100 * row.accuracy:.1f}%" in line
+    for ref in (s["scenario_key"], row.experiment_hash[:8], str(row.run_id)):
+        shown = _cli("results", "show", ref)
+        assert shown.exit_code == 0, shown.output
+        assert f"run {row.run_id}: {s['scenario_key']}" in shown.output
+        assert f"correct {s['verdicts']['correct']}" in shown.output
+        assert str(Path(s["results"]) / "tasks.jsonl") in shown.output
+    missing = _cli("results", "show", "ffffffffffff")
+    assert missing.exit_code == 1 and "no run 'ffffffffffff' in the results catalog" in missing.stderr
+
+
+def test_verify_results_confirms_every_row_and_rejects_a_tampered_one(grounding_run: dict[str, Any],
+                                                                       tmp_path: Any) -> None:
+    import json
+    import shutil
+
+    s = grounding_run
+    ok = _cli("verify-results", s["scenario_key"])
+    assert ok.exit_code == 0, ok.output + ok.stderr
+    assert f"{s['tasks']} rows confirmed" in ok.output
+
+    forged = tmp_path / "forged"
+    shutil.copytree(s["results"], forged)
+    rows = [json.loads(x) for x in (forged / "tasks.jsonl").read_text().splitlines()]
+    victim = next(r for r in rows if r["verdict"] == "correct")
+    victim["verdict"] = "freshness_error"
+    (forged / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad = _cli("verify-results", str(forged))
+    assert bad.exit_code == 1
+    assert f"task {victim['task_id']}: verdict stored \"freshness_error\", recomputed \"correct\"" in bad.output
+    assert "not confirmed by the ledger" in bad.stderr
+
+
+@dataclass
+class _Answer:
+    task_id: str
+    value: Any
+    vintage: dict[str, dt.date]
+    text: str = ""
+    parse_error: str | None = None
+    transport_error: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
+
+    @property
+    def served_vintage(self) -> dict[str, dt.date]:
+        return self.vintage
+
+    @property
+    def cost_units(self) -> float:
+        return 1.0
+
+    @property
+    def routes(self) -> list[str]:
+        return ["probe"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"traces": []}
+
+
+class _GoldArm:
+    """Answers gold at T (as naive does), records its run's catalog status while answering, and raises
+    `error` on call `fail_on`."""
+
+    name = "catalog_probe"
+
+    def __init__(self, resolver: Any, status: Any, fail_on: int | None = None,
+                 error: BaseException | None = None) -> None:
+        self.resolver, self.status, self.fail_on, self.error = resolver, status, fail_on, error
+        self.calls, self.seen = 0, []
+
+    @property
+    def planned_vintage(self) -> dict[str, dt.date]:
+        return {c: T for c in _classes()}
+
+    def answer(self, task: Any) -> _Answer:
+        self.calls += 1
+        self.seen.append(self.status())
+        if self.calls == self.fail_on:
+            raise self.error or RuntimeError("probe failure")
+        value = self.resolver.gold(task.template, task.params, anchor=T)
+        return _Answer(task.task_id, value, {c: T for c in task.template.classes})
+
+
+def _classes() -> list[str]:
+    from churn_assets.world.fold import uniform_vintage
+
+    return sorted(uniform_vintage(T))
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt("interrupted"), RuntimeError("source refused")],
+                         ids=["interrupt", "error"])
+def test_a_failed_run_is_recorded_failed_and_its_resume_complete(session: Session, eval_world: str,
+                                                                 grounding_run: dict[str, Any], tmp_path: Any,
+                                                                 error: BaseException) -> None:
+    from churn_assets.assets.tasks import task_set_file
+    from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.evaluation.results import ResultsStore
+    from churn_assets.evaluation.runner import RunSpec, evaluate
+    from churn_assets.tasks.gold import GoldResolver
+    from churn_assets.tasks.task_set import read_tasks, task_set_hash
+    from churn_assets.world.ledger import load_ledger
+
+    tasks = read_tasks(task_set_file(session.paths, eval_world, T))[:5]
+    loaded = load_ledger(session.paths.ledger_dir(eval_world))
+    resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
+    spec = RunSpec(eval_world, "probe", _GoldArm.name, "tiered", T_PRIME, T, task_set_hash(tasks))
+    code = f"git-probe-{type(error).__name__.lower()}"
+    store, catalog = ResultsStore(tmp_path), RunCatalog(session.urls.warehouse)
+
+    def status() -> str | None:
+        rows = [r for r in catalog.find(spec.scenario_key) if r.code_version == code]
+        return rows[0].status if rows else None
+
+    arm = _GoldArm(resolver, status, fail_on=3, error=error)
+    with pytest.raises(type(error)):
+        evaluate(arm, tasks, resolver, store, spec, code=code, catalog=session.urls.warehouse)
+    assert arm.seen == ["running"] * 3
+    [row] = [r for r in catalog.find(spec.scenario_key) if r.code_version == code]
+    assert row.status == "failed" and type(error).__name__ in (row.error or "")
+    assert row.tasks is None and row.accuracy is None and row.finished_at is not None
+    assert not store.is_complete(spec.key(code))
+    listing = _cli("results", "list", "--world", eval_world)
+    assert "failed" in next(x for x in listing.output.splitlines() if spec.scenario_key in x and code in x)
+    unverifiable = _cli("verify-results", str(row.run_id))
+    assert unverifiable.exit_code == 1 and "is failed: only a complete run can be verified" in unverifiable.stderr
+
+    resumed = _GoldArm(resolver, status)
+    summary = evaluate(resumed, tasks, resolver, store, spec, code=code, catalog=catalog)
+    assert resumed.seen == ["running"] * 3  # the two checkpointed answers are not asked again
+    [row] = [r for r in catalog.find(spec.scenario_key) if r.code_version == code]
+    assert row.status == "complete" and row.error is None and row.attempts == 2
+    assert row.verdicts == summary["verdicts"] and row.verdicts["correct"] == 5 and row.accuracy == 1.0

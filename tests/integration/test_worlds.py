@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from churn_assets.checks import ledger_hash_chain
 from churn_assets.cli import main
+from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.fabric.mongo import world_databases
 from churn_assets.materialize import MaterializationError, Session, materialize, run_checks
 from churn_assets.partitions import WORLD_PARTITIONS_NAME, world_day_key
@@ -64,9 +65,14 @@ def _evaluation_artefacts(session: Session, world_id: str) -> None:
     register_scenario(session.paths, session.instance,
                       ScenarioDef(world_id, "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3)))
     spec = RunSpec(world_id, "h", "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3), "tasks")
-    writer = ResultsStore(session.paths.root / "results").open_run(spec.key("git-test"))
+    key = spec.key("git-test")
+    store = ResultsStore(session.paths.root / "results")
+    catalog = RunCatalog(session.urls.warehouse)  # the results catalog row, as `evaluate` writes it
+    catalog.start(spec, key, store.run_dir(key))
+    writer = store.open_run(key)
     writer.append({"task_id": "t0", "verdict": "correct"})
     writer.finish(["t0"], {"tasks": 1}, {})
+    catalog.complete(spec, key, store.run_dir(key), {"tasks": 1, "verdicts": {"correct": 1}}, {})
 
 
 def check_passed(instance: dg.DagsterInstance, world_id: str) -> bool | None:
@@ -196,6 +202,10 @@ def test_worlds_rm_leaves_nothing_behind(session: Session, session_defs: dg.Defi
         mongo.close()
 
     assert world_artefacts(session.paths, session.instance, scratch_world) == []
+    # issue 13: its results catalog rows and results files are gone
+    assert "results catalog rows" in result.output and "evaluation results" in result.output
+    assert RunCatalog(session.urls.warehouse).runs(scratch_world) == []
+    assert not session.paths.results_dir(scratch_world).exists()
     assert not is_registered(session.instance, scratch_world)
     assert not session.paths.world_dir(scratch_world).exists()
     assert scratch_world not in cli("worlds", "list").output

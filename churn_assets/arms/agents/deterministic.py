@@ -66,9 +66,10 @@ class StructuredTools(Protocol):
 
 
 class RecordSearch(Protocol):
-    """What a record-retrieving arm offers: the `k` records most similar to `query` among `kinds`."""
+    """What a record-retrieving arm offers: the `k` records most similar to `query` among `kinds` (None:
+    every kind)."""
 
-    def __call__(self, query: str, kinds: Sequence[str], k: int) -> Sequence[Any]: ...
+    def __call__(self, query: str, kinds: Sequence[str] | None, k: int) -> Sequence[Any]: ...
 
 
 class AgentError(UserFacingError):
@@ -83,11 +84,42 @@ class AgentAnswer:
     text: str
     template_id: str | None
     params: dict[str, Any] = field(default_factory=dict)
-    parse_error: str | None = None  # the question matched no template (or several)
+    parse_error: str | None = None  # the question matched no template (or several), or a model's answer text
+    usage: TokenUsage | None = None  # what a model-backed agent spent (None: no model, the deterministic agent)
 
     @property
     def parsed(self) -> bool:
         return self.parse_error is None
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """What a model-backed agent spent on one answer: tokens as the endpoint reported them, and their cost
+    from the price table (`arms/agents/prices.yaml`; None: the model is not priced there)."""
+
+    model: str
+    calls: int  # chat-model calls (each tool round is one)
+    input_tokens: int
+    output_tokens: int
+    tool_calls: int = 0
+    cost_usd: float | None = None
+    unreported_calls: int = 0  # calls whose response carried no token usage (counted as 0 tokens)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "calls": self.calls, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "tool_calls": self.tool_calls, "cost_usd": self.cost_usd,
+                "unreported_calls": self.unreported_calls}
+
+
+class Agent(Protocol):
+    """What an arm needs of an agent (the deterministic agent, `agents.llm.LlmAgent`)."""
+
+    agent_id: str
+
+    def answer(self, question: str, today: Day, tools: StructuredTools) -> AgentAnswer: ...
+
+    def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
+                            by_kind: bool = True) -> AgentAnswer: ...
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -700,8 +732,11 @@ class DeterministicAgent:
         value = tmpl.answer.normalize(value)
         return AgentAnswer(value, tmpl.answer.format(value), tmpl.template_id, dict(parsed.params))
 
-    def answer_from_records(self, question: str, today: Day, search: RecordSearch) -> AgentAnswer:
-        """Answer from retrieved fact records only, by the fixed rule of `arms.extraction`."""
+    def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
+                            by_kind: bool = True) -> AgentAnswer:
+        """Answer from retrieved fact records only, by the fixed rule of `arms.extraction`. `by_kind`: search
+        only the record kinds that state the template's facts (`grounding_no_source_routing`); False: one
+        search over every kind (`classic_rag`, one store of everything)."""
         from churn_assets.arms.extraction import K, extract, search_kinds
 
         try:
@@ -710,6 +745,6 @@ class DeterministicAgent:
             return AgentAnswer(None, "unknown", None, parse_error=str(e))
         tmpl = parsed.template
         kinds = search_kinds(tmpl.template_id)
-        records = search(question, kinds, K) if kinds else []
+        records = (search(question, kinds, K) if by_kind else search(question, None, K)) if kinds else []
         value = tmpl.answer.normalize(extract(tmpl.template_id, tmpl.answer.kind, parsed.params, today, records))
         return AgentAnswer(value, tmpl.answer.format(value), tmpl.template_id, dict(parsed.params))

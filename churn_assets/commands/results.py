@@ -1,0 +1,193 @@
+"""`churnbench results list|show` (the results catalog) and `churnbench verify-results` (every verdict of a
+run recomputed from the ledger).
+
+A RUN is named by its run id (first column of `results list`), its scenario key, its experiment hash (or a
+prefix of at least 4 hex digits), or `<experiment hash>__<code version>`; a name matching several code
+versions of one experiment picks the newest. `verify-results` also takes a results folder path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from churn_assets.errors import UserFacingError
+from churn_assets.state import StatePaths
+
+if TYPE_CHECKING:
+    from churn_assets.evaluation.catalog import CatalogRun, RunCatalog
+    from churn_assets.evaluation.verify import VerifyReport
+
+
+class VerificationFailed(UserFacingError):
+    """verify-results found rows the ledger does not confirm."""
+
+
+@contextmanager
+def _catalog(paths: StatePaths) -> Iterator[RunCatalog]:
+    from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.services import ensure_services, service_errors
+
+    urls = ensure_services(paths)
+    with service_errors(paths):
+        yield RunCatalog(urls.warehouse)
+
+
+def _when(value: dt.datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def _pct(value: float | None) -> str:
+    return f"{100 * value:.1f}%" if value is not None else "-"
+
+
+def _num(value: Any, fmt: str = "") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+@click.group()
+def results() -> None:
+    """The results catalog: every evaluation run, its status and figures."""
+
+
+@results.command("list")
+@click.option("--world", "world_id", default=None, help="Only the runs of this world.")
+def list_(world_id: str | None) -> None:
+    """Every run in the catalog (oldest first): status, accuracy, stale answers, when it finished."""
+    paths = StatePaths.resolve()
+    with _catalog(paths) as catalog:
+        runs = catalog.runs(world_id)
+    if not runs:
+        click.echo("no runs yet" + (f" for world {world_id}" if world_id else "")
+                   + ": churnbench run --world ID --arm A --t-prime D --t D")
+        return
+    width = max(len("SCENARIO"), *(len(r.scenario_key) for r in runs))
+    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'EXPERIMENT':<10}  {'CODE':<22}  {'STATUS':<8}  "
+               f"{'ACC':>6}  {'STALE':>5}  FINISHED")
+    for r in runs:
+        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {r.experiment_hash[:10]:<10}  {r.code_version:<22}  "
+                   f"{r.status:<8}  {_pct(r.accuracy):>6}  {_num(r.stale_answers):>5}  {_when(r.finished_at)}")
+
+
+@results.command("show")
+@click.argument("run_ref", metavar="RUN")
+def show(run_ref: str) -> None:
+    """One run's identity, status, summary figures, verdict counts and results files."""
+    paths = StatePaths.resolve()
+    with _catalog(paths) as catalog:
+        run, others = catalog.resolve(run_ref)
+    click.echo(_describe(run, others))
+
+
+def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
+    lines = [
+        f"run {r.run_id}: {r.scenario_key}",
+        f"  experiment     {r.experiment_hash}",
+        f"  code version   {r.code_version}",
+        f"  world          {r.world}",
+        f"  arm / policy   {r.arm} / {r.policy}",
+        f"  T' / T         {r.t_prime} / {r.t}",
+        f"  agent / saas   {r.agent_id} / {r.saas_profile}",
+        f"  status         {r.status} (attempts {r.attempts}; started {_when(r.started_at)}, "
+        f"finished {_when(r.finished_at)})",
+    ]
+    if r.error:
+        lines.append(f"  error          {r.error}")
+    if r.status == "complete":
+        lines += [
+            f"  tasks          {r.tasks}, accuracy {_pct(r.accuracy)}",
+            "  verdicts       " + ", ".join(f"{k} {_num(v)}" for k, v in r.verdicts.items()),
+            f"  stale answers  {_num(r.stale_answers)} (freshness + mixed vintage); exposure {_num(r.exposure)}, "
+            f"prediction {_num(r.prediction, '.2f')}",
+            f"  mean cost      {_num(r.mean_cost_units, '.3f')} units; mean latency "
+            f"{_num(r.mean_latency_ms, '.1f')} ms",
+        ]
+    lines.append(f"  results        {r.results_dir}")
+    lines += [f"    {name:<8}     {path}" for name, path in r.files.items() if path]
+    if others:
+        lines.append("  other code versions of this experiment: "
+                     + ", ".join(f"run {o.run_id} {o.code_version} ({o.status})" for o in others))
+    return "\n".join(lines)
+
+
+@click.command("verify-results")
+@click.argument("run_refs", nargs=-1, metavar="RUN...")
+@click.option("--all", "all_runs", is_flag=True, help="Every complete run in the catalog (of --world).")
+@click.option("--world", "world_id", default=None, help="With --all: only the runs of this world.")
+def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | None) -> None:
+    """Recompute gold from the ledger for every task of a run (correct rows too) and confirm each verdict.
+
+    Prints "N rows confirmed" per run, or every disagreement (naming the task) and exits 1.
+    """
+    if not run_refs and not all_runs:
+        raise click.UsageError("name a RUN (see `churnbench results list`), a results folder, or pass --all")
+    paths = StatePaths.resolve()
+    folders: list[tuple[str, Path]] = []
+    refs = [r for r in run_refs if not _is_results_folder(r)]
+    folders += [(r, Path(r)) for r in run_refs if _is_results_folder(r)]
+    if refs or all_runs:
+        with _catalog(paths) as catalog:
+            for ref in refs:
+                run, _ = catalog.resolve(ref)
+                if run.status != "complete":
+                    raise UserFacingError(f"run {run.run_id} ({run.scenario_key}) is {run.status}: only a complete "
+                                          "run can be verified")
+                folders.append((f"run {run.run_id} {run.scenario_key}", Path(run.results_dir)))
+            if all_runs:
+                folders += [(f"run {r.run_id} {r.scenario_key}", Path(r.results_dir))
+                            for r in catalog.runs(world_id) if r.status == "complete"]
+    if not folders:
+        click.echo("no complete runs to verify")
+        return
+    resolvers: dict[str, Any] = {}
+    failed = []
+    for label, folder in folders:
+        report = _verify_folder(paths, folder, resolvers)
+        if report.ok:
+            click.echo(f"{label}: {report.rows} rows confirmed")
+            continue
+        failed.append(label)
+        click.echo(f"{label}: {len(report.disagreements)} disagreement(s) in {report.rows} rows "
+                   f"({len(report.tasks_disagreeing)} task(s)):")
+        for d in report.disagreements:
+            click.echo(f"  {d}")
+    if failed:
+        raise VerificationFailed(f"verify-results: {len(failed)} run(s) not confirmed by the ledger: "
+                                 + ", ".join(failed))
+
+
+def _is_results_folder(ref: str) -> bool:
+    return (Path(ref) / "summary.json").is_file()
+
+
+def _verify_folder(paths: StatePaths, folder: Path, resolvers: dict[str, Any]) -> VerifyReport:
+    from churn_assets.assets.tasks import task_set_file
+    from churn_assets.evaluation.verify import load_run, verify_rows
+    from churn_assets.tasks.gold import GoldResolver
+    from churn_assets.tasks.task_set import read_tasks, task_set_hash
+    from churn_assets.world.ledger import load_ledger
+
+    stored = load_run(folder)
+    experiment = stored.experiment
+    try:
+        world, t, expected_hash = experiment["world_id"], experiment["t"], experiment["task_set_hash"]
+    except KeyError as e:
+        raise UserFacingError(f"{folder}/summary.json names no {e.args[0]} of its experiment") from None
+    task_file = task_set_file(paths, world, t)
+    tasks = read_tasks(task_file)
+    if task_set_hash(tasks) != expected_hash:
+        raise UserFacingError(f"the task set {task_file} is not the one run {folder.name} answered (task-set hash "
+                              f"{task_set_hash(tasks)[:12]}, the run's {str(expected_hash)[:12]})")
+    if world not in resolvers:
+        ledger_dir = paths.ledger_dir(world)
+        if not ledger_dir.is_dir():
+            raise UserFacingError(f"world {world} has no ledger in {ledger_dir.parent}: nothing to recompute gold "
+                                  "from (`churnbench worlds materialize` rebuilds it)")
+        loaded = load_ledger(ledger_dir)
+        resolvers[world] = GoldResolver(loaded.records, format_version=loaded.format_version)
+    return verify_rows(resolvers[world], tasks, stored.rows, stored.summary)

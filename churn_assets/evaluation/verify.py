@@ -1,0 +1,220 @@
+"""`verify-results`: recompute gold from the ledger for every task of a run and confirm every verdict.
+
+For each stored row (correct ones too) it recomputes, from the ledger only:
+
+- gold at T (every class at T) and gold under the vintage the answer read (its served vintage, from its
+  trace), and gold under the run's planned vintage;
+- the verdict, from the stored answer (or the stored answer text, when the arm gave no typed value), the
+  stored transport/parse failure and the recomputed gold, with the rule of `evaluation.verdicts`;
+- whether the task was exposed (gold at T differs from gold under the planned vintage);
+
+and compares each with what the row stores. The rows must be exactly the run's task set (same ids, order,
+questions), and the summary's counts must be the counts of the rows. Gold is compared as stored JSON
+(exactly: a tampered gold value is a disagreement even when it would round to the same answer).
+
+`verify_rows` is the pure check; `load_run` reads a results folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from churn_assets.evaluation.results import SUMMARY_FILE, TASKS_FILE, ResultsError, canonical
+from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, verdict
+from churn_assets.tasks.answers import AnswerParseError, Value
+from churn_assets.tasks.gold import GoldError, GoldResolver, complete_vintage
+from churn_assets.tasks.task_set import Task
+from churn_assets.world.fold import uniform_vintage
+
+Day = dt.date
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One stored figure that the ledger does not confirm; `task_id` None for the run's summary."""
+
+    task_id: str | None
+    field: str
+    stored: Any
+    recomputed: Any
+
+    def __str__(self) -> str:
+        where = f"task {self.task_id}" if self.task_id is not None else "summary"
+        return f"{where}: {self.field} stored {_show(self.stored)}, recomputed {_show(self.recomputed)}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    rows: int
+    disagreements: tuple[Disagreement, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.disagreements
+
+    @property
+    def tasks_disagreeing(self) -> list[str]:
+        return sorted({d.task_id for d in self.disagreements if d.task_id is not None})
+
+
+def _show(value: Any) -> str:
+    text = canonical(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _as_stored(value: Any) -> Any:
+    """A value as it reads back from the results files (canonical JSON)."""
+    return json.loads(canonical(value))
+
+
+def _vintage(raw: Any, task_id: str, what: str, out: list[Disagreement]) -> dict[str, Day] | None:
+    try:
+        return {str(c): dt.date.fromisoformat(str(d)) for c, d in dict(raw or {}).items()}
+    except (TypeError, ValueError) as e:
+        out.append(Disagreement(task_id, what, raw, f"not a map of class -> ISO day ({e})"))
+        return None
+
+
+def _stored_answer(task: Task, row: Mapping[str, Any]) -> tuple[Value, bool]:
+    """(answer, parse failed) as the scorer derived them from the arm's outcome."""
+    t = task.template
+    if row.get("parse_error") is not None:
+        return None, True
+    if row.get("transport_error") is not None:
+        return None, False
+    if row.get("answer") is not None:
+        return t.answer.normalize(row["answer"]), False
+    try:  # the arm gave no typed value: its text was parsed
+        return t.answer.parse(row.get("answer_text") or ""), False
+    except AnswerParseError:
+        return None, True
+
+
+def verify_row(resolver: GoldResolver, task: Task, row: Mapping[str, Any]) -> list[Disagreement]:
+    """Every disagreement between one stored row and the ledger (empty when the row is confirmed)."""
+    out: list[Disagreement] = []
+    tid = task.task_id
+    t = task.template
+    anchor = dt.date.fromisoformat(task.anchor)
+    for field, expected in (("template", t.template_id), ("question_text", task.question_text)):
+        if row.get(field) != expected:
+            out.append(Disagreement(tid, field, row.get(field), expected))
+    served = _vintage(row.get("served_vintage"), tid, "served_vintage", out)
+    planned = _vintage(row.get("planned_vintage"), tid, "planned_vintage", out)
+    if served is None or planned is None:
+        return out
+    late = {c: d.isoformat() for c, d in served.items() if d > anchor}
+    if late:
+        out.append(Disagreement(tid, "served_vintage", late, f"no class served after T={anchor}"))
+
+    gold_t = resolver.gold(t, task.params, anchor=anchor, vintage=uniform_vintage(anchor))
+    try:
+        gold_served = (resolver.gold(t, task.params, anchor=anchor, vintage=complete_vintage(served, anchor))
+                       if served else gold_t)
+        gold_planned = resolver.gold(t, task.params, anchor=anchor, vintage=planned)  # a whole map, as planned
+    except GoldError as e:
+        out.append(Disagreement(tid, "served_vintage/planned_vintage", {"served": row.get("served_vintage"),
+                                "planned": row.get("planned_vintage")}, f"no gold under it ({e})"))
+        return out
+    for field, recomputed in (("gold_at_t", gold_t), ("gold_served", gold_served), ("gold_planned", gold_planned)):
+        if row.get(field) != _as_stored(recomputed):
+            out.append(Disagreement(tid, field, row.get(field), _as_stored(recomputed)))
+
+    try:
+        answer, parse_failed = _stored_answer(task, row)
+    except (AnswerParseError, TypeError, ValueError) as e:
+        out.append(Disagreement(tid, "answer", row.get("answer"), f"not a {t.answer.kind} ({e})"))
+        return out
+    if not parse_failed and row.get("answer") != _as_stored(answer):
+        out.append(Disagreement(tid, "answer", row.get("answer"), _as_stored(answer)))
+    expected = verdict(t.answer, answer, gold_t, gold_served, served.values(),
+                       transport_failed=row.get("transport_error") is not None, parse_failed=parse_failed)
+    if row.get("verdict") != expected:
+        out.append(Disagreement(tid, "verdict", row.get("verdict"), expected))
+    if row.get("exposed") is not None:
+        exposed = not t.answer.equal(gold_t, gold_planned)
+        if row["exposed"] != exposed:
+            out.append(Disagreement(tid, "exposed", row["exposed"], exposed))
+    return out
+
+
+def verify_rows(resolver: GoldResolver, tasks: Sequence[Task], rows: Sequence[Mapping[str, Any]],
+                summary: Mapping[str, Any] | None = None) -> VerifyReport:
+    """Check every row of a run against the ledger (through `resolver`) and its task set, and the summary's
+    counts against the rows."""
+    out: list[Disagreement] = []
+    by_id = {t.task_id: t for t in tasks}
+    ids = [str(r.get("task_id")) for r in rows]
+    for tid in ids:
+        if tid not in by_id:
+            out.append(Disagreement(tid, "task_id", tid, "not in the run's task set"))
+    for tid in [t.task_id for t in tasks if t.task_id not in set(ids)]:
+        out.append(Disagreement(tid, "task_id", None, "a task of the task set with no row"))
+    for tid, n in Counter(ids).items():
+        if n > 1:
+            out.append(Disagreement(tid, "task_id", f"{n} rows", "one row"))
+    for row in rows:
+        task = by_id.get(str(row.get("task_id")))
+        if task is not None:
+            out.extend(verify_row(resolver, task, row))
+    if summary is not None:
+        out.extend(_verify_summary(summary, rows))
+    return VerifyReport(len(rows), tuple(out))
+
+
+def _verify_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[Disagreement]:
+    out = []
+    counts = Counter(r.get("verdict") for r in rows)
+    n = len(rows)
+    expected: dict[str, Any] = {
+        "tasks": n,
+        **{f"verdicts.{v}": counts.get(v, 0) for v in VERDICTS},
+        "stale_answers": sum(counts.get(v, 0) for v in STALE_VERDICTS),
+        "accuracy": round(counts.get("correct", 0) / n, 4) if n else None,
+    }
+    if summary.get("exposure") is not None and all(r.get("exposed") is not None for r in rows):
+        expected["exposure"] = sum(1 for r in rows if r.get("exposed"))
+    verdicts = summary.get("verdicts") or {}
+    for field, value in expected.items():
+        stored = verdicts.get(field.split(".", 1)[1]) if field.startswith("verdicts.") else summary.get(field)
+        if stored != value:
+            out.append(Disagreement(None, field, stored, value))
+    planned = summary.get("planned_vintage")
+    for r in rows:
+        if planned is not None and r.get("planned_vintage") != planned:
+            out.append(Disagreement(str(r.get("task_id")), "planned_vintage", r.get("planned_vintage"), planned))
+    return out
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    run_dir: Path
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    @property
+    def experiment(self) -> dict[str, Any]:
+        return dict(self.summary.get("experiment") or {})
+
+
+def load_run(run_dir: Path) -> StoredRun:
+    """The summary and per-task rows of a completed results folder."""
+    run_dir = Path(run_dir)
+    summary_file, tasks_file = run_dir / SUMMARY_FILE, run_dir / TASKS_FILE
+    if not summary_file.exists() or not tasks_file.exists():
+        raise ResultsError(f"{run_dir} is not a completed results folder (no {SUMMARY_FILE} or {TASKS_FILE})")
+    rows = []
+    for n, line in enumerate(tasks_file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ResultsError(f"{tasks_file}, line {n}: not JSON ({e.msg})") from None
+    return StoredRun(run_dir, json.loads(summary_file.read_text(encoding="utf-8")), rows)

@@ -1,0 +1,154 @@
+"""`verify-results` at the results-file seam: a run written by the real runner is confirmed row by row from
+the ledger, and any tampered per-task row (verdict, gold, answer) is rejected, naming the task.
+
+The arm is scripted (it answers gold under its planned vintage, as the deterministic grounding arm does),
+so the run has correct and stale rows; real arms against the services are verified in
+tests/integration/test_eval_run.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from churn_assets.evaluation.exposure import run_exposure
+from churn_assets.evaluation.results import ResultsStore
+from churn_assets.evaluation.runner import RunSpec, evaluate
+from churn_assets.evaluation.verify import load_run, verify_rows
+from churn_assets.freshness.planning import served_vintage
+from churn_assets.freshness.policies import Off
+from churn_assets.grounding.registry import load_registry
+from churn_assets.tasks.generator import generate_task_set
+from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.task_set import Task, task_set_hash
+from churn_assets.world.config import load_config
+from churn_assets.world.simulator import simulate
+
+T = dt.date(2024, 1, 28)
+T_PRIME = dt.date(2024, 1, 10)
+
+
+@dataclass
+class Answer:
+    task_id: str
+    value: Any
+    text: str
+    vintage: dict[str, dt.date]
+    parse_error: str | None = None
+    transport_error: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
+
+    @property
+    def served_vintage(self) -> dict[str, dt.date]:
+        return self.vintage
+
+    @property
+    def cost_units(self) -> float:
+        return 1.0
+
+    @property
+    def routes(self) -> list[str]:
+        return ["staged_sql"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"traces": []}
+
+
+class PlannedArm:
+    name = "grounding_no_freshness_tiers"
+
+    def __init__(self, resolver: GoldResolver, planned: dict[str, dt.date]) -> None:
+        self.resolver, self.planned_vintage = resolver, planned
+
+    def answer(self, task: Task) -> Answer:
+        value = self.resolver.gold(task.template, task.params, anchor=T, vintage=self.planned_vintage)
+        return Answer(task.task_id, None, task.template.answer.format(value),
+                      {c: self.planned_vintage[c] for c in task.template.classes})
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GoldResolver, list[Task], Path]:
+    config = load_config(days=30)
+    records = [{"seq": i, "at": e.at.isoformat(), "kind": e.kind, "entity_type": e.entity_type,
+                "entity_id": e.entity_id, "payload": e.payload} for i, e in enumerate(simulate(config))]
+    resolver = GoldResolver(records)
+    tasks = list(generate_task_set(records, world_id=config.world_id, anchor=T, n=20, resolver=resolver).tasks)
+    planned = served_vintage(load_registry(), T_PRIME, T, Off())
+    exposure = run_exposure(records, tasks, anchor=T, t_prime=T_PRIME, vintage=planned, resolver=resolver)
+    store = ResultsStore(tmp_path_factory.mktemp("results"))
+    spec = RunSpec(config.world_id, config.config_hash, PlannedArm.name, "off", T_PRIME, T, task_set_hash(tasks))
+    evaluate(PlannedArm(resolver, planned), tasks, resolver, store, spec, exposure=exposure, code="git-test")
+    return resolver, tasks, store.run_dir(spec.key("git-test"))
+
+
+def _tampered(run_dir: Path, tmp_path: Path, task_index: int, **changes: Any) -> Path:
+    """A copy of the run's files with one row changed."""
+    stored = load_run(run_dir)
+    rows = [dict(r) for r in stored.rows]
+    rows[task_index].update(changes)
+    out = tmp_path / "tampered"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps(stored.summary))
+    (out / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def test_an_honest_run_is_confirmed_row_by_row(run) -> None:
+    resolver, tasks, run_dir = run
+    stored = load_run(run_dir)
+    verdicts = {r["verdict"] for r in stored.rows}
+    assert "correct" in verdicts and verdicts & {"freshness_error", "mixed_vintage_error"}  # both kinds checked
+    report = verify_rows(resolver, tasks, stored.rows, stored.summary)
+    assert report.ok, [str(d) for d in report.disagreements]
+    assert report.rows == len(tasks) == 20
+
+
+@pytest.mark.parametrize("verdict_from", ["correct", "stale"])
+def test_a_changed_verdict_is_rejected_naming_the_task(run, tmp_path: Path, verdict_from: str) -> None:
+    resolver, tasks, run_dir = run
+    rows = load_run(run_dir).rows
+    i = next(i for i, r in enumerate(rows) if (r["verdict"] == "correct") == (verdict_from == "correct"))
+    forged = "freshness_error" if verdict_from == "correct" else "correct"
+    stored = load_run(_tampered(run_dir, tmp_path, i, verdict=forged))
+    report = verify_rows(resolver, tasks, stored.rows, stored.summary)
+    task_id = rows[i]["task_id"]
+    assert not report.ok
+    assert report.tasks_disagreeing == [task_id]
+    [bad] = [d for d in report.disagreements if d.task_id is not None]
+    assert (bad.field, bad.stored, bad.recomputed) == ("verdict", forged, rows[i]["verdict"])
+    assert f"task {task_id}: verdict stored" in str(bad)
+    # The summary's counts no longer match the rows either.
+    assert {d.field for d in report.disagreements if d.task_id is None} >= {"verdicts.correct"}
+
+
+@pytest.mark.parametrize("gold_field", ["gold_at_t", "gold_served", "gold_planned"])
+def test_a_changed_gold_is_rejected_naming_the_task(run, tmp_path: Path, gold_field: str) -> None:
+    resolver, tasks, run_dir = run
+    rows = load_run(run_dir).rows
+    i = next(i for i, r in enumerate(rows) if isinstance(r[gold_field], int | float) and r["verdict"] == "correct")
+    forged = rows[i][gold_field] + 1
+    stored = load_run(_tampered(run_dir, tmp_path, i, **{gold_field: forged}))
+    report = verify_rows(resolver, tasks, stored.rows, stored.summary)
+    assert [(d.task_id, d.field, d.stored) for d in report.disagreements] == [(rows[i]["task_id"], gold_field, forged)]
+
+
+def test_a_changed_answer_no_longer_supports_its_verdict(run, tmp_path: Path) -> None:
+    resolver, tasks, run_dir = run
+    rows = load_run(run_dir).rows
+    i = next(i for i, r in enumerate(rows) if r["verdict"] == "correct" and isinstance(r["answer"], int | float))
+    stored = load_run(_tampered(run_dir, tmp_path, i, answer=rows[i]["answer"] + 7))
+    report = verify_rows(resolver, tasks, stored.rows, stored.summary)
+    assert [(d.task_id, d.field, d.stored, d.recomputed) for d in report.disagreements] == [
+        (rows[i]["task_id"], "verdict", "correct", "reasoning_error")]
+
+
+def test_rows_must_be_the_task_set(run) -> None:
+    resolver, tasks, run_dir = run
+    stored = load_run(run_dir)
+    report = verify_rows(resolver, tasks, stored.rows[:-1], None)
+    assert [(d.task_id, d.field) for d in report.disagreements] == [(tasks[-1].task_id, "task_id")]
