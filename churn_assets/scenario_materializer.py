@@ -20,6 +20,7 @@ was skipped because it depends on a failure.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import io
 import time
@@ -303,11 +304,14 @@ def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, check_
 
 # The inputs of arms that serve no staged cache, by day: (asset, "t_prime" | "t"). Besides these, every arm
 # needs the world-level inputs (the ledger for gold, the warehouse pair and the dbt build: the SaaS mock reads
-# truth, and the arm role's grants on `_staging`, where the indexes live, are made with the dbt build) and the
-# task set at T. Other arms need the policy's whole plan (`freshness/scenario.py`).
+# truth, the as-of views are dbt's, and the arm role's grants on `_staging`, where the indexes live, are made
+# with the dbt build) and the task set at T. Other arms need the policy's plan (`freshness/scenario.py`).
 ARM_DAY_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
+    # live stores at T: Mongo and the documents of T (the as-of views are the dbt build)
+    "naive": ((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t")),
     # the RAG corpus built at T' (and the documents of T' its contract chunks come from)
     "classic_rag": ((CONTRACT_DOCUMENTS, "t_prime"), (RAG_INDEX, "t_prime")),
+    "grounding_no_source_routing": ((CONTRACT_DOCUMENTS, "t_prime"), (RAG_INDEX, "t_prime")),
     # live stores at T (Mongo; the as-of views are the dbt build), contract terms from the index of T'
     "hierarchical": ((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime")),
 }
@@ -315,10 +319,14 @@ ARM_DAY_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def arm_vintage(arm: str, t_prime: dt.date, t: dt.date) -> dict[str, dt.date]:
     """The planned vintage of an arm of `ARM_DAY_INPUTS`, as the arm itself declares it."""
-    if arm == "classic_rag":
+    if arm in ("classic_rag", "grounding_no_source_routing"):
         from churn_assets.arms.corpus import corpus_vintage
 
         return corpus_vintage(t_prime)
+    if arm == "naive":
+        from churn_assets.world.events import ENTITY_CLASSES
+
+        return dict.fromkeys(ENTITY_CLASSES, t)
     from churn_assets.arms.hierarchical import hierarchical_vintage
 
     return hierarchical_vintage(t_prime, t)
@@ -356,7 +364,12 @@ def plan_scenario(session: Session, world: str, t_prime: dt.date, t: dt.date, po
     if rates is None and needs_rates(policy):
         loaded = load_ledger(session.paths.ledger_dir(world))
         rates = measured_change_rates(loaded.records, config.start, t_prime, list(registry.classes))
-    return scenario_inputs(registry, world, t_prime, t, policy, rates, calendar_days=config.days)
+    plan = scenario_inputs(registry, world, t_prime, t, policy, rates, calendar_days=config.days)
+    if arm is None:  # every input the policy's plan names, the RAG corpus included
+        return plan
+    # An arm of the registry (grounding and its router ablations) never reads the RAG corpus: the corpus of
+    # T' is by far the dearest input (minutes, its embeddings), so it is built only for the arms that read it.
+    return dataclasses.replace(plan, inputs=tuple(i for i in plan.inputs if i.asset != RAG_INDEX))
 
 
 def scenario_tag(plan: ScenarioPlan) -> str:

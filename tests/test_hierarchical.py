@@ -116,6 +116,12 @@ def test_scenarios_of_the_new_arms_need_only_their_own_inputs() -> None:
     assert assets(rag.inputs) == {**world_level, "contract_documents": [T_PRIME], "rag_index": [T_PRIME],
                                   "task_set": [T]}
     assert rag.served_vintage == dict.fromkeys(ENTITY_CLASSES, T_PRIME) and rag.refresh_days == {}
+    ablation = arm_plan("grounding_no_source_routing", WORLD, T_PRIME, T, "tiered")
+    assert ablation.inputs == rag.inputs and ablation.served_vintage == rag.served_vintage
+    naive = arm_plan("naive", WORLD, T_PRIME, T, "tiered")
+    assert assets(naive.inputs) == {**world_level, "operational_store": [T], "contract_documents": [T],
+                                    "task_set": [T]}
+    assert naive.served_vintage == dict.fromkeys(ENTITY_CLASSES, T)
     hier = arm_plan("hierarchical", WORLD, T_PRIME, T, "tiered")
     assert assets(hier.inputs) == {**world_level, "operational_store": [T], "contract_documents": [T_PRIME],
                                    "vector_index": [T_PRIME], "task_set": [T]}

@@ -271,6 +271,10 @@ def test_a_second_process_runs_only_the_missing_partitions(session: Session, sce
     world = scenario.plan.world
     t2 = T + dt.timedelta(days=2)  # overlaps: same T', hot classes one refresh further
     plan = plan_scenario(session, world, T_PRIME, t2, Tiered())
+    # The grounding arm's plan is the policy's without the RAG corpus (only the RAG arms read it).
+    grounding = plan_scenario(session, world, T_PRIME, t2, Tiered(), arm="grounding")
+    assert ("rag_index", T_PRIME) in {(i.asset, i.day) for i in plan.inputs}
+    assert grounding.inputs == tuple(i for i in plan.inputs if i.asset != "rag_index")
     existing, _ = existing_inputs(session, plan.inputs)
     missing = [i for i in plan.inputs if i not in existing]
     assert {(i.asset, i.day) for i in missing} >= {
