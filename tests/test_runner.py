@@ -9,11 +9,11 @@ exposure and no reasoning errors.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted_answer import ScriptedAnswer
 
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
@@ -29,32 +29,6 @@ from churn_assets.world.simulator import simulate
 
 T = dt.date(2024, 2, 25)
 T_PRIME = dt.date(2024, 1, 28)
-
-
-@dataclass
-class ScriptedAnswer:
-    task_id: str
-    value: Any
-    text: str
-    vintage: dict[str, dt.date]
-    parse_error: str | None = None
-    transport_error: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
-
-    @property
-    def served_vintage(self) -> dict[str, dt.date]:
-        return self.vintage
-
-    @property
-    def cost_units(self) -> float:
-        return 1.0
-
-    @property
-    def routes(self) -> list[str]:
-        return ["staged_sql"]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"traces": [{"route": "staged_sql"}]}
 
 
 class ScriptedArm:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted_answer import ScriptedAnswer
 
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
@@ -33,41 +33,15 @@ T = dt.date(2024, 1, 28)
 T_PRIME = dt.date(2024, 1, 10)
 
 
-@dataclass
-class Answer:
-    task_id: str
-    value: Any
-    text: str
-    vintage: dict[str, dt.date]
-    parse_error: str | None = None
-    transport_error: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
-
-    @property
-    def served_vintage(self) -> dict[str, dt.date]:
-        return self.vintage
-
-    @property
-    def cost_units(self) -> float:
-        return 1.0
-
-    @property
-    def routes(self) -> list[str]:
-        return ["staged_sql"]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"traces": []}
-
-
 class PlannedArm:
     name = "grounding_no_freshness_tiers"
 
     def __init__(self, resolver: GoldResolver, planned: dict[str, dt.date]) -> None:
         self.resolver, self.planned_vintage = resolver, planned
 
-    def answer(self, task: Task) -> Answer:
+    def answer(self, task: Task) -> ScriptedAnswer:
         value = self.resolver.gold(task.template, task.params, anchor=T, vintage=self.planned_vintage)
-        return Answer(task.task_id, None, task.template.answer.format(value),
+        return ScriptedAnswer(task.task_id, None, task.template.answer.format(value),
                       {c: self.planned_vintage[c] for c in task.template.classes})
 
 

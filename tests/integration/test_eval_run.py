@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 import pytest
+from scripted_answer import ScriptedAnswer
 
 from churn_assets.commands.run import run_scenario
 from churn_assets.materialize import MaterializationError, Session, materialize
@@ -139,32 +139,6 @@ def test_verify_results_confirms_every_row_and_rejects_a_tampered_one(grounding_
     assert "not confirmed by the ledger" in bad.stderr
 
 
-@dataclass
-class _Answer:
-    task_id: str
-    value: Any
-    vintage: dict[str, dt.date]
-    text: str = ""
-    parse_error: str | None = None
-    transport_error: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
-
-    @property
-    def served_vintage(self) -> dict[str, dt.date]:
-        return self.vintage
-
-    @property
-    def cost_units(self) -> float:
-        return 1.0
-
-    @property
-    def routes(self) -> list[str]:
-        return ["probe"]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"traces": []}
-
-
 class _GoldArm:
     """Answers gold at T (as naive does), records its run's catalog status while answering, and raises
     `error` on call `fail_on`."""
@@ -180,13 +154,13 @@ class _GoldArm:
     def planned_vintage(self) -> dict[str, dt.date]:
         return {c: T for c in _classes()}
 
-    def answer(self, task: Any) -> _Answer:
+    def answer(self, task: Any) -> ScriptedAnswer:
         self.calls += 1
         self.seen.append(self.status())
         if self.calls == self.fail_on:
             raise self.error or RuntimeError("probe failure")
         value = self.resolver.gold(task.template, task.params, anchor=T)
-        return _Answer(task.task_id, value, {c: T for c in task.template.classes})
+        return ScriptedAnswer(task.task_id, value, "", {c: T for c in task.template.classes}, route="probe")
 
 
 def _classes() -> list[str]:
