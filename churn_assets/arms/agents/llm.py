@@ -452,7 +452,9 @@ def _text_of(message: Any) -> str:
 
 
 def _endpoint_failure(e: BaseException) -> bool:
-    return type(e).__module__.split(".")[0] in ("openai", "httpx", "httpcore")
+    # by the class's ancestry, not its own module: langchain_openai re-raises openai's errors as subclasses
+    # defined in langchain_openai (OpenAIAPIError < openai.InternalServerError, ...)
+    return any(c.__module__.split(".")[0] in ("openai", "httpx", "httpx2", "httpcore") for c in type(e).__mro__)
 
 
 # ---------------------------------------------------------------------------------------------------
