@@ -340,6 +340,14 @@ def test_an_http_error_raises_llm_endpoint_error(endpoint: Endpoint, status: int
     assert len(endpoint.seen) == attempts and router.calls == []
 
 
+def test_a_reply_that_is_not_a_chat_completion_raises_llm_endpoint_error(endpoint: Endpoint) -> None:
+    """A base URL that answers 200 with something else (here an error object) is a misconfigured endpoint."""
+    endpoint.respond = lambda body: (200, {"error": {"message": "not a chat API"}}, {})
+    llm = LlmAgent(LlmSettings(endpoint.base_url, MODEL), api_key=API_KEY)
+    with pytest.raises(LlmEndpointError, match="did not answer with an OpenAI chat completion"):
+        llm.answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+
+
 def test_a_failure_after_a_tool_call_still_raises(endpoint: Endpoint) -> None:
     """The endpoint answers the first turn and fails on the second: no answer, the tool call did happen."""
     def respond(body: dict[str, Any]) -> Reply:

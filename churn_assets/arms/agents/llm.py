@@ -579,6 +579,13 @@ class LlmAgent:
                 raise LlmEndpointError(
                     f"the LLM endpoint failed ({self.settings.describe()}): {type(e).__name__}: {e}. Check "
                     f"{ENV_BASE_URL}, {ENV_MODEL} and the key ({ENV_API_KEY} or {ENV_OPENAI_API_KEY})") from e
+            if isinstance(e, (ValueError, KeyError, TypeError)):
+                # a 200 reply that is not a chat completion (an HTML page, a `{"error": ...}` body): langchain
+                # raises while reading it; the endpoint is misconfigured, the answer is not scored
+                raise LlmEndpointError(
+                    f"the LLM endpoint ({self.settings.describe()}) did not answer with an OpenAI chat completion: "
+                    f"{type(e).__name__}: {e}. Check that {ENV_BASE_URL} is the API's base URL (often ending "
+                    "in /v1)") from e
             raise
 
     @staticmethod
