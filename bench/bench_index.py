@@ -9,7 +9,8 @@ Targets (medians, the embedding model already loaded in the process):
 - RAG corpus, one (world, day) (fold + serialise + embed + store), after the day's index
   (the pipeline's order: its contract chunks are embedded already)                      < 120 s
 - RAG corpus, the next day                                                              < 30 s
-- RAG corpus, one (world, day) from an empty store (the worst case, also reported)     < 120 s
+- RAG corpus, one (world, day) from an empty store: reported, no target (the asset graph builds the
+  day's index first: `rag_index` depends on `vector_index`, so the pipeline never meets this case)
 
 Measured as the assets run them, without Dagster's bookkeeping, against a temporary embedded Postgres
 (or `CHURNBENCH_POSTGRES_URL`): documents are rendered in memory (the asset reads the same Markdown
@@ -51,7 +52,8 @@ INDEX_NEXT = "vector index: next day, one changed contract"
 RAG_FIRST = "RAG corpus: first (world, day), index built"
 RAG_NEXT = "RAG corpus: next day"
 RAG_EMPTY = "RAG corpus: first (world, day), empty store"
-TARGETS = {INDEX_FIRST: 30.0, INDEX_NEXT: 3.0, RAG_FIRST: 120.0, RAG_NEXT: 30.0, RAG_EMPTY: 120.0}
+TARGETS: dict[str, float | None] = {INDEX_FIRST: 30.0, INDEX_NEXT: 3.0, RAG_FIRST: 120.0, RAG_NEXT: 30.0,
+                                   RAG_EMPTY: None}
 
 
 def documents_of(records: list[dict], day: dt.date) -> dict[str, str]:

@@ -309,9 +309,10 @@ def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, check_
 ARM_DAY_INPUTS: dict[str, tuple[tuple[str, str], ...]] = {
     # live stores at T: Mongo and the documents of T (the as-of views are the dbt build)
     "naive": ((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t")),
-    # the RAG corpus built at T' (and the documents of T' its contract chunks come from)
-    "classic_rag": ((CONTRACT_DOCUMENTS, "t_prime"), (RAG_INDEX, "t_prime")),
-    "grounding_no_source_routing": ((CONTRACT_DOCUMENTS, "t_prime"), (RAG_INDEX, "t_prime")),
+    # the RAG corpus built at T' (after the documents and the index of T', whose chunks it states)
+    "classic_rag": ((CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime"), (RAG_INDEX, "t_prime")),
+    "grounding_no_source_routing": ((CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime"),
+                                    (RAG_INDEX, "t_prime")),
     # live stores at T (Mongo; the as-of views are the dbt build), contract terms from the index of T'
     "hierarchical": ((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime")),
 }

@@ -113,8 +113,8 @@ def test_scenarios_of_the_new_arms_need_only_their_own_inputs() -> None:
 
     world_level = {"ledger": [None], "warehouse_truth": [None], "warehouse_raw": [None], DBT_BUILD: [None]}
     rag = arm_plan("classic_rag", WORLD, T_PRIME, T, "tiered")
-    assert assets(rag.inputs) == {**world_level, "contract_documents": [T_PRIME], "rag_index": [T_PRIME],
-                                  "task_set": [T]}
+    assert assets(rag.inputs) == {**world_level, "contract_documents": [T_PRIME], "vector_index": [T_PRIME],
+                                  "rag_index": [T_PRIME], "task_set": [T]}
     assert rag.served_vintage == dict.fromkeys(ENTITY_CLASSES, T_PRIME) and rag.refresh_days == {}
     ablation = arm_plan("grounding_no_source_routing", WORLD, T_PRIME, T, "tiered")
     assert ablation.inputs == rag.inputs and ablation.served_vintage == rag.served_vintage

@@ -119,11 +119,14 @@ def corpus_metadata(build: CorpusBuild) -> dict[str, object]:
 
 @dg.asset(
     partitions_def=world_day_partitions,
-    deps=[contract_documents, dg.AssetDep(ledger, partition_mapping=_LEDGER_OF_THE_WORLD)],
+    # The index of the same day first: the corpus's contract-chunk records are the index's chunks, whose
+    # embeddings (content-addressed, one table per world) the corpus then reuses instead of embedding them.
+    deps=[contract_documents, vector_index, dg.AssetDep(ledger, partition_mapping=_LEDGER_OF_THE_WORLD)],
     group_name=GROUP,
     kinds={"python", "postgres"},
     description="The classic-RAG corpus built on the day: one short fact record per user, license, product, "
-                "vendor, cost center, ticket and contract chunk, and usage per user x product over the last "
+                "vendor, cost center, ticket and contract chunk (the day's vector_index chunks), and usage per "
+                "user x product over the last "
                 "7/30/90 days, embedded in pgvector (<world>_staging.rag_corpus_records + embeddings). Outside "
                 "the registry; data time = the day. Records whose text did not change reuse their embedding.",
 )
