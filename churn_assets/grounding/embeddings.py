@@ -10,8 +10,12 @@ deterministic fake while integration tests and the product use `MiniLMEncoder`.
   encoder instance), because importing sentence-transformers and torch costs seconds;
 - Hugging Face is switched to offline mode before the import (`HF_HUB_OFFLINE=1`; the weights are on
   disk, nothing may reach the network);
-- torch runs on ONE thread: on the project's 2-core machines two threads were up to 5x slower under
-  load (ENVIRONMENT.md, "Embeddings (offline)"); `CHURNBENCH_TORCH_THREADS` overrides it;
+- torch runs on up to 4 threads (2 on the project's machines) with OpenMP's *passive* wait policy:
+  ENVIRONMENT.md measured two threads up to 5x slower under load, which is OpenMP's default spin-wait
+  fighting other processes for the cores; with `OMP_WAIT_POLICY=PASSIVE` two threads were measured no
+  slower than one with one or both cores busy, and 1.8x faster on an idle machine (docs/decisions.md 52).
+  The vectors are bitwise the same on 1 and 2 threads (checked), so results do not depend on it.
+  `CHURNBENCH_TORCH_THREADS` overrides the count;
 - every encoder counts its calls and the texts it encoded (`EncoderStats`), so a build can report, and
   a test can assert, exactly how much was embedded.
 
@@ -38,14 +42,17 @@ MODEL_ID = "all-MiniLM-L6-v2"
 DIMENSION = 384
 DEFAULT_BATCH_SIZE = 16  # small batches pad less (texts are sorted by length inside a batch run)
 TORCH_THREADS_ENV = "CHURNBENCH_TORCH_THREADS"  # override for an idle machine with cores to spare
-DEFAULT_TORCH_THREADS = 1
+DEFAULT_TORCH_THREADS = min(os.cpu_count() or 1, 4)
 
 # Set before sentence-transformers / huggingface_hub are imported: they read these at import time.
 OFFLINE_ENVIRONMENT = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
-    "TOKENIZERS_PARALLELISM": "false",  # the Rust tokenizer's own thread pool competes with torch's thread
+    "TOKENIZERS_PARALLELISM": "false",  # the Rust tokenizer's own thread pool competes with torch's threads
+    # Idle OpenMP threads sleep instead of spinning: read when the OpenMP runtime loads (with torch), so it
+    # must be set before torch is imported; it keeps a second thread from slowing a busy machine down.
+    "OMP_WAIT_POLICY": "PASSIVE",
 }
 
 
@@ -141,7 +148,7 @@ def model_path() -> str:
 
 
 def load_model() -> SentenceTransformer:
-    """The all-MiniLM-L6-v2 model, loaded once per process (thread-safe), torch on one thread."""
+    """The all-MiniLM-L6-v2 model, loaded once per process (thread-safe), torch on `torch_threads()`."""
     global _MODEL, _LOAD_SECONDS
     if _MODEL is not None:
         return _MODEL
@@ -183,8 +190,7 @@ def _quiet_loading() -> None:
 
 
 def torch_threads() -> int:
-    """Threads torch may use: 1 unless `CHURNBENCH_TORCH_THREADS` says otherwise (ENVIRONMENT.md: on the
-    2-core machines two threads were up to 5x slower as soon as anything else ran)."""
+    """Threads torch may use: the machine's cores up to 4, unless `CHURNBENCH_TORCH_THREADS` says otherwise."""
     value = os.environ.get(TORCH_THREADS_ENV, "").strip()
     if not value:
         return DEFAULT_TORCH_THREADS
