@@ -18,7 +18,7 @@ from disk), the ledger is loaded once (the assets keep it per process). Each run
 store (the world's vector tables are dropped), so every "first build" really embeds everything.
 The default day pair is 2024-04-26 -> 2024-04-27: one contract (an expiry) changes between them.
 Prints each median (wall clock) with min and max, and the median CPU time of this process (the encoder
-runs in it, on `CHURNBENCH_TORCH_THREADS` or the machine's cores up to 4): CPU time is what the step
+runs in it, on `CHURNBENCH_TORCH_THREADS` or 2 threads): CPU time is what the step
 costs, wall time what it waited. `--check` exits 1 when a wall-clock median misses its target.
 """
 

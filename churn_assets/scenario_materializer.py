@@ -325,12 +325,14 @@ def arm_vintage(arm: str, t_prime: dt.date, t: dt.date) -> dict[str, dt.date]:
 
         return corpus_vintage(t_prime)
     if arm == "naive":
-        from churn_assets.world.events import ENTITY_CLASSES
+        from churn_assets.arms.naive import naive_vintage
 
-        return dict.fromkeys(ENTITY_CLASSES, t)
-    from churn_assets.arms.hierarchical import hierarchical_vintage
+        return naive_vintage(t)
+    if arm == "hierarchical":
+        from churn_assets.arms.hierarchical import hierarchical_vintage
 
-    return hierarchical_vintage(t_prime, t)
+        return hierarchical_vintage(t_prime, t)
+    raise ScenarioMaterializationError(f"arm {arm!r} has inputs in ARM_DAY_INPUTS but no planned vintage here")
 
 
 def arm_plan(arm: str, world: str, t_prime: dt.date, t: dt.date, policy_id: str) -> ScenarioPlan:

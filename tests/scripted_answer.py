@@ -34,4 +34,5 @@ class ScriptedAnswer:
         return [self.route]
 
     def to_json(self) -> dict[str, Any]:
-        return {"traces": [{"route": self.route}]}
+        return {"traces": [{"route": self.route,
+                            "data_times": {c: d.isoformat() for c, d in sorted(self.vintage.items())}}]}

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from churn_assets.arms.agents.deterministic import AgentAnswer, DeterministicAgent
 from churn_assets.arms.agents.llm import (
+    ANSWER_NOW,
     ENV_API_KEY,
     ENV_BASE_URL,
     ENV_MODEL,
@@ -248,6 +249,7 @@ def test_the_tool_round_bound_gives_a_clear_failure() -> None:
     router = FakeRouter()
     got = llm.answer(QUESTION, T, TracingTools(router))  # type: ignore[arg-type]
     assert len(chat.received) == 3 and len(router.calls) == 2  # 2 rounds of tools, the third turn must answer
+    assert chat.received[-1][-1].content == ANSWER_NOW and len(chat.bound) == 1  # told to, and no tools offered
     assert got.value is None and got.parse_error is not None and "max_tool_rounds=2" in got.parse_error
     assert got.usage is not None and got.usage.calls == 3 and got.usage.tool_calls == 2
 

@@ -340,6 +340,17 @@ def test_an_http_error_raises_llm_endpoint_error(endpoint: Endpoint, status: int
     assert len(endpoint.seen) == attempts and router.calls == []
 
 
+def test_a_400_fails_only_that_task(endpoint: Endpoint) -> None:
+    """A request the endpoint refuses (a conversation past the model's context, say) is that task's failure,
+    scored as no answer; the run goes on (an LlmEndpointError would stop it at every resume)."""
+    endpoint.respond = lambda body: (400, error_body("maximum context length exceeded", "invalid_request_error"), {})
+    llm = LlmAgent(LlmSettings(endpoint.base_url, MODEL), api_key=API_KEY)
+    got = llm.answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+    assert got.value is None and got.parse_error is not None
+    assert "HTTP 400" in got.parse_error and "maximum context length" in got.parse_error
+    assert len(endpoint.seen) == 1 and got.usage is not None
+
+
 def test_a_reply_that_is_not_a_chat_completion_raises_llm_endpoint_error(endpoint: Endpoint) -> None:
     """A base URL that answers 200 with something else (here an error object) is a misconfigured endpoint."""
     endpoint.respond = lambda body: (200, {"error": {"message": "not a chat API"}}, {})

@@ -126,3 +126,16 @@ def test_rows_must_be_the_task_set(run) -> None:
     stored = load_run(run_dir)
     report = verify_rows(resolver, tasks, stored.rows[:-1], None)
     assert [(d.task_id, d.field) for d in report.disagreements] == [(tasks[-1].task_id, "task_id")]
+
+
+def test_a_served_vintage_that_its_traces_do_not_show_is_rejected(run, tmp_path: Path) -> None:
+    """The verdict rests on the served vintage: a stale answer re-labelled as read at T (its traces still show
+    the older day) must not pass, even though the verdict then agrees with the forged map."""
+    resolver, tasks, run_dir = run
+    rows = load_run(run_dir).rows
+    i = next(i for i, r in enumerate(rows) if r["verdict"] == "freshness_error")
+    at_t = dict.fromkeys(rows[i]["served_vintage"], tasks[i].anchor)
+    stored = load_run(_tampered(run_dir, tmp_path, i, served_vintage=at_t))
+    report = verify_rows(resolver, tasks, stored.rows, stored.summary)
+    assert rows[i]["task_id"] in report.tasks_disagreeing
+    assert ("served_vintage", at_t) in [(d.field, d.stored) for d in report.disagreements]

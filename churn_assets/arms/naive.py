@@ -19,13 +19,18 @@ from churn_assets.world.events import ENTITY_CLASSES
 Day = dt.date
 
 
+def naive_vintage(t: Day) -> dict[str, Day]:
+    """The naive arm's planned vintage: every class at T."""
+    return dict.fromkeys(ENTITY_CLASSES, t)
+
+
 class NaiveArm(RouterArm):
     name = "naive"
 
     def __init__(self, scenario: Scenario, registry: Registry, sources: Sources) -> None:
-        served = dict.fromkeys(ENTITY_CLASSES, scenario.t)
+        served = naive_vintage(scenario.t)
         super().__init__(scenario, Router(registry, sources, t=scenario.t, served=served, mode=RoutingMode.LIVE))
 
     @property
     def planned_vintage(self) -> dict[str, Day]:
-        return dict.fromkeys(ENTITY_CLASSES, self.scenario.t)
+        return naive_vintage(self.scenario.t)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -33,10 +34,8 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
                  policy: str, saas_profile: str, echo: Any, *, llm: Any = None) -> dict[str, Any]:
     """Build the inputs, run `eval_run` for the scenario, return its summary (plus where it is). `llm`: the
     `LlmSettings` of an LLM agent (its agent id goes into the key, its settings into the experiment hash)."""
-    from churn_assets.assets.evaluation import results_store
-    from churn_assets.evaluation.results import STALE_VERDICTS
+    from churn_assets.evaluation.verdicts import STALE_VERDICTS
     from churn_assets.materialize import materialize
-    from churn_assets.resources import StateResource
     from churn_assets.scenario_materializer import materialize_scenario
     from churn_assets.scenarios import ScenarioDef, register_scenario
 
@@ -46,10 +45,11 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
                                  arm=arm)
     key = register_scenario(session.paths, session.instance, scenario)
     started = time.perf_counter()
-    materialize(session, definitions, ["eval_run"], [key])
+    [result] = materialize(session, definitions, ["eval_run"], [key])
     seconds = time.perf_counter() - started
-    store = results_store(StateResource(state_dir=str(session.paths.root)))
-    folder = sorted(store.root.glob(f"{world}/{key}/*/summary.json"), key=lambda p: p.stat().st_mtime)[-1].parent
+    # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
+    # an earlier code version under the same scenario key.
+    folder = Path(str(result.metadata["eval_run"]["results"]))
     summary = json.loads((folder / "summary.json").read_text())
     timings = json.loads((folder / "timings.json").read_text())
     summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=len(build.built),

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.verdicts import STALE_VERDICTS
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
 STALE_FILE = "stale.csv"
 SUMMARY_FILE = "summary.json"
 TIMINGS_FILE = "timings.json"
-STALE_VERDICTS = ("freshness_error", "mixed_vintage_error")
 
 
 class ResultsError(UserFacingError):

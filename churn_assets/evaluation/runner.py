@@ -26,6 +26,7 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.exposure import RunExposure
 from churn_assets.evaluation.results import ResultsStore, RunKey, RunWriter, code_version, experiment_hash
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, Outcome, score
+from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
 
@@ -206,7 +207,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, pla
     """Counts per verdict, accuracy, stale answers (freshness + mixed vintage), exposure, cost, route mix."""
     counts = Counter(r["verdict"] for r in rows)
     n = len(rows)
-    routes = Counter(route for r in rows for route in r["routes"])
+    # Routes to data: the hierarchical coordinator's entries read nothing and are not one
+    routes = Counter(route for r in rows for route in r["routes"] if route != COORDINATOR)
     by_tier: dict[str, Counter[str]] = {}
     for r in rows:
         by_tier.setdefault(str(r["task_tier"]), Counter())[r["verdict"]] += 1

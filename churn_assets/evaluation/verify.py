@@ -96,6 +96,22 @@ def _stored_answer(task: Task, row: Mapping[str, Any]) -> tuple[Value, bool]:
         return None, True
 
 
+def _traced_vintage(traces: Any) -> dict[str, dt.date] | None:
+    """Class -> data time over a row's stored traces, by the rule of `grounding.traces.served_vintage` (one
+    data time per class); None when they are missing, malformed or read a class at two data times."""
+    if not isinstance(traces, list):
+        return None
+    out: dict[str, dt.date] = {}
+    try:
+        for entry in traces:
+            for cls, day in (entry.get("data_times") or {}).items():
+                if out.setdefault(cls, dt.date.fromisoformat(day)) != dt.date.fromisoformat(day):
+                    return None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return out
+
+
 def verify_row(resolver: GoldResolver, task: Task, row: Mapping[str, Any]) -> list[Disagreement]:
     """Every disagreement between one stored row and the ledger (empty when the row is confirmed)."""
     out: list[Disagreement] = []
@@ -112,9 +128,14 @@ def verify_row(resolver: GoldResolver, task: Task, row: Mapping[str, Any]) -> li
     late = {c: d.isoformat() for c, d in served.items() if d > anchor}
     if late:
         out.append(Disagreement(tid, "served_vintage", late, f"no class served after T={anchor}"))
+    traced = _traced_vintage(row.get("traces"))
+    if traced is None or traced != served:  # the verdict rests on this map: it must be what the reads show
+        shown = None if traced is None else {c: d.isoformat() for c, d in sorted(traced.items())}
+        out.append(Disagreement(tid, "served_vintage", row.get("served_vintage"),
+                                shown or "traces whose data times are readable and agree per class"))
 
-    gold_t = resolver.gold(t, task.params, anchor=anchor, vintage=uniform_vintage(anchor))
     try:
+        gold_t = resolver.gold(t, task.params, anchor=anchor, vintage=uniform_vintage(anchor))
         gold_served = (resolver.gold(t, task.params, anchor=anchor, vintage=complete_vintage(served, anchor))
                        if served else gold_t)
         gold_planned = resolver.gold(t, task.params, anchor=anchor, vintage=planned)  # a whole map, as planned

@@ -10,7 +10,7 @@ deterministic fake while integration tests and the product use `MiniLMEncoder`.
   encoder instance), because importing sentence-transformers and torch costs seconds;
 - Hugging Face is switched to offline mode before the import (`HF_HUB_OFFLINE=1`; the weights are on
   disk, nothing may reach the network);
-- torch runs on up to 4 threads (2 on the project's machines) with OpenMP's *passive* wait policy:
+- torch runs on 2 threads (1 on a single allowed core) with OpenMP's *passive* wait policy:
   ENVIRONMENT.md measured two threads up to 5x slower under load, which is OpenMP's default spin-wait
   fighting other processes for the cores; with `OMP_WAIT_POLICY=PASSIVE` two threads were measured no
   slower than one with one or both cores busy, and 1.8x faster on an idle machine (docs/decisions.md 52).
@@ -42,7 +42,7 @@ MODEL_ID = "all-MiniLM-L6-v2"
 DIMENSION = 384
 DEFAULT_BATCH_SIZE = 16  # small batches pad less (texts are sorted by length inside a batch run)
 TORCH_THREADS_ENV = "CHURNBENCH_TORCH_THREADS"  # override for an idle machine with cores to spare
-DEFAULT_TORCH_THREADS = min(os.cpu_count() or 1, 4)
+DEFAULT_TORCH_THREADS = min(len(os.sched_getaffinity(0)), 2)  # the cores this process may use, up to the checked 2
 
 # Set before sentence-transformers / huggingface_hub are imported: they read these at import time.
 OFFLINE_ENVIRONMENT = {
@@ -190,7 +190,7 @@ def _quiet_loading() -> None:
 
 
 def torch_threads() -> int:
-    """Threads torch may use: the machine's cores up to 4, unless `CHURNBENCH_TORCH_THREADS` says otherwise."""
+    """Threads torch may use: 2 (1 on a single allowed core) unless `CHURNBENCH_TORCH_THREADS` says otherwise."""
     value = os.environ.get(TORCH_THREADS_ENV, "").strip()
     if not value:
         return DEFAULT_TORCH_THREADS

@@ -49,6 +49,7 @@ from churn_assets.arms.agents.deterministic import (
     StructuredTools,
     TokenUsage,
 )
+from churn_assets.arms.extraction import K
 from churn_assets.fabric.saas_client import TransportError
 from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
@@ -70,6 +71,8 @@ ENV_SEED = "CHURNBENCH_LLM_SEED"
 PROMPT_VERSION = "1"
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
 AGENT_ID_RE = re.compile(r"llm-[0-9a-f]{6}")
+ANSWER_NOW = ("You have used every tool round. Answer now from what the tools returned, on a last line "
+              "'ANSWER: <value>'.")
 NO_KEY = "not-set"  # sent when no key is configured (local endpoints such as vLLM or Ollama need none)
 
 
@@ -79,6 +82,11 @@ class LlmConfigError(AgentError):
 
 class LlmEndpointError(AgentError):
     """The OpenAI-compatible endpoint did not answer (unreachable, refused key, unknown model)."""
+
+
+class RequestRefused(Exception):
+    """The endpoint answered 400 to one conversation (too long for the model's context, say): that task gets
+    no answer (scored `parse_failure`), the run goes on. Any other endpoint failure stops the run."""
 
 
 NO_ENDPOINT = (f"set {ENV_BASE_URL} (an OpenAI-compatible endpoint, e.g. "
@@ -106,7 +114,7 @@ class LlmSettings:
     max_tokens: int = 1024  # per model call
     max_tool_rounds: int = 8  # model turns that may ask for tools; the next one must answer
     max_rows_per_call: int = 500  # rows a `retrieve` shows the model (the rest: "truncated", narrow the filters)
-    max_records_per_search: int = 10  # k of `search_records` is clamped to this (the extraction rule's K)
+    max_records_per_search: int = K  # k of `search_records` is clamped to this (the extraction rule's K)
     seed: int | None = None  # sent to endpoints that honour it
     prompt_version: str = PROMPT_VERSION
 
@@ -551,13 +559,16 @@ class LlmAgent:
         rounds = self.settings.max_tool_rounds
         try:
             for round_no in range(rounds + 1):
-                reply = self._invoke(model, messages)
+                last = round_no == rounds
+                if last:  # the bound is reached: no tools on offer, and the model is told to answer now
+                    messages.append(HumanMessage(ANSWER_NOW))
+                reply = self._invoke(self.chat_model if last else model, messages)
                 meter.add(reply)
                 messages.append(reply)
                 calls = list(getattr(reply, "tool_calls", None) or [])
                 if not calls:
                     return self._final(_text_of(reply), answer_type, template_id, meter.usage())
-                if round_no == rounds:
+                if last:
                     break
                 meter.tool_calls += len(calls)
                 for i, call in enumerate(calls):
@@ -567,6 +578,8 @@ class LlmAgent:
         except TransportError as e:
             e.usage = meter.usage()  # type: ignore[attr-defined]  # what was spent before the source failed
             raise
+        except RequestRefused as e:  # this task's conversation (e.g. past the context window): the task fails
+            return AgentAnswer(None, "", template_id, usage=meter.usage(), parse_error=str(e))
         return AgentAnswer(None, "", template_id, usage=meter.usage(),
                            parse_error=f"no final answer within max_tool_rounds={rounds}: the model still asked "
                                        "for tools")
@@ -575,6 +588,8 @@ class LlmAgent:
         try:
             return model.invoke(messages)
         except Exception as e:
+            if _endpoint_failure(e) and getattr(e, "status_code", None) == 400:
+                raise RequestRefused(f"the LLM endpoint refused this task's request (HTTP 400): {e}") from e
             if _endpoint_failure(e):
                 raise LlmEndpointError(
                     f"the LLM endpoint failed ({self.settings.describe()}): {type(e).__name__}: {e}. Check "
