@@ -8,7 +8,7 @@ A row is keyed by (experiment hash, code version), exactly as the results folder
 
 - `running`  written when a run starts (or resumes from its checkpoint);
 - `complete` written only after the results folder is complete (summary.json written last), with the
-             summary figures; a complete row is never changed again;
+             summary figures; it changes again only when its folder was removed and the run starts anew;
 - `failed`   written when the run raised (an error or an interrupt), with the error.
 
 A process killed outright (SIGKILL, power loss) leaves its row `running`: never `complete`. A completed
@@ -248,11 +248,12 @@ class RunCatalog:
             conn.execute(statement, [row[c] for c in cols])
 
     def start(self, spec: RunSpec, key: RunKey, run_dir: Path) -> None:
-        """Record a run as `running` (a resumed run counts one more attempt); never touches a complete row."""
+        """Record a run as `running` (a resumed run counts one more attempt). The runner starts a run only when
+        its results folder is not complete, so a `complete` row is reset too: its folder was removed, and the
+        row must not keep figures that no folder holds any more."""
         self._upsert(spec, key, run_dir, {"status": "running"},
                      "status = 'running', error = NULL, finished_at = NULL, started_at = now(), "
-                     "attempts = results_runs.attempts + 1, results_dir = EXCLUDED.results_dir",
-                     " WHERE results_runs.status <> 'complete'")
+                     "attempts = results_runs.attempts + 1, results_dir = EXCLUDED.results_dir")
 
     def complete(self, spec: RunSpec, key: RunKey, run_dir: Path, summary: Mapping[str, Any],
                  timings: Mapping[str, Any]) -> None:

@@ -212,3 +212,13 @@ def test_a_failed_run_is_recorded_failed_and_its_resume_complete(session: Sessio
     [row] = [r for r in catalog.find(spec.scenario_key) if r.code_version == code]
     assert row.status == "complete" and row.error is None and row.attempts == 2
     assert row.verdicts == summary["verdicts"] and row.verdicts["correct"] == 5 and row.accuracy == 1.0
+
+    # A complete run whose folder was removed by hand and that fails when run again must not read complete.
+    import shutil
+
+    shutil.rmtree(store.run_dir(spec.key(code)))
+    with pytest.raises(type(error)):
+        evaluate(_GoldArm(resolver, status, fail_on=1, error=error), tasks, resolver, store, spec, code=code,
+                 catalog=catalog)
+    [row] = [r for r in catalog.find(spec.scenario_key) if r.code_version == code]
+    assert row.status == "failed" and row.attempts == 3
