@@ -96,12 +96,12 @@ def test_a_corpus_search_over_every_kind_is_attributed_to_every_class_at_t_prime
     hits = [Hit("license"), Hit("user"), Hit("license")]
     entry = corpus_trace("s.rag_corpus_records@x", T_PRIME, None, hits, 10, 1.0)
     assert entry.data_times == dict.fromkeys(ENTITY_CLASSES, T_PRIME)
-    assert entry.note == "top 10 of every kind"
+    assert entry.note == "top 10 of every kind: 3 records"
     rows = {r.entity_class: r.rows for r in entry.reads}
     assert rows["assignments"] == 2 and rows["user_status"] == rows["cost_center_membership"] == 1
     assert sum(r.accesses for r in entry.reads) == 1  # one search, one cost
     narrow = corpus_trace("t", T_PRIME, ["license"], hits, 10, 1.0)
-    assert narrow.data_times == {"assignments": T_PRIME} and narrow.note == "top 10 of license"
+    assert narrow.data_times == {"assignments": T_PRIME} and narrow.note == "top 10 of license: 3 records"
 
 
 def test_scenarios_of_the_new_arms_need_only_their_own_inputs() -> None:

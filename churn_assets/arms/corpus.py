@@ -43,7 +43,7 @@ def corpus_trace(table: str, day: Day, kinds: Sequence[str] | None, hits: Sequen
     reads = tuple(Read("rag_index", table, c, day, sum(1 for h in hits if c in RECORD_CLASSES[h.kind]),
                        accesses=1 if i == 0 else 0) for i, c in enumerate(classes))
     what = ", ".join(kinds) if kinds is not None else "every kind"
-    return TraceEntry(RAG_LOOKUP, reads, latency_ms, note=f"top {k} of {what}")
+    return TraceEntry(RAG_LOOKUP, reads, latency_ms, note=f"top {k} of {what}: {len(hits)} records")
 
 
 class CorpusArm(Arm):
