@@ -128,3 +128,10 @@ def test_scenarios_of_the_new_arms_need_only_their_own_inputs() -> None:
     assert hier.served_vintage == hierarchical_vintage(T_PRIME, T)
     order = [i.asset for i in hier.inputs]
     assert order[:4] == ["ledger", "warehouse_truth", "warehouse_raw", DBT_BUILD] and order[-1] == "task_set"
+
+
+def test_the_paper_runs_every_registered_arm() -> None:
+    from churn_assets.arms.registry import ARMS
+    from churn_assets.commands.run import PAPER_ARMS
+
+    assert sorted(PAPER_ARMS) == sorted(ARMS)  # the registry is the source: a new arm must reach the paper
