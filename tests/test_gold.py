@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from churn_assets.tasks.gold import GOLD, GoldError, GoldResolver, Window, complete_vintage, gold, whole_months_between
+from churn_assets.tasks.gold import GOLD, GoldError, GoldResolver, Window, complete_vintage, gold
 from churn_assets.tasks.templates import TEMPLATES, template
+from churn_assets.world.calendar import whole_months
 from churn_assets.world.events import ENTITY_CLASSES, EVENT_KINDS, payload_error
 from churn_assets.world.fold import uniform_vintage
 
@@ -309,7 +310,7 @@ def test_windows_end_at_the_anchor_under_every_vintage(resolver: GoldResolver) -
     ("2024-01-20", "2024-01-20", 0),
 ])
 def test_whole_months_round_down(start: str, end: str, months: int) -> None:
-    assert whole_months_between(D(start), D(end)) == months
+    assert whole_months(D(start), D(end)) == months
 
 
 def test_bad_vintages_are_refused() -> None:

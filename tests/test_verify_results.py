@@ -139,3 +139,12 @@ def test_a_served_vintage_that_its_traces_do_not_show_is_rejected(run, tmp_path:
     report = verify_rows(resolver, tasks, stored.rows, stored.summary)
     assert rows[i]["task_id"] in report.tasks_disagreeing
     assert ("served_vintage", at_t) in [(d.field, d.stored) for d in report.disagreements]
+
+
+def test_world_without_all_is_refused() -> None:
+    from click.testing import CliRunner
+
+    from churn_assets.commands.results import verify_results
+
+    got = CliRunner().invoke(verify_results, ["7", "--world", "w"])
+    assert got.exit_code == 2 and "--world selects the runs of --all" in got.output

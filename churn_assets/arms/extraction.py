@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from churn_assets.tasks.answers import Value, round_half_up
-from churn_assets.world.calendar import add_months
+from churn_assets.world.calendar import whole_months
 
 Day = dt.date
 K = 10  # records retrieved per question
@@ -331,14 +331,6 @@ def _status(c: Mapping[str, Any], today: Day) -> str | None:
     return "expired" if today > max(t["expires_on"] for t in terms) else "pending"
 
 
-def _months(start: Day, end: Day) -> int:
-    if end < start:
-        return 0
-    m = (end.year - start.year) * 12 + (end.month - start.month)
-    while m > 0 and add_months(start, m) > end:
-        m -= 1
-    return m
-
 
 def _notice(c: Mapping[str, Any]) -> Value:
     notice = c["summary"].get("Renewal notice", "")
@@ -515,7 +507,7 @@ SPECS: dict[str, Spec] = {
                                   _contract_fact(lambda r, c, p: _latest(c).get("committed_seats"))),
     "t3_contract_status": _lookup(("contract_chunk",), "contract", _contract_fact(lambda r, c, p: _status(c, r.today))),
     "t3_months_remaining": _lookup(("contract_chunk",), "contract", _contract_fact(
-        lambda r, c, p: None if (d := _last_day(c)) is None else _months(r.today, d))),
+        lambda r, c, p: None if (d := _last_day(c)) is None else whole_months(r.today, d))),
     "t3_contract_vendor_name": _lookup(("contract_chunk",), "contract",
                                        _contract_fact(lambda r, c, p: _vendor_name(c))),
     "t3_contracts_expiring": Spec(("contract_chunk",), "list"),  # over contracts: see _contract_list

@@ -126,6 +126,8 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
     """
     if not run_refs and not all_runs:
         raise click.UsageError("name a RUN (see `churnbench results list`), a results folder, or pass --all")
+    if world_id is not None and not all_runs:
+        raise click.UsageError("--world selects the runs of --all; with named RUNs leave it out")
     paths = StatePaths.resolve()
     folders: list[tuple[str, Path]] = []
     refs = [r for r in run_refs if not _is_results_folder(r)]
@@ -147,7 +149,12 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
     resolvers: dict[str, Any] = {}
     failed = []
     for label, folder in folders:
-        report = _verify_folder(paths, folder, resolvers)
+        try:
+            report = _verify_folder(paths, folder, resolvers)
+        except (UserFacingError, OSError) as e:  # this run cannot be checked; the others still are
+            failed.append(label)
+            click.echo(f"{label}: cannot be verified: {e}")
+            continue
         if report.ok:
             click.echo(f"{label}: {report.rows} rows confirmed")
             continue

@@ -24,7 +24,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.tasks.answers import Value, round_half_up
 from churn_assets.tasks.templates import Template, template
 from churn_assets.tasks.windows import Window
-from churn_assets.world.calendar import add_months
+from churn_assets.world.calendar import whole_months
 from churn_assets.world.fold import (
     active_users_by_cost_center,
     assigned_licenses,
@@ -125,14 +125,6 @@ def _last_day(contract: Contract) -> Day:
     return max(t.expires_on for t in contract.terms)
 
 
-def whole_months_between(start: Day, end: Day) -> int:
-    """Whole months from `start` to `end`: the largest m with start + m months <= end (0 if end < start)."""
-    if end < start:
-        return 0
-    m = (end.year - start.year) * 12 + (end.month - start.month)
-    while m > 0 and add_months(start, m) > end:
-        m -= 1
-    return m
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -405,7 +397,7 @@ def _contract_status(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
 
 
 def _months_remaining(s: WorldState, c: Contract, p: Params, a: Day) -> Value:
-    return whole_months_between(a, _last_day(c))
+    return whole_months(a, _last_day(c))
 
 
 def _contract_vendor_name(s: WorldState, c: Contract, p: Params, a: Day) -> Value:

@@ -1,4 +1,4 @@
-"""Calendar arithmetic shared by the simulator and the format-1 import."""
+"""Calendar arithmetic shared by the simulator, the format-1 import, gold and the agents (dates only: no facts)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,13 @@ def add_months(day: dt.date, months: int) -> dt.date:
         except ValueError:
             continue
     raise AssertionError("unreachable: every month has 28 days")
+
+
+def whole_months(start: dt.date, end: dt.date) -> int:
+    """Whole months from `start` to `end`: the largest m with start + m months <= end (0 if end < start)."""
+    if end < start:
+        return 0
+    m = (end.year - start.year) * 12 + (end.month - start.month)
+    while m > 0 and add_months(start, m) > end:
+        m -= 1
+    return m

@@ -50,7 +50,7 @@ from churn_assets.grounding.rows import (
 from churn_assets.tasks.answers import Value, round_half_up
 from churn_assets.tasks.parser import QuestionParseError, parse_question
 from churn_assets.tasks.windows import Window
-from churn_assets.world.calendar import add_months
+from churn_assets.world.calendar import whole_months
 
 Day = dt.date
 Params = Mapping[str, Any]
@@ -229,16 +229,6 @@ def contract_status(c: ContractRow, today: Day) -> str:
 
 def last_day(c: ContractRow) -> Day:
     return max(t.expires_on for t in c.terms)
-
-
-def whole_months(start: Day, end: Day) -> int:
-    """The largest m with start + m months <= end (0 when end is before start)."""
-    if end < start:
-        return 0
-    m = (end.year - start.year) * 12 + (end.month - start.month)
-    while m > 0 and add_months(start, m) > end:
-        m -= 1
-    return m
 
 
 def top_of(amounts: Mapping[str, float]) -> str | None:
