@@ -6,8 +6,9 @@ Targets:
 - one staged partition < 1 s: an in-process materialization of `staged_<class>` for one (world, day), its
   blocking check included (median over the classes and `--staged-runs` fresh days);
 - every input of the paper's four cells (D+1 and D+28, tiered and off; T = 2024-04-27, D+1 T' = 2024-04-26,
-  D+28 T' = 2024-03-29) from a world with only its ledger, RAG corpora included, < 8 minutes: the
-  materializer runs for the four cells in turn (later cells reuse what earlier ones built).
+  D+28 T' = 2024-03-29) from a world with only its ledger, with the RAG corpora of both T' (the classic-RAG
+  cells' inputs), < 8 minutes: the materializer runs for the cells in turn (later cells reuse what earlier
+  ones built).
 
 Runs against embedded services in a temporary state folder (stopped and deleted at the end); the default
 world (seed 42) is registered and its ledger materialized before the clock starts. Prints each run as the
@@ -28,8 +29,10 @@ import warnings
 from pathlib import Path
 
 T = dt.date(2024, 4, 27)
-CELLS = [("D+28", dt.date(2024, 3, 29), "tiered"), ("D+28", dt.date(2024, 3, 29), "off"),
-         ("D+1", dt.date(2024, 4, 26), "tiered"), ("D+1", dt.date(2024, 4, 26), "off")]
+D28, D1 = dt.date(2024, 3, 29), dt.date(2024, 4, 26)
+CELLS = [("D+28", D28, "grounding", "tiered"), ("D+28", D28, "grounding_no_freshness_tiers", "off"),
+         ("D+28", D28, "classic_rag", "tiered"), ("D+1", D1, "grounding", "tiered"),
+         ("D+1", D1, "grounding_no_freshness_tiers", "off"), ("D+1", D1, "classic_rag", "tiered")]
 ALL_CELLS_TARGET_S = 8 * 60
 STAGED_TARGET_S = 1.0
 
@@ -57,13 +60,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, paths: object) -> int:
-    from churn_assets.definitions import defs_for
-    from churn_assets.freshness.policies import parse_policy
-    from churn_assets.materialize import materialize, open_session
-    from churn_assets.partitions import world_day_key
-    from churn_assets.scenario_materializer import materialize_scenario
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import materialize, open_session
+    from churn_assets.orchestration.partitions import world_day_key
+    from churn_assets.orchestration.scenario_materializer import materialize_scenario
+    from churn_assets.orchestration.scenarios import register_scenario
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.world.config import load_config
-    from churn_assets.world_registry import add_world
 
     config = load_config(days=args.days)
     world = config.world_id
@@ -76,14 +80,15 @@ def run(args: argparse.Namespace, paths: object) -> int:
 
         per_asset: dict[str, list[float]] = {}
         started, cpu_started = time.perf_counter(), time.process_time()
-        for name, t_prime, policy in CELLS:
-            print(f"\n{name} {policy} (T' = {t_prime}, T = {T})", flush=True)
+        for name, t_prime, arm, policy in CELLS:
+            print(f"\n{name} {arm} {policy} (T' = {t_prime}, T = {T})", flush=True)
             cell_started = time.perf_counter()
-            build = materialize_scenario(session, defs, world, t_prime, T, parse_policy(policy),
-                                         echo=lambda line: print(line, flush=True))
+            scenario = define_scenario(world, arm, policy, t_prime, T)
+            register_scenario(session.paths, session.instance, scenario)
+            build = materialize_scenario(session, defs, scenario, echo=lambda line: print(line, flush=True))
             for asset, seconds in build.seconds_per_asset().items():
                 per_asset.setdefault(asset, []).extend(seconds)
-            print(f"{name} {policy}: {time.perf_counter() - cell_started:.1f} s, {len(build.built)} built, "
+            print(f"{name} {arm} {policy}: {time.perf_counter() - cell_started:.1f} s, {len(build.built)} built, "
                   f"{len(build.reused)} reused", flush=True)
         total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
 
@@ -97,7 +102,7 @@ def run(args: argparse.Namespace, paths: object) -> int:
               f"{ALL_CELLS_TARGET_S} s: {'ok' if ok_all else 'MISSED'})", flush=True)
 
         # One staged partition: days no cell built, so each run writes a new partition.
-        from churn_assets.assets.staging import STAGED_SPECS
+        from churn_assets.orchestration.assets.staging import STAGED_SPECS
 
         fresh = [dt.date(2024, 4, 1) + dt.timedelta(days=i) for i in range(args.staged_runs)]
         run_seconds: list[float] = []

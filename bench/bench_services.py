@@ -95,13 +95,13 @@ def materialization_overhead(paths: StatePaths, runs: int) -> tuple[list[float],
     warnings.simplefilter("ignore")
     import dagster as dg
 
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import materialize, open_session
-    from churn_assets.partitions import world_partitions
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import materialize, open_session
+    from churn_assets.orchestration.partitions import world_partitions
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.world.config import load_config
     from churn_assets.world.ledger import load_ledger
     from churn_assets.world.simulator import generate_ledger
-    from churn_assets.world_registry import add_world
 
     @dg.asset(partitions_def=world_partitions)
     def bench_noop(context):  # no annotations: Dagster cannot resolve string hints of a local import

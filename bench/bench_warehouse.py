@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, paths: object, url: str) -> int:
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import materialize, open_session
-    from churn_assets.world_registry import add_world
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import materialize, open_session
+    from churn_assets.orchestration.world_registry import add_world
 
     config = load_config()
     world = config.world_id
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace, paths: object, url: str) -> int:
 
         # The assets as `churnbench project` runs them (the first run pays dbt's full parse for the world).
         materialize(session, defs, ["warehouse_truth", "warehouse_raw"], [world])
-        from churn_assets.assets.dbt import analytics_dbt
+        from churn_assets.orchestration.assets.dbt import analytics_dbt
 
         dbt_keys = sorted(k.to_user_string() for k in analytics_dbt.keys)
 

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from churn_assets.errors import UserFacingError
+from churn_assets.fabric.saas_client import SAAS_PROFILES
 from churn_assets.state import StatePaths, atomic_write_text
 
 POSTGRES_URL_ENV = "CHURNBENCH_POSTGRES_URL"
@@ -49,7 +50,6 @@ SAAS_URL_ENV = "CHURNBENCH_SAAS_URL"
 # The key a client sends to the SaaS API; required with CHURNBENCH_SAAS_URL, else read from the state folder.
 SAAS_API_KEY_ENV = "CHURNBENCH_SAAS_API_KEY"
 SAAS_KEYS_FILENAME = "saas-keys.json"
-SAAS_KEY_PROFILES = ("default", "reference")  # one key per profile in the embedded keys file
 # External Postgres only: where Dagster keeps runs and events (default: the CHURNBENCH_POSTGRES_URL database).
 DAGSTER_POSTGRES_URL_ENV = "CHURNBENCH_DAGSTER_POSTGRES_URL"
 
@@ -765,7 +765,7 @@ def ensure_saas_keys(paths: StatePaths) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     keys = {"keys": [{"id": f"churnbench-{profile}", "key": secrets.token_urlsafe(32), "profile": profile}
-                     for profile in SAAS_KEY_PROFILES]}
+                     for profile in SAAS_PROFILES]}
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

@@ -10,8 +10,10 @@ Layout::
       .state-id                 random id of this state folder (ties the embedded Postgres data to it)
       services/                 one <service>.json record per embedded service, logs, the Mongo data
       dagster/                  DAGSTER_HOME (generated dagster.yaml: storage on the embedded Postgres)
-      worlds/<world>/           config.json (the registered world config), ledger/, later contracts/
-      results/<world>/          evaluation results (later issues)
+      worlds/<world>/           config.json (the registered world config), ledger/, contracts/<day>/,
+                                tasks/<T>/tasks.jsonl
+      scenarios/<key>.json      defined scenarios (the `eval_run` partitions) and their plans
+      results/<world>/          evaluation results
 
 The embedded Postgres data directory is NOT inside the state folder: the embedded server, run as root,
 opens the permissions of every parent of its data directory (and runs as a system user that must
@@ -21,6 +23,7 @@ whose parents are world-traversable already, and two state folders never share i
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import re
@@ -39,6 +42,7 @@ DEFAULT_PG_ROOT = Path("/var/tmp")
 
 WORLD_CONFIG_FILE = "config.json"
 LEDGER_DIRNAME = "ledger"
+TASKS_DIRNAME = "tasks"
 
 # `<name>-s<seed>-<hash6>` (section 10, "World id"); names follow the world config's name rule.
 WORLD_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}-s\d+-[0-9a-f]{6}$")
@@ -151,6 +155,23 @@ class StatePaths:
 
     def ledger_dir(self, world_id: str) -> Path:
         return self.world_dir(world_id) / LEDGER_DIRNAME
+
+    def contracts_root(self, world_id: str) -> Path:
+        """`<state>/worlds/<world>/contracts`: one sub-folder per materialized day of contract documents."""
+        from contracts.store import CONTRACTS_DIRNAME
+
+        return self.world_dir(world_id) / CONTRACTS_DIRNAME
+
+    def task_set_file(self, world_id: str, day: dt.date | str) -> Path:
+        """`<state>/worlds/<world>/tasks/<T>/tasks.jsonl`, the `task_set` partition (world, T)."""
+        from churn_assets.tasks.task_set import TASKS_FILE
+
+        key = day if isinstance(day, str) else day.isoformat()
+        return self.world_dir(world_id) / TASKS_DIRNAME / key / TASKS_FILE
+
+    def scenario_file(self, key: str) -> Path:
+        """`<state>/scenarios/<scenario key>.json`: a defined scenario and its plan."""
+        return self.root / "scenarios" / f"{key}.json"
 
     def results_dir(self, world_id: str) -> Path:
         return self.root / "results" / validate_world_id(world_id)

@@ -18,12 +18,11 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from churn_assets.world.calendar import Day
 from churn_assets.world.events import SCHEMAS_BY_FORMAT
 from churn_assets.world.fold import fold_ledger
 from churn_assets.world.state import Contract, WorldState
 from contracts.model import ContractFacts, ProductRef, TermFacts
-
-Day = dt.date
 
 # The classes a document reads. Folding only their events gives the same contract facts as folding the
 # whole ledger (a class's facts depend on its own events only, section 10), at a fraction of the cost:

@@ -6,11 +6,10 @@ fold (section 10, "Arm isolation"); `contracts.facts` builds these facts from th
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from dataclasses import dataclass
 from typing import NamedTuple
 
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 
 class ProductRef(NamedTuple):

@@ -6,7 +6,7 @@ tests fail. Unit tests that ask for none of these start nothing.
 
 Later issues build on these: `small_world` is a registered 30-day world (the test budget of
 ARCHITECTURE.md section 10) with its ledger materialized; `session_defs` are the definitions bound
-to the session's state folder, for `churn_assets.materialize.materialize`.
+to the session's state folder, for `churn_assets.orchestration.materialize.materialize`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from churn_assets.state import STATE_DIR_ENV, StatePaths
 if TYPE_CHECKING:  # Dagster is imported by the fixtures that need it, not by every unit test run
     import dagster as dg
 
-    from churn_assets.materialize import Session
+    from churn_assets.orchestration.materialize import Session
 
 SMALL_WORLD_DAYS = 30
 EXTERNAL_ENVS = (POSTGRES_URL_ENV, MONGODB_URI_ENV, SAAS_URL_ENV, DAGSTER_POSTGRES_URL_ENV)
@@ -83,7 +83,7 @@ def services(state_paths: StatePaths) -> Iterator[ServiceUrls]:
 @pytest.fixture(scope="session")
 def session(services: ServiceUrls, state_paths: StatePaths) -> Iterator[Session]:
     """The persistent Dagster instance of the session's state folder, open for the whole session."""
-    from churn_assets.materialize import open_session
+    from churn_assets.orchestration.materialize import open_session
 
     with open_session(state_paths) as opened:
         yield opened
@@ -97,7 +97,7 @@ def dagster_instance(session: Session) -> dg.DagsterInstance:
 @pytest.fixture(scope="session")
 def session_defs(state_paths: StatePaths) -> dg.Definitions:
     """Definitions bound to the session's state folder (what the CLI materializes with)."""
-    from churn_assets.definitions import defs_for
+    from churn_assets.orchestration.definitions import defs_for
 
     return defs_for(str(state_paths.root))
 
@@ -105,9 +105,9 @@ def session_defs(state_paths: StatePaths) -> dg.Definitions:
 @pytest.fixture(scope="session")
 def small_world(session: Session, session_defs: dg.Definitions) -> str:
     """A registered 30-day world (default config, seed 42) with its ledger materialized."""
-    from churn_assets.materialize import materialize
+    from churn_assets.orchestration.materialize import materialize
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.world.config import load_config
-    from churn_assets.world_registry import add_world
 
     config = load_config(days=SMALL_WORLD_DAYS)
     add_world(session.paths, session.instance, config)

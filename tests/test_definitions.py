@@ -11,11 +11,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from churn_assets.assets.ledger import ledger
-from churn_assets.checks import ledger_hash_chain
-from churn_assets.definitions import build_defs, defs
 from churn_assets.deployment import Calendar, DeploymentConfigError, deployment, parse_deployment
-from churn_assets.partitions import (
+from churn_assets.orchestration.assets.ledger import ledger, ledger_hash_chain
+from churn_assets.orchestration.definitions import build_defs, defs
+from churn_assets.orchestration.partitions import (
     DAY_DIMENSION,
     WORLD_DIMENSION,
     WORLD_PARTITIONS_NAME,
@@ -25,11 +24,11 @@ from churn_assets.partitions import (
     world_day_partitions,
     world_partitions,
 )
-from churn_assets.resources import StateResource
+from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.world_registry import WorldNotFoundError, load_world_config, write_world_config
 from churn_assets.services import ServiceUrls, dagster_yaml_text
 from churn_assets.state import STATE_DIR_ENV, StateError, StatePaths, sql_identifier, validate_world_id
 from churn_assets.world.config import load_config
-from churn_assets.world_registry import WorldNotFoundError, load_world_config, write_world_config
 
 
 def test_definitions_are_loadable() -> None:

@@ -14,25 +14,34 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Rank of each part of churn_assets: a module may import its own rank or lower, never higher.
-# `errors` is the shared base every layer may raise from.
+# `errors` is the shared base every layer may raise from; `canonical` the one canonical JSON every hash uses.
 RANKS: dict[str, int] = {
-    "errors": 0,
+    "errors": 0, "canonical": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,
     "arms": 4, "freshness": 4,
     "evaluation": 5,
-    # services and the state folder stand beside the core: used by resources and the CLI only.
+    # services and the state folder stand beside the core: used by the Dagster wing and the CLI only.
     "services": 6, "state": 6, "deployment": 6,
-    "assets": 7, "resources": 7, "checks": 7, "jobs": 7, "schedules": 7, "sensors": 7,
-    "partitions": 7, "materialize": 7, "world_registry": 7, "dbt_project": 7, "scenarios": 7,
-    "scenario_materializer": 7,
-    "definitions": 8,
+    "orchestration": 7,  # the Dagster wing, ranked inside by WING_RANKS
     "cli": 9, "commands": 9, "__main__": 9,
+}
+# The Dagster wing's own layers (`churn_assets/orchestration/<part>`): a loop inside the wing fails here too.
+WING_RANKS: dict[str, int] = {
+    "partitions": 0, "dbt_project": 0,
+    "scenarios": 1,
+    "world_registry": 2,
+    "resources": 3, "materialize": 3,
+    "scenario_inputs": 4,
+    "assets": 5,
+    "scenario_materializer": 6,
+    "jobs": 7, "schedules": 7, "sensors": 7,
+    "definitions": 8,
 }
 # The top-level `contracts` package (document rendering) sits with fabric.
 TOP_LEVEL_RANKS = {"contracts": 2}
-DAGSTER_FREE_BELOW = 7  # nothing below assets/ imports dagster ...
+DAGSTER_FREE_BELOW = (7, 0)  # nothing below the Dagster wing imports dagster ...
 DAGSTER_ADAPTER_PREFIX = "churn_assets.freshness.adapters"  # ... except the production adapters
 ARM_FORBIDDEN = ("churn_assets.world.fold", "churn_assets.world.ledger", "churn_assets.tasks.gold")
 
@@ -57,13 +66,20 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-def rank_of(module: str) -> int | None:
+def rank_of(module: str) -> tuple[int, int] | None:
+    """(layer, layer inside the Dagster wing) of a project module; None for modules outside the layers."""
     parts = module.split(".")
     if parts[0] == "churn_assets":
-        if len(parts) == 1:
+        if len(parts) == 1 or parts[1] not in RANKS:
             return None
-        return RANKS.get(parts[1])
-    return TOP_LEVEL_RANKS.get(parts[0])
+        if parts[1] == "orchestration":
+            if len(parts) == 2:
+                return None
+            sub = WING_RANKS.get(parts[2])
+            return None if sub is None else (RANKS["orchestration"], sub)
+        return (RANKS[parts[1]], 0)
+    top = TOP_LEVEL_RANKS.get(parts[0])
+    return None if top is None else (top, 0)
 
 
 def violations(module: str, imports: list[str]) -> list[str]:
@@ -85,7 +101,8 @@ def violations(module: str, imports: list[str]) -> list[str]:
                 found.append(f"{module} (rank {own}) imports {imp} (rank {target}): imports must point down")
         if own is not None and own < DAGSTER_FREE_BELOW and head.startswith("dagster") \
                 and not module.startswith(DAGSTER_ADAPTER_PREFIX):
-            found.append(f"{module} imports {imp}: only assets/ and above (and freshness adapters) use dagster")
+            found.append(f"{module} imports {imp}: only the Dagster wing and above (and the freshness "
+                         "adapters) use dagster")
         if module.startswith("churn_assets.arms") and imp.startswith(ARM_FORBIDDEN):
             found.append(f"{module} imports {imp}: arms never read the ledger, the fold or gold")
     return found
@@ -99,11 +116,16 @@ def _all_modules() -> list[tuple[str, Path]]:
     return out
 
 
+def _parts(folder: Path) -> set[str]:
+    return {p.stem if p.is_file() else p.name for p in folder.iterdir()
+            if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())) and p.stem != "__init__"}
+
+
 def test_every_churn_assets_part_has_a_rank() -> None:
-    parts = {p.stem if p.is_file() else p.name for p in (ROOT / "churn_assets").iterdir()
-             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())) and p.stem != "__init__"}
-    unranked = sorted(parts - RANKS.keys())
+    unranked = sorted(_parts(ROOT / "churn_assets") - RANKS.keys())
     assert not unranked, f"add these to RANKS in {Path(__file__).name}: {unranked}"
+    unranked = sorted(_parts(ROOT / "churn_assets" / "orchestration") - WING_RANKS.keys())
+    assert not unranked, f"add these to WING_RANKS in {Path(__file__).name}: {unranked}"
 
 
 def test_imports_follow_the_layers() -> None:
@@ -117,16 +139,80 @@ def test_imports_follow_the_layers() -> None:
     ("churn_assets.arms.naive", ["churn_assets.world.fold"], "arms never read"),
     ("churn_assets.arms.naive", ["churn_assets.tasks.gold"], "arms never read"),
     ("churn_assets.fabric.warehouse", ["saas_mock.app"], "nothing in the core imports saas_mock"),
-    ("saas_mock.app", ["churn_assets.assets.ledger"], "saas_mock may only use"),
+    ("saas_mock.app", ["churn_assets.orchestration.assets.ledger"], "saas_mock may only use"),
+    ("churn_assets.orchestration.assets.evaluation", ["churn_assets.orchestration.scenario_materializer"],
+     "must point down"),
+    ("churn_assets.orchestration.partitions", ["churn_assets.orchestration.assets.ledger"], "must point down"),
+    ("churn_assets.evaluation.runner", ["churn_assets.orchestration.materialize"], "must point down"),
 ])
 def test_the_scanner_catches_violations(module: str, imports: list[str], fragment: str) -> None:
     assert any(fragment in v for v in violations(module, imports))
 
 
 def test_allowed_imports_pass() -> None:
-    assert violations("churn_assets.assets.ledger", ["dagster", "churn_assets.world.ledger"]) == []
+    assert violations("churn_assets.orchestration.assets.ledger", ["dagster", "churn_assets.world.ledger"]) == []
     assert violations("churn_assets.freshness.adapters", ["dagster"]) == []
     assert violations("saas_mock.app", ["churn_assets.world.fold"]) == []
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (lazy and type-only imports included)."""
+    modules = dict(_all_modules())
+    known = set(modules)
+    return {m: {r for i in _imports(p) if (r := _resolve(i, known)) and r != m} for m, p in modules.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    """No two modules import each other, directly or through others (type-only and lazy imports count)."""
+    cycles = import_cycles(_import_graph())
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
 def _resolve(imp: str, known: set[str]) -> str | None:
@@ -141,7 +227,7 @@ def _resolve(imp: str, known: set[str]) -> str | None:
 def test_arms_never_reach_the_ledger_fold_or_gold_even_indirectly() -> None:
     """Arm isolation holds through every chain of imports (lazy ones included), not only direct ones."""
     modules = dict(_all_modules())
-    graph = {m: {r for i in _imports(p) if (r := _resolve(i, set(modules))) and r != m} for m, p in modules.items()}
+    graph = _import_graph()
     problems = []
     for start in (m for m in modules if m.startswith("churn_assets.arms")):
         seen, stack, parent = {start}, [start], {start: ""}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from churn_assets.canonical import canonical_json
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import (
     GENESIS_HASH,
     LedgerError,
-    canonical_json,
     load_ledger,
 )
 from churn_assets.world.simulator import generate_ledger

@@ -24,7 +24,8 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
-from churn_assets.arms.agents.deterministic import AgentAnswer, DeterministicAgent
+from churn_assets.arms.agents.deterministic import DeterministicAgent
+from churn_assets.arms.agents.interface import AgentAnswer
 from churn_assets.arms.agents.llm import (
     ANSWER_NOW,
     ENV_API_KEY,
@@ -41,11 +42,12 @@ from churn_assets.arms.agents.llm import (
     price_for,
     price_table,
 )
-from churn_assets.arms.base import RouterArm, Scenario, TracingTools
+from churn_assets.arms.base import RouterArm, TracingTools
+from churn_assets.arms.registry import define_scenario, scenario_from_json
 from churn_assets.fabric.saas_client import TransportError
+from churn_assets.freshness.scenario import Scenario, ScenarioError
 from churn_assets.grounding.rows import HoldingRow, LicenseRow, Request, Row, UserRow
 from churn_assets.grounding.traces import Read, TraceEntry
-from churn_assets.scenarios import ScenarioDef, ScenarioError
 from churn_assets.tasks.task_set import Task
 
 T = dt.date(2024, 4, 27)
@@ -325,7 +327,7 @@ def test_usage_reaches_the_arm_answer_and_its_json() -> None:
         name = "fake"
 
     llm, _ = agent(calls(("retrieve", {"view": "licenses", "product": "prd_0001"})), final("ANSWER: 2"))
-    arm = FakeArm(Scenario("w", T - dt.timedelta(days=1), T), FakeRouter())  # type: ignore[arg-type]
+    arm = FakeArm(Scenario("w", "grounding", "tiered", T - dt.timedelta(days=1), T), FakeRouter())  # type: ignore[arg-type]
     arm.agent = llm
     task = Task("t1", "w", T.isoformat(), "t2_license_holders_product", {"product": "prd_0001"}, QUESTION)
     got = arm.answer(task)
@@ -344,7 +346,7 @@ def test_a_source_failure_keeps_the_traces_and_the_tokens_spent() -> None:
         name = "fake"
 
     llm, _ = agent(calls(("retrieve", {"view": "tickets"})))
-    arm = FakeArm(Scenario("w", T, T), Failing())  # type: ignore[arg-type]
+    arm = FakeArm(Scenario("w", "grounding", "tiered", T, T), Failing())  # type: ignore[arg-type]
     arm.agent = llm
     got = arm.answer(Task("t1", "w", T.isoformat(), "t2_license_holders_product", {"product": "prd_0001"}, QUESTION))
     assert got.transport_error is not None and got.usage is not None and got.usage.calls == 1
@@ -407,18 +409,18 @@ def test_from_env_without_an_endpoint_names_the_variables() -> None:
 
 def test_scenario_key_carries_the_llm_agent_id_and_its_settings() -> None:
     settings = LlmSettings.from_env(env())
-    s = ScenarioDef("w-s1-000000", "grounding", "tiered", T - dt.timedelta(days=29), T, settings.agent_id,
-                    model_settings=settings.to_json()).validate()
+    s = define_scenario("w-s1-000000", "grounding", "tiered", T - dt.timedelta(days=29), T,
+                        agent_id=settings.agent_id, model_settings=settings.to_json())
     assert s.key.endswith(f"__{settings.agent_id}__default")
-    back = ScenarioDef.from_json(json.loads(json.dumps(s.to_json())))
-    assert back.validate().model_settings == settings.to_json()
-    assert "model_settings" not in ScenarioDef("w", "naive", "tiered", T, T).validate().to_json()
+    back = scenario_from_json(json.loads(json.dumps(s.to_json())))
+    assert back.model_settings == settings.to_json()
+    assert "model_settings" not in define_scenario("w", "naive", "tiered", T, T).to_json()
     with pytest.raises(ScenarioError, match="hash to"):
-        dataclasses.replace(s, agent_id="llm-000000").validate()
+        scenario_from_json({**s.to_json(), "agent_id": "llm-000000"})
     with pytest.raises(ScenarioError, match="no stored model settings"):
-        dataclasses.replace(s, model_settings=None).validate()
+        scenario_from_json({k: v for k, v in s.to_json().items() if k != "model_settings"})
     with pytest.raises(ScenarioError, match="neither det nor"):
-        dataclasses.replace(s, agent_id="gpt").validate()
+        scenario_from_json({**s.to_json(), "agent_id": "gpt"})
 
 
 def test_running_needs_the_environment_to_match_the_scenarios_agent() -> None:
@@ -438,20 +440,22 @@ def test_run_result_spec_hashes_model_settings() -> None:
     b = LlmSettings.from_env(env(CHURNBENCH_LLM_TEMPERATURE="0.5"))
 
     def spec(s: LlmSettings) -> RunSpec:
-        return RunSpec("w", "h", "grounding", "tiered", T, T, "tasks", agent_id=s.agent_id,
-                       model_settings=s.to_json())
+        return RunSpec(Scenario("w", "grounding", "tiered", T, T, s.agent_id, model_settings=s.to_json()), "h",
+                       "tasks")
 
     assert spec(a).key("c").experiment_hash != spec(b).key("c").experiment_hash
     assert spec(a).experiment()["model_settings"]["model"] == "gpt-4o-mini"
 
 
 def test_make_arm_takes_an_agent() -> None:
+    from churn_assets.arms.naive import naive_vintage
     from churn_assets.arms.registry import make_arm
-    from churn_assets.grounding.router import Sources
+    from churn_assets.fabric.sources import Sources
 
     llm, _ = agent()
-    assert make_arm("naive", Scenario("w", T, T), Sources("w"), agent=llm).agent is llm
-    assert isinstance(make_arm("naive", Scenario("w", T, T), Sources("w")).agent, DeterministicAgent)
+    scenario = Scenario("w", "naive", "tiered", T, T)
+    assert make_arm(scenario, Sources("w"), served=naive_vintage(T), agent=llm).agent is llm
+    assert isinstance(make_arm(scenario, Sources("w"), served=naive_vintage(T)).agent, DeterministicAgent)
 
 
 def test_cli_run_with_the_llm_agent_and_no_endpoint_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,8 @@ from churn_assets.arms.agents.llm import (
     LlmSettings,
     search_tool,
 )
-from churn_assets.arms.base import RouterArm, Scenario, TracingTools
+from churn_assets.arms.base import RouterArm, TracingTools
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.rows import VIEWS, Request
 from churn_assets.tasks.task_set import Task
 
@@ -381,7 +382,7 @@ def test_an_endpoint_not_listening_stops_the_arm_with_llm_endpoint_error(endpoin
         name = "fake"
 
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    arm = FakeArm(Scenario("w", T - dt.timedelta(days=1), T), FakeRouter())  # type: ignore[arg-type]
+    arm = FakeArm(Scenario("w", "grounding", "tiered", T - dt.timedelta(days=1), T), FakeRouter())  # type: ignore[arg-type]
     arm.agent = LlmAgent(LlmSettings(url, MODEL), api_key=API_KEY)
     task = Task("t1", "w", T.isoformat(), "t2_license_holders_product", {"product": "prd_0001"}, QUESTION)
     with pytest.raises(LlmEndpointError, match=rf"model {MODEL} at {re.escape(url)}\): ") as caught:

@@ -6,14 +6,9 @@ import datetime as dt
 
 import pytest
 
-from churn_assets.freshness.planning import (
-    PlanningError,
-    is_stale,
-    measured_change_rates,
-    refresh_days,
-    served_vintage,
-)
-from churn_assets.freshness.policies import Budget, Off, RateMatched, Tiered, parse_policy
+from churn_assets.freshness.planning import measured_change_rates, refresh_days, served_vintage
+from churn_assets.freshness.policies import Budget, Off, PlanningError, RateMatched, Tiered, parse_policy
+from churn_assets.freshness.schedule import is_stale
 from churn_assets.grounding.registry import load_registry
 
 D = dt.date.fromisoformat
@@ -126,11 +121,6 @@ def test_policy_ids_and_parsing() -> None:
     assert parse_policy("rate:2").policy_id != parse_policy("rate").policy_id
     with pytest.raises(Exception, match="expected tiered"):
         parse_policy("sometimes")
-
-
-def test_t_before_t_prime_is_refused(reg) -> None:
-    with pytest.raises(PlanningError, match="before the cache build day"):
-        refresh_days(reg, T, D28, Tiered())
 
 
 def test_measured_rates_ignore_events_after_t_prime() -> None:

@@ -11,14 +11,14 @@ from churn_assets.arms.base import TracingTools
 from churn_assets.arms.grounding import keyword_classes
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.grounding.readers.vector_index import contract_from_chunks
 from churn_assets.grounding.registry import load_registry
-from churn_assets.grounding.router import (
+from churn_assets.grounding.routes import (
     STAGED_GAPS,
     RouteRefused,
     RouterError,
     RoutingMode,
     check_relation,
-    contract_from_chunks,
     route_for,
 )
 from churn_assets.grounding.rows import VIEWS, Request, Row
@@ -189,10 +189,11 @@ class _RefusingRouter(_StubRouter):
 
 
 def test_a_source_that_keeps_refusing_is_a_transport_failure_not_an_answer() -> None:
-    from churn_assets.arms.base import RouterArm, Scenario
+    from churn_assets.arms.base import RouterArm
+    from churn_assets.freshness.scenario import Scenario
     from churn_assets.tasks.task_set import Task
 
-    arm = RouterArm(Scenario(WORLD, T_PRIME, T), _RefusingRouter())  # type: ignore[arg-type]
+    arm = RouterArm(Scenario(WORLD, "grounding", "tiered", T_PRIME, T), _RefusingRouter())  # type: ignore[arg-type]
     question = template("t1_tickets_opened").render({"days": 7})
     answer = arm.answer(Task("q1", WORLD, T.isoformat(), "t1_tickets_opened", {"days": 7}, question))
     assert answer.transport_error is not None and "429" in answer.transport_error

@@ -20,6 +20,7 @@ from churn_assets.evaluation.results import ResultsStore
 from churn_assets.evaluation.runner import RunSpec, evaluate
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.registry import load_registry
 from churn_assets.tasks.generator import generate_task_set
 from churn_assets.tasks.gold import GoldResolver
@@ -63,7 +64,7 @@ def world() -> tuple[list[dict[str, Any]], GoldResolver, list[Task]]:
 
 
 def _spec(arm: str, policy: str, tasks: list[Task]) -> RunSpec:
-    return RunSpec("default-s42-test00", "cafe", arm, policy, T_PRIME, T, task_set_hash(tasks))
+    return RunSpec(Scenario("default-s42-test00", arm, policy, T_PRIME, T), "cafe", task_set_hash(tasks))
 
 
 @pytest.mark.parametrize("policy", [Tiered(), Off()])
@@ -114,7 +115,8 @@ def test_a_changed_code_version_never_overwrites(world, tmp_path: Path) -> None:
 
 
 def test_scenario_key_format() -> None:
-    spec = RunSpec("default-s42-3f9a1c", "h", "grounding", "tiered", dt.date(2024, 3, 29), dt.date(2024, 4, 27), "x")
+    spec = RunSpec(Scenario("default-s42-3f9a1c", "grounding", "tiered", dt.date(2024, 3, 29), dt.date(2024, 4, 27)),
+                   "h", "x")
     assert spec.scenario_key == "default-s42-3f9a1c__grounding__tiered__tp20240329__t20240427__det__default"
 
 

@@ -7,10 +7,18 @@ import datetime as dt
 
 import pytest
 
-from churn_assets.freshness.policies import Off, Tiered
-from churn_assets.freshness.scenario import DBT_BUILD, ScenarioInput, scenario_inputs
-from churn_assets.grounding.registry import load_registry
-from churn_assets.scenario_materializer import Step, depends_on, plan_steps
+from churn_assets.freshness.scenario import (
+    DBT_BUILD,
+    SERVES_POLICY,
+    Scenario,
+    ScenarioError,
+    ScenarioInput,
+    ScenarioPlan,
+    check_days,
+    plan_scenario,
+)
+from churn_assets.grounding.registry import Registry, load_registry
+from churn_assets.orchestration.scenario_materializer import Step, depends_on, plan_steps
 
 WORLD = "default-s42-3f9a1c"
 T = dt.date(2024, 4, 27)
@@ -23,6 +31,11 @@ def d(month: int, day: int) -> dt.date:
     return dt.date(2024, month, day)
 
 
+def grounding_plan(registry: Registry, t_prime: dt.date, t: dt.date, policy: str) -> ScenarioPlan:
+    """The plan of the grounding arm (it serves the refresh policy) for world WORLD."""
+    return plan_scenario(Scenario(WORLD, "grounding", policy, t_prime, t), SERVES_POLICY, registry)
+
+
 def by_asset(inputs: tuple[ScenarioInput, ...]) -> dict[str, list[dt.date | None]]:
     out: dict[str, list[dt.date | None]] = {}
     for i in inputs:
@@ -32,39 +45,53 @@ def by_asset(inputs: tuple[ScenarioInput, ...]) -> dict[str, list[dt.date | None
 
 
 def test_d28_tiered_needs_the_served_partitions_and_the_stores_at_every_refresh_day() -> None:
-    plan = scenario_inputs(load_registry(), WORLD, D28, T, Tiered())
-    assert plan.policy_id == "tiered"
+    plan = grounding_plan(load_registry(), D28, T, "tiered")
+    assert plan.registry_hash == load_registry().content_hash
     assert {c: plan.served_vintage[c] for c in ("assignments", "user_status", "prices", "cost_center_membership",
                                                  "contract_terms", "vendor_dims", "consumption")} == {
         "assignments": d(4, 26), "user_status": d(4, 26), "prices": d(4, 22), "cost_center_membership": d(4, 22),
         "contract_terms": D28, "vendor_dims": D28, "consumption": T}
     hot = [D28 + dt.timedelta(days=2 * k) for k in range(15)]  # refreshed every 2 days: 03-29 ... 04-26
     warm = [D28, d(4, 6), d(4, 14), d(4, 22)]
-    assert plan.days == sorted({*hot, *warm, T})
+    days = plan.days(D28, T)
+    assert days == sorted({*hot, *warm, T})
     assets = by_asset(plan.inputs)
     assert assets["ledger"] == assets["warehouse_truth"] == assets["warehouse_raw"] == assets[DBT_BUILD] == [None]
-    assert assets["operational_store"] == assets["contract_documents"] == plan.days
+    assert assets["operational_store"] == assets["contract_documents"] == days
     assert assets["staged_assignments"] == assets["staged_user_status"] == [d(4, 26)]
     assert assets["staged_prices"] == assets["staged_cost_center_membership"] == [d(4, 22)]
-    assert assets["staged_vendor_dims"] == assets["vector_index"] == assets["rag_index"] == [D28]
+    assert assets["staged_vendor_dims"] == assets["vector_index"] == [D28]
+    assert "rag_index" not in assets  # the RAG corpus is the RAG arms' own input, never grounding's
     assert assets["task_set"] == [T]
-    assert len(plan.inputs) == len(set(plan.inputs)) == 4 + 2 * len(plan.days) + 1 + 1 + 5 + 1
+    assert len(plan.inputs) == len(set(plan.inputs)) == 4 + 2 * len(days) + 1 + 5 + 1
 
 
 def test_off_serves_every_class_as_of_t_prime_and_d1_is_a_control() -> None:
     registry = load_registry()
-    off = scenario_inputs(registry, WORLD, D28, T, Off())
-    assert off.days == [D28, T]
+    off = grounding_plan(registry, D28, T, "off")
+    assert off.days(D28, T) == [D28, T]
     assets = by_asset(off.inputs)
-    assert all(assets[a] == [D28] for a in (*STAGED, "vector_index", "rag_index"))
+    assert all(assets[a] == [D28] for a in (*STAGED, "vector_index"))
     # D+1: nothing is stale on T, so tiered and off need the same partitions and serve the same map.
-    tiered1, off1 = scenario_inputs(registry, WORLD, D1, T, Tiered()), scenario_inputs(registry, WORLD, D1, T, Off())
+    tiered1, off1 = grounding_plan(registry, D1, T, "tiered"), grounding_plan(registry, D1, T, "off")
     assert tiered1.inputs == off1.inputs and tiered1.served_vintage == off1.served_vintage
-    assert tiered1.policy_id != off1.policy_id
+
+
+def test_a_plan_round_trips_through_json() -> None:
+    plan = grounding_plan(load_registry(), D28, T, "tiered")
+    assert ScenarioPlan.from_json(plan.to_json()) == plan
+
+
+def test_t_prime_after_t_is_refused_in_one_place() -> None:
+    with pytest.raises(ScenarioError, match="before T'"):
+        check_days(T, D28)
+    with pytest.raises(ScenarioError, match="before T'"):
+        Scenario(WORLD, "grounding", "tiered", T, D28)
+    check_days(T, T)  # T' = T is a scenario too (nothing can be stale)
 
 
 def test_inputs_come_in_dependency_order() -> None:
-    plan = scenario_inputs(load_registry(), WORLD, D28, T, Tiered())
+    plan = grounding_plan(load_registry(), D28, T, "tiered")
     order = [i.asset for i in plan.inputs]
     assert order[:4] == ["ledger", "warehouse_truth", "warehouse_raw", DBT_BUILD]
     assert order.index("vector_index") > max(i for i, a in enumerate(order) if a == "contract_documents")
@@ -90,9 +117,9 @@ ANCESTORS = {
 
 
 def test_runs_are_grouped_and_ordered_after_what_they_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    import churn_assets.scenario_materializer as sm
+    import churn_assets.orchestration.scenario_inputs as si
 
-    monkeypatch.setattr(sm, "dbt_asset_keys", lambda: ("analytics/dim_vendor", "analytics/fct_price"))
+    monkeypatch.setattr(si, "dbt_asset_keys", lambda: ("analytics/dim_vendor", "analytics/fct_price"))
     missing = [
         ScenarioInput("staged_prices", WORLD, D28), ScenarioInput("vector_index", WORLD, T),
         ScenarioInput("contract_documents", WORLD, T), ScenarioInput("staged_vendor_dims", WORLD, D28),

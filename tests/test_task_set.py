@@ -142,13 +142,13 @@ def test_tasks_command_writes_the_file_and_prints_its_hash(
 def test_task_set_asset_writes_the_partition(tmp_path: Path) -> None:
     import dagster as dg
 
-    from churn_assets.assets.tasks import task_set, task_set_file
-    from churn_assets.partitions import WORLD_PARTITIONS_NAME, world_day_key
-    from churn_assets.resources import StateResource
+    from churn_assets.orchestration.assets.tasks import task_set
+    from churn_assets.orchestration.partitions import WORLD_PARTITIONS_NAME, world_day_key
+    from churn_assets.orchestration.resources import StateResource
+    from churn_assets.orchestration.world_registry import write_world_config
     from churn_assets.state import StatePaths
     from churn_assets.world.config import load_config
     from churn_assets.world.simulator import generate_ledger
-    from churn_assets.world_registry import write_world_config
 
     paths = StatePaths.resolve(tmp_path / "state").ensure()
     config = load_config(days=30)
@@ -160,7 +160,7 @@ def test_task_set_asset_writes_the_partition(tmp_path: Path) -> None:
     result = dg.materialize([task_set], partition_key=world_day_key(config.world_id, day), instance=instance,
                             resources={"state": StateResource(state_dir=str(paths.root))})
     assert result.success
-    path = task_set_file(paths, config.world_id, day)
+    path = paths.task_set_file(config.world_id, day)
     metadata = {k: v.value for k, v in result.asset_materializations_for_node("task_set")[0].metadata.items()}
     assert metadata["task_set_hash"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert metadata["tasks_per_task_tier"] == {"1": 81, "2": 63, "3": 36}

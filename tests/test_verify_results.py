@@ -22,6 +22,7 @@ from churn_assets.evaluation.runner import RunSpec, evaluate
 from churn_assets.evaluation.verify import load_run, verify_rows
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.registry import load_registry
 from churn_assets.tasks.generator import generate_task_set
 from churn_assets.tasks.gold import GoldResolver
@@ -55,7 +56,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GoldResolver, list[Ta
     planned = served_vintage(load_registry(), T_PRIME, T, Off())
     exposure = run_exposure(records, tasks, anchor=T, t_prime=T_PRIME, vintage=planned, resolver=resolver)
     store = ResultsStore(tmp_path_factory.mktemp("results"))
-    spec = RunSpec(config.world_id, config.config_hash, PlannedArm.name, "off", T_PRIME, T, task_set_hash(tasks))
+    spec = RunSpec(Scenario(config.world_id, PlannedArm.name, "off", T_PRIME, T), config.config_hash,
+                   task_set_hash(tasks))
     evaluate(PlannedArm(resolver, planned), tasks, resolver, store, spec, exposure=exposure, code="git-test")
     return resolver, tasks, store.run_dir(spec.key("git-test"))
 

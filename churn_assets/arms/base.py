@@ -1,6 +1,6 @@
 """The arm interface: an arm declares its planned vintage map, then answers one task at a time.
 
-    arm = make_arm("grounding", scenario, sources)      # arms/registry.py
+    arm = make_arm(scenario, sources, served=plan.served_vintage)   # arms/registry.py
     arm.planned_vintage                                   # {class: day}, declared before any answer
     result = arm.answer(task)                             # ArmAnswer: value, text, traces, cost, timings
 
@@ -9,45 +9,32 @@ the question was read, every retrieval's trace (route, tables, data time per cla
 latency), the served vintage derived from those traces, total cost units, timings (outside anything hashed),
 and a transport failure when a source kept refusing (scored as `transport_failure`, never as wrong).
 
-Arms are plain classes over explicit inputs (a `Scenario` and the `Sources` connections): no Dagster.
+Arms are plain classes over explicit inputs (a `freshness.scenario.Scenario` and the `Sources` connections):
+no Dagster.
 """
 
 from __future__ import annotations
 
 import abc
-import datetime as dt
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from churn_assets.arms.agents.deterministic import Agent, AgentAnswer, DeterministicAgent, TokenUsage
+from churn_assets.arms.agents.deterministic import DeterministicAgent
+from churn_assets.arms.agents.interface import Agent, AgentAnswer, TokenUsage
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.saas_client import TransportError
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.router import Router
 from churn_assets.grounding.rows import Request, Row
 from churn_assets.grounding.traces import TraceEntry, disagreements, served_vintage
 from churn_assets.tasks.task_set import Task
-
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 
 class ArmError(UserFacingError):
     """An arm asked to do what it cannot (a task at another anchor, an unknown arm, missing inputs)."""
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """What an arm is evaluated under: world, cache build day T', evaluation day T, refresh policy id."""
-
-    world_id: str
-    t_prime: Day
-    t: Day
-    policy_id: str = "tiered"
-
-    def __post_init__(self) -> None:
-        if self.t < self.t_prime:
-            raise ArmError(f"T={self.t} is before T'={self.t_prime}")
 
 
 @dataclass(frozen=True)

@@ -14,25 +14,29 @@ Planned vintage: every class at T'.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from churn_assets.arms.agents.deterministic import Agent, AgentAnswer
-from churn_assets.arms.base import Arm, ArmError, Scenario
+from churn_assets.arms.agents.interface import Agent, AgentAnswer
+from churn_assets.arms.base import Arm, ArmError
 from churn_assets.arms.extraction import RECORD_CLASSES
 from churn_assets.fabric.postgres import schema_name
-from churn_assets.grounding.router import Sources
+from churn_assets.fabric.sources import Sources
+from churn_assets.freshness.scenario import CONTRACT_DOCUMENTS, RAG_INDEX, VECTOR_INDEX, ArmReads, Scenario
 from churn_assets.grounding.traces import RAG_LOOKUP, Read, TraceEntry
+from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
-
-Day = dt.date
 
 
 def corpus_vintage(t_prime: Day) -> dict[str, Day]:
     """The planned vintage of an arm that reads only the corpus built at T': every class at T'."""
     return dict.fromkeys(ENTITY_CLASSES, t_prime)
+
+
+# The RAG corpus built at T', after the documents and the index of T' (whose chunks it states).
+CORPUS_READS = ArmReads(((CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime"), (RAG_INDEX, "t_prime")),
+                        lambda t_prime, t: corpus_vintage(t_prime))
 
 
 def corpus_trace(table: str, day: Day, kinds: Sequence[str] | None, hits: Sequence[Any], k: int,

@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from churn_assets.tasks.answers import Value, round_half_up
-from churn_assets.world.calendar import whole_months
+from churn_assets.world.calendar import Day, whole_months
 
-Day = dt.date
 K = 10  # records retrieved per question
 
 # Record kinds of the RAG corpus (grounding/rag_corpus.py) and the entity classes whose facts each states

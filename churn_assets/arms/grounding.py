@@ -22,50 +22,37 @@ at their planned vintage, so their stale answers equal the exposure oracle exact
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from churn_assets.arms.base import ArmError, RouterArm, Scenario
+from churn_assets.arms.base import ArmError, RouterArm
 from churn_assets.arms.corpus import CorpusArm
-from churn_assets.freshness.planning import PlanningError, served_vintage
-from churn_assets.freshness.policies import Off, Policy
+from churn_assets.fabric.sources import Sources
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.registry import Registry
-from churn_assets.grounding.router import Router, RoutingMode, Sources
-
-Day = dt.date
-
-
-def policy_vintage(registry: Registry, scenario: Scenario, policy: Policy,
-                   served: Mapping[str, Day] | None = None) -> dict[str, Day]:
-    """The served-vintage map an arm serves: the scenario's own when given (the scenario materializer
-    returns it), else planned here for policies that need no measured rates."""
-    if served is not None:
-        return {c: served[c] for c in registry.classes}
-    try:
-        return served_vintage(registry, scenario.t_prime, scenario.t, policy)
-    except PlanningError as e:
-        raise ArmError(f"{e}: pass the scenario's served-vintage map") from None
+from churn_assets.grounding.router import Router
+from churn_assets.grounding.routes import RoutingMode
+from churn_assets.world.calendar import Day
 
 
 class GroundingArm(RouterArm):
+    """Serves `served`, the scenario plan's served-vintage map (planned once, by `freshness.scenario`)."""
+
     name = "grounding"
 
-    def __init__(self, scenario: Scenario, registry: Registry, sources: Sources, policy: Policy,
-                 served: Mapping[str, Day] | None = None) -> None:
-        self.policy = policy
-        vintage = policy_vintage(registry, scenario, policy, served)
+    def __init__(self, scenario: Scenario, registry: Registry, sources: Sources, served: Mapping[str, Day]) -> None:
+        missing = [c for c in registry.classes if c not in served]
+        if missing:
+            raise ArmError(f"{self.name}: the served-vintage map has no day for {', '.join(missing)}")
+        vintage = {c: served[c] for c in registry.classes}
         super().__init__(scenario, Router(registry, sources, t=scenario.t, served=vintage, mode=RoutingMode.REGISTRY))
 
 
 class NoFreshnessTiersArm(GroundingArm):
-    """`grounding` with policy `off`: nothing refreshed after T'."""
+    """`grounding` with policy `off` (fixed by the arm registry): nothing refreshed after T'."""
 
     name = "grounding_no_freshness_tiers"
-
-    def __init__(self, scenario: Scenario, registry: Registry, sources: Sources) -> None:
-        super().__init__(scenario, registry, sources, Off())
 
 
 # Question words -> the entity classes they name: a fixed keyword map, checked in order, all matches kept.

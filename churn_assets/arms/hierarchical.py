@@ -23,20 +23,27 @@ to gold at that vintage; single-source tasks (no contract terms) equal gold at T
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from churn_assets.arms.agents.deterministic import Agent
-from churn_assets.arms.base import ArmError, RouterArm, Scenario
+from churn_assets.arms.agents.interface import Agent
+from churn_assets.arms.base import ArmError, RouterArm
+from churn_assets.fabric.sources import Sources
+from churn_assets.freshness.scenario import (
+    CONTRACT_DOCUMENTS,
+    OPERATIONAL_STORE,
+    VECTOR_INDEX,
+    ArmReads,
+    Scenario,
+)
 from churn_assets.grounding.registry import Registry
-from churn_assets.grounding.router import Router, RouterError, RoutingMode, Sources
+from churn_assets.grounding.router import Router
+from churn_assets.grounding.routes import RouterError, RoutingMode
 from churn_assets.grounding.rows import Request, Row
 from churn_assets.grounding.traces import COORDINATOR, TraceEntry
+from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
-
-Day = dt.date
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,11 @@ WORKER_OF: dict[str, Worker] = {c: w for w in WORKERS for c in w.classes}  # eve
 def hierarchical_vintage(t_prime: Day, t: Day) -> dict[str, Day]:
     """The arm's planned vintage: each class at its worker's data time (T, or T' for the documents)."""
     return {c: t_prime if WORKER_OF[c].at_t_prime else t for c in ENTITY_CLASSES}
+
+
+# Live stores at T (Mongo; the as-of views are the world's dbt build), contract terms from the index of T'.
+HIERARCHICAL_READS = ArmReads(((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prime")),
+                              hierarchical_vintage)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,19 +9,23 @@ gold at T (section 10, "Arm correctness"), at the price of a live read per quest
 
 from __future__ import annotations
 
-import datetime as dt
-
-from churn_assets.arms.base import RouterArm, Scenario
+from churn_assets.arms.base import RouterArm
+from churn_assets.fabric.sources import Sources
+from churn_assets.freshness.scenario import CONTRACT_DOCUMENTS, OPERATIONAL_STORE, ArmReads, Scenario
 from churn_assets.grounding.registry import Registry
-from churn_assets.grounding.router import Router, RoutingMode, Sources
+from churn_assets.grounding.router import Router
+from churn_assets.grounding.routes import RoutingMode
+from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
-
-Day = dt.date
 
 
 def naive_vintage(t: Day) -> dict[str, Day]:
     """The naive arm's planned vintage: every class at T."""
     return dict.fromkeys(ENTITY_CLASSES, t)
+
+
+# Live stores at T: Mongo and the documents of T (the as-of views are the world's dbt build).
+NAIVE_READS = ArmReads(((OPERATIONAL_STORE, "t"), (CONTRACT_DOCUMENTS, "t")), lambda t_prime, t: naive_vintage(t))
 
 
 class NaiveArm(RouterArm):

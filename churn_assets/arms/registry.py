@@ -1,115 +1,136 @@
-"""Arm name -> factory, and opening the connections an arm reads through.
+"""The arm registry: one record per arm, and every list of arms derives from it.
 
-    sources = connect_sources(world_id, warehouse_url=..., mongo_url=..., saas_url=..., saas_key=...,
-                              documents_root=<state>/worlds/<world>/contracts)
-    arm = make_arm("grounding", scenario, sources, policy=Tiered(), served=served_vintage_map)
+    spec = arm_spec("grounding")                          # ArmSpec: name, description, factory, reads, ...
+    scenario = define_scenario(world, "grounding", "tiered", t_prime, t)   # checked, fixed policy applied
+    arm = make_arm(scenario, sources, served=plan.served_vintage)          # answers the scenario's tasks
 
-`served` is the scenario's served-vintage map (the scenario materializer returns it); arms whose policy
-needs no measured rates can plan it themselves. The warehouse connection uses the read-only arm role.
+An `ArmSpec` says what the rest of churnbench needs of an arm:
+
+- `factory`: builds the arm from an `ArmContext` (scenario, sources, registry, the served-vintage map of the
+  scenario's plan, an encoder for the RAG arms);
+- `reads`: what the planner must build for it (`freshness.scenario.ArmReads`: its day inputs, and its
+  planned vintage, or None when it serves the refresh policy's map);
+- `fixed_policy`: the refresh policy the arm always runs under (the off ablation), None when it takes the
+  scenario's;
+- `description`: one line for the CLI's help and the docs.
+
+The CLI's `--arm` choices and help, the paper's cells, scenario validation, the materializer and the tests all
+read `ARMS`; adding an arm is its module, one entry here, and its tests (docs/architecture.md, "How to add an
+arm"). The names are the arm classes' own (`NaiveArm.name`, ...): each is written once, on its class.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.arms.agents.deterministic import Agent
-from churn_assets.arms.base import Arm, ArmError, Scenario
+from churn_assets.arms.agents.interface import Agent
+from churn_assets.arms.base import Arm, ArmError
 from churn_assets.arms.classic_rag import ClassicRagArm
+from churn_assets.arms.corpus import CORPUS_READS
 from churn_assets.arms.grounding import GroundingArm, NoFreshnessTiersArm, NoSemanticModelArm, NoSourceRoutingArm
-from churn_assets.arms.hierarchical import HierarchicalArm
-from churn_assets.arms.naive import NaiveArm
-from churn_assets.fabric.postgres import connect
-from churn_assets.fabric.roles import arm_url
-from churn_assets.freshness.policies import Policy, Tiered
+from churn_assets.arms.hierarchical import HIERARCHICAL_READS, HierarchicalArm
+from churn_assets.arms.naive import NAIVE_READS, NaiveArm
+from churn_assets.fabric.sources import Sources
+from churn_assets.freshness.policies import Off
+from churn_assets.freshness.scenario import DETERMINISTIC_AGENT, SERVES_POLICY, ArmReads, Scenario, ScenarioError
 from churn_assets.grounding.registry import Registry, load_registry
-from churn_assets.grounding.router import Sources
-
-Day = dt.date
-Factory = Callable[..., Arm]
+from churn_assets.world.calendar import Day
 
 
-def _naive(scenario: Scenario, sources: Sources, registry: Registry, **_: Any) -> Arm:
-    return NaiveArm(scenario, registry, sources)
+@dataclass(frozen=True)
+class ArmContext:
+    """What a factory builds an arm from."""
+
+    scenario: Scenario
+    sources: Sources
+    registry: Registry
+    served: Mapping[str, Day]  # the scenario plan's served-vintage map (the arm's planned vintage)
+    encoder: Any = None  # the RAG arms' query encoder (None: the offline MiniLM)
 
 
-def _grounding(scenario: Scenario, sources: Sources, registry: Registry, *, policy: Policy | None = None,
-               served: Mapping[str, Day] | None = None, **_: Any) -> Arm:
-    return GroundingArm(scenario, registry, sources, policy or Tiered(), served)
+@dataclass(frozen=True)
+class ArmSpec:
+    name: str
+    description: str
+    factory: Callable[[ArmContext], Arm]
+    reads: ArmReads = SERVES_POLICY  # the refresh policy's staged partitions, no day inputs of its own
+    fixed_policy: str | None = None
 
 
-def _off(scenario: Scenario, sources: Sources, registry: Registry, **_: Any) -> Arm:
-    return NoFreshnessTiersArm(scenario, registry, sources)
+ARMS: dict[str, ArmSpec] = {spec.name: spec for spec in (
+    ArmSpec(NaiveArm.name, "every class read live at T (Mongo, dbt as-of views, documents, SaaS API)",
+            lambda c: NaiveArm(c.scenario, c.registry, c.sources), NAIVE_READS),
+    ArmSpec(ClassicRagArm.name, "one top-10 search over a vector store of everything, built at T'",
+            lambda c: ClassicRagArm(c.scenario, c.sources, c.encoder), CORPUS_READS),
+    ArmSpec(HierarchicalArm.name, "a worker per source (live at T, contracts from the index of T'), merged by "
+            "a coordinator", lambda c: HierarchicalArm(c.scenario, c.registry, c.sources), HIERARCHICAL_READS),
+    ArmSpec(GroundingArm.name, "registry, router and staged caches refreshed on the freshness tiers",
+            lambda c: GroundingArm(c.scenario, c.registry, c.sources, c.served)),
+    ArmSpec(NoFreshnessTiersArm.name, "grounding with nothing refreshed after T' (policy off)",
+            lambda c: NoFreshnessTiersArm(c.scenario, c.registry, c.sources, c.served), fixed_policy=Off().policy_id),
+    ArmSpec(NoSemanticModelArm.name, "grounding without registry measures: the question's keywords pick the classes",
+            lambda c: NoSemanticModelArm(c.scenario, c.registry, c.sources, c.served)),
+    ArmSpec(NoSourceRoutingArm.name, "grounding without routing: the RAG corpus of T', searched by record kind",
+            lambda c: NoSourceRoutingArm(c.scenario, c.sources, c.encoder), CORPUS_READS),
+)}
+
+# The paper's 2x2 (section 10, "The paper's windows"): the grounding arm, tiered, against its off ablation.
+TIERED_ARM = GroundingArm.name
+UNTIERED_ARM = NoFreshnessTiersArm.name
 
 
-def _no_semantic(scenario: Scenario, sources: Sources, registry: Registry, *, policy: Policy | None = None,
-                 served: Mapping[str, Day] | None = None, **_: Any) -> Arm:
-    return NoSemanticModelArm(scenario, registry, sources, policy or Tiered(), served)
+def arm_names() -> tuple[str, ...]:
+    """Every registered arm, in registry order (read at call time, so a registered extra arm shows)."""
+    return tuple(ARMS)
 
 
-def _no_routing(scenario: Scenario, sources: Sources, registry: Registry, *, encoder: Any = None, **_: Any) -> Arm:
-    return NoSourceRoutingArm(scenario, sources, encoder)
-
-
-def _classic_rag(scenario: Scenario, sources: Sources, registry: Registry, *, encoder: Any = None, **_: Any) -> Arm:
-    return ClassicRagArm(scenario, sources, encoder)
-
-
-def _hierarchical(scenario: Scenario, sources: Sources, registry: Registry, **_: Any) -> Arm:
-    return HierarchicalArm(scenario, registry, sources)
-
-
-ARMS: dict[str, Factory] = {
-    "naive": _naive,
-    "classic_rag": _classic_rag,
-    "hierarchical": _hierarchical,
-    "grounding": _grounding,
-    "grounding_no_freshness_tiers": _off,
-    "grounding_no_semantic_model": _no_semantic,
-    "grounding_no_source_routing": _no_routing,
-}
-
-
-def make_arm(name: str, scenario: Scenario, sources: Sources, *, registry: Registry | None = None,
-             policy: Policy | None = None, served: Mapping[str, Day] | None = None, encoder: Any = None,
-             agent: Agent | None = None) -> Arm:
-    """The arm `name` for a scenario. `policy`/`served` matter to `grounding` and `grounding_no_semantic_model`
-    (the off ablation always uses policy off); `encoder` to the RAG arm (default: the offline MiniLM); `agent`
-    answers through the arm's tools (default: the deterministic agent; `agents.llm.LlmAgent` for an LLM)."""
-    factory = ARMS.get(name)
-    if factory is None:
+def arm_spec(name: str) -> ArmSpec:
+    spec = ARMS.get(name)
+    if spec is None:
         raise ArmError(f"unknown arm {name!r} (known: {', '.join(ARMS)})")
-    arm = factory(scenario, sources, registry or load_registry(), policy=policy, served=served, encoder=encoder)
+    return spec
+
+
+def arms_help() -> str:
+    """The arms with their one-line descriptions, for `--arm`'s help."""
+    return "; ".join(f"{s.name}: {s.description}" for s in ARMS.values())
+
+
+def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, *,
+                    agent_id: str = DETERMINISTIC_AGENT, saas_profile: str = "default",
+                    model_settings: Mapping[str, Any] | None = None) -> Scenario:
+    """A checked scenario: a registered arm (its fixed policy replacing `policy`), and an LLM agent's stored
+    settings hashing to its agent id."""
+    spec = arm_spec(arm)
+    scenario = Scenario(world_id, arm, spec.fixed_policy or policy, t_prime, t, agent_id, saas_profile,
+                        model_settings)
+    if agent_id != DETERMINISTIC_AGENT:
+        from churn_assets.arms.agents.llm import check_agent_settings
+        from churn_assets.errors import UserFacingError
+
+        try:  # the stored settings must hash to the agent id of the key
+            check_agent_settings(agent_id, model_settings)
+        except UserFacingError as e:
+            raise ScenarioError(f"scenario agent {agent_id!r}: {e}") from None
+    return scenario
+
+
+def scenario_from_json(data: Mapping[str, Any]) -> Scenario:
+    """A stored scenario definition, checked as `define_scenario` checks a new one."""
+    s = Scenario.from_json(data)
+    return define_scenario(s.world_id, s.arm, s.policy, s.t_prime, s.t, agent_id=s.agent_id,
+                           saas_profile=s.saas_profile, model_settings=s.model_settings)
+
+
+def make_arm(scenario: Scenario, sources: Sources, *, served: Mapping[str, Day], registry: Registry | None = None,
+             encoder: Any = None, agent: Agent | None = None) -> Arm:
+    """The scenario's arm, serving `served` (its plan's served-vintage map). `agent` answers through the arm's
+    tools (default: the deterministic agent; `agents.llm.LlmAgent` for an LLM)."""
+    spec = arm_spec(scenario.arm)
+    arm = spec.factory(ArmContext(scenario, sources, registry or load_registry(), served, encoder))
     if agent is not None:
         arm.agent = agent
     return arm
 
-
-def connect_sources(world_id: str, *, warehouse_url: str | None = None, mongo_url: str | None = None,
-                    saas_url: str | None = None, saas_key: str | None = None,
-                    documents_root: Path | None = None) -> Sources:
-    """Open what an arm reads through: Postgres as the read-only arm role (autocommit: every read is a
-    statement of its own), Mongo, the SaaS client. Close with `close_sources`."""
-    pg = connect(arm_url(warehouse_url), autocommit=True) if warehouse_url else None
-    mongo = None
-    if mongo_url:
-        import pymongo
-
-        mongo = pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=5000, connectTimeoutMS=5000,
-                                    directConnection=True)
-    saas = None
-    if saas_url:
-        from churn_assets.fabric.saas_client import SaasClient
-
-        if not saas_key:
-            raise ArmError("a SaaS URL needs its API key")
-        saas = SaasClient(saas_url, saas_key)
-    return Sources(world_id, pg, mongo, saas, documents_root)
-
-
-def close_sources(sources: Sources) -> None:
-    for thing in (sources.pg, sources.mongo, sources.saas):
-        if thing is not None:
-            thing.close()

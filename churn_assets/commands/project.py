@@ -25,7 +25,7 @@ from churn_assets.state import StatePaths, validate_world_id
 if TYPE_CHECKING:
     import dagster as dg
 
-    from churn_assets.materialize import Session
+    from churn_assets.orchestration.materialize import Session
 
 # World x day assets that `--at DAY` materializes for (world, DAY), in order. A later issue that adds a
 # day-partitioned projection appends its asset key here (one line), e.g. "contract_documents".
@@ -40,15 +40,15 @@ WAREHOUSE_ASSETS = ["warehouse_truth", "warehouse_raw"]
               "(YYYY-MM-DD, inside the world's calendar) and report the as-of views on it.")
 def project(world_id: str, at: str | None) -> None:
     """Build a world's warehouse (truth, raw, dbt star schema) in process and print row counts."""
-    from churn_assets.world_registry import load_world_config
+    from churn_assets.orchestration.world_registry import load_world_config
 
     paths = StatePaths.resolve()
     validate_world_id(world_id)
     config = load_world_config(paths, world_id)
     day = parse_day(at, config.start, config.end) if at is not None else None
 
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import open_session
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
 
     with open_session(paths) as session:
         defs = defs_for(str(paths.root))
@@ -70,9 +70,9 @@ def parse_day(value: str, first: dt.date, last: dt.date) -> dt.date:
 def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.date | None,
                 echo: Callable[[str], None]) -> None:
     """Materialize the world's projections, step by step, echoing one line per step."""
-    from churn_assets.assets.dbt import analytics_dbt
-    from churn_assets.materialize import materialize
-    from churn_assets.partitions import world_day_key
+    from churn_assets.orchestration.assets.dbt import analytics_dbt
+    from churn_assets.orchestration.materialize import materialize
+    from churn_assets.orchestration.partitions import world_day_key
     from churn_assets.world.ledger import LEDGER_FILE
 
     if not (session.paths.ledger_dir(world_id) / LEDGER_FILE).exists():

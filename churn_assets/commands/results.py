@@ -173,7 +173,6 @@ def _is_results_folder(ref: str) -> bool:
 
 
 def _verify_folder(paths: StatePaths, folder: Path, resolvers: dict[str, Any]) -> VerifyReport:
-    from churn_assets.assets.tasks import task_set_file
     from churn_assets.evaluation.verify import load_run, verify_rows
     from churn_assets.tasks.gold import GoldResolver
     from churn_assets.tasks.task_set import read_tasks, task_set_hash
@@ -185,7 +184,7 @@ def _verify_folder(paths: StatePaths, folder: Path, resolvers: dict[str, Any]) -
         world, t, expected_hash = experiment["world_id"], experiment["t"], experiment["task_set_hash"]
     except KeyError as e:
         raise UserFacingError(f"{folder}/summary.json names no {e.args[0]} of its experiment") from None
-    task_file = task_set_file(paths, world, t)
+    task_file = paths.task_set_file(world, t)
     tasks = read_tasks(task_file)
     if task_set_hash(tasks) != expected_hash:
         raise UserFacingError(f"the task set {task_file} is not the one run {folder.name} answered (task-set hash "

@@ -14,13 +14,9 @@ from typing import Any
 
 import click
 
+from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
+from churn_assets.fabric.saas_client import SAAS_PROFILES
 from churn_assets.state import StatePaths
-
-T = dt.date(2024, 4, 27)  # the paper's evaluation day (section 10, "The paper's windows")
-D1, D28 = dt.date(2024, 4, 26), dt.date(2024, 3, 29)
-REFERENCE_STALE = {("tiered", "D+1"): 7, ("tiered", "D+28"): 4, ("off", "D+1"): 7, ("off", "D+28"): 45}
-PAPER_ARMS = ("naive", "classic_rag", "hierarchical", "grounding", "grounding_no_freshness_tiers",
-              "grounding_no_semantic_model", "grounding_no_source_routing")
 
 
 def _day(value: str) -> dt.date:
@@ -31,19 +27,22 @@ def _day(value: str) -> dt.date:
 
 
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
-                 policy: str, saas_profile: str, echo: Any, *, llm: Any = None) -> dict[str, Any]:
-    """Build the inputs, run `eval_run` for the scenario, return its summary (plus where it is). `llm`: the
-    `LlmSettings` of an LLM agent (its agent id goes into the key, its settings into the experiment hash)."""
+                 policy: str, saas_profile: str, echo: Any, *, llm: Any = None, replan: bool = False
+                 ) -> dict[str, Any]:
+    """Define the scenario, build its inputs, run `eval_run` for it, return its summary (plus where it is).
+    `llm`: the `LlmSettings` of an LLM agent (its agent id goes into the key, its settings into the experiment
+    hash). `replan`: plan the scenario again (after a registry edit) instead of refusing its stored plan."""
+    from churn_assets.arms.registry import define_scenario
     from churn_assets.evaluation.verdicts import STALE_VERDICTS
-    from churn_assets.materialize import materialize
-    from churn_assets.scenario_materializer import materialize_scenario
-    from churn_assets.scenarios import ScenarioDef, register_scenario
+    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+    from churn_assets.orchestration.materialize import materialize
+    from churn_assets.orchestration.scenario_materializer import materialize_scenario
+    from churn_assets.orchestration.scenarios import register_scenario
 
-    scenario = ScenarioDef(world, arm, policy, t_prime, t, llm.agent_id if llm else "det", saas_profile,
-                           llm.to_json() if llm else None).validate()
-    build = materialize_scenario(session, definitions, world, t_prime, t, scenario.parsed_policy, echo=echo,
-                                 arm=arm)
+    scenario = define_scenario(world, arm, policy, t_prime, t, agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT,
+                               saas_profile=saas_profile, model_settings=llm.to_json() if llm else None)
     key = register_scenario(session.paths, session.instance, scenario)
+    build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo)
     started = time.perf_counter()
     [result] = materialize(session, definitions, ["eval_run"], [key])
     seconds = time.perf_counter() - started
@@ -58,6 +57,40 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     return summary
 
 
+class ArmChoice(click.Choice):
+    """The registered arms, read from the arm registry when the CLI parses or prints help (so `--help`
+    stays fast and an arm registered later shows up)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from churn_assets.arms.registry import arm_names
+
+        return arm_names()
+
+    @choices.setter
+    def choices(self, _value: Any) -> None:
+        pass
+
+
+class ArmOption(click.Option):
+    """`--arm`, whose help lists every registered arm with its one-line description."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from churn_assets.arms.registry import arms_help
+
+        self.help = f"The arm: {arms_help()}."
+        return super().get_help_record(ctx)
+
+
+SAAS_PROFILE_OPTION = click.option("--saas-profile", type=click.Choice(SAAS_PROFILES), default="default",
+                                   show_default=True, help="The SaaS API's plan (requests/min, latency).")
+REPLAN_OPTION = click.option("--replan", is_flag=True, help="Plan the scenario again with today's registry (a "
+                             "stored plan made from another registry is refused otherwise).")
+
+
 def _line(s: dict[str, Any]) -> str:
     v = s["verdicts"]
     return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
@@ -68,19 +101,20 @@ def _line(s: dict[str, Any]) -> str:
 
 @click.command()
 @click.option("--world", "world_id", required=True, help="A registered world.")
-@click.option("--arm", required=True, help="naive, classic_rag, hierarchical, grounding, "
-              "grounding_no_freshness_tiers, grounding_no_semantic_model, grounding_no_source_routing.")
+@click.option("--arm", required=True, type=ArmChoice(), cls=ArmOption)
 @click.option("--t-prime", "t_prime", required=True, help="T': the cache build day.")
 @click.option("--t", "t", required=True, help="T: the evaluation day.")
 @click.option("--policy", default="tiered", show_default=True,
               help="tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N.")
 @click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True,
               help="llm: a model on the OpenAI-compatible endpoint of CHURNBENCH_LLM_BASE_URL / CHURNBENCH_LLM_MODEL.")
-@click.option("--saas-profile", type=click.Choice(["default", "reference"]), default="default", show_default=True)
-def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str) -> None:
+@SAAS_PROFILE_OPTION
+@REPLAN_OPTION
+def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str,
+        replan: bool) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import open_session
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
 
     llm = None
     if agent == "llm":  # settings from CHURNBENCH_LLM_*: a clear error, before anything starts, when unset
@@ -90,7 +124,7 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     paths = StatePaths.resolve()
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
-                               saas_profile, click.echo, llm=llm)
+                               saas_profile, click.echo, llm=llm, replan=replan)
     click.echo(f"{summary['scenario_key']}: {_line(summary)}")
     click.echo(f"results: {summary['results']}")
 
@@ -98,14 +132,15 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
 @click.command()
 @click.option("--world", "world_id", default=None, help="A registered world (default: the default world, "
               "registered and built if needed).")
-@click.option("--saas-profile", type=click.Choice(["default", "reference"]), default="default", show_default=True)
+@SAAS_PROFILE_OPTION
+@REPLAN_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
-def paper(world_id: str | None, saas_profile: str, as_json: bool) -> None:
+def paper(world_id: str | None, saas_profile: str, replan: bool, as_json: bool) -> None:
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27)."""
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import materialize, open_session
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import materialize, open_session
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.world.config import load_config
-    from churn_assets.world_registry import add_world
 
     paths = StatePaths.resolve()
     echo = (lambda _msg: None) if as_json else click.echo
@@ -119,15 +154,12 @@ def paper(world_id: str | None, saas_profile: str, as_json: bool) -> None:
             add_world(paths, session.instance, config)
             if not (paths.ledger_dir(world_id) / "ledger.jsonl").exists():
                 materialize(session, definitions, ["ledger"], [world_id])
-        cells = [("grounding", "tiered", D1), ("grounding_no_freshness_tiers", "off", D1),
-                 ("grounding", "tiered", D28), ("grounding_no_freshness_tiers", "off", D28)]
-        cells += [(arm, "tiered", D28) for arm in PAPER_ARMS
-                  if arm not in ("grounding", "grounding_no_freshness_tiers")]
-        for arm, policy, t_prime in cells:
+        for arm, policy, window in paper_cells():
+            t_prime = WINDOWS[window]
             echo(f"== {arm} ({policy}) T'={t_prime} T={T}")
-            s = run_scenario(session, definitions, world_id, arm, t_prime, T, policy, saas_profile, echo)
-            s.update(arm=arm, policy=policy, t_prime=t_prime.isoformat(), t=T.isoformat(),
-                     window="D+1" if t_prime == D1 else "D+28")
+            s = run_scenario(session, definitions, world_id, arm, t_prime, T, policy, saas_profile, echo,
+                             replan=replan)
+            s.update(arm=arm, policy=policy, t_prime=t_prime.isoformat(), t=T.isoformat(), window=window)
             runs.append(s)
             echo(f"   {_line(s)}")
     elapsed = time.perf_counter() - started
@@ -136,6 +168,17 @@ def paper(world_id: str | None, saas_profile: str, as_json: bool) -> None:
                                "saas_profile": saas_profile, "runs": [_json_run(r) for r in runs]}, indent=2))
         return
     _print_report(world_id, runs, elapsed)
+
+
+def paper_cells() -> list[tuple[str, str, str]]:
+    """(arm, policy, window) of the paper's runs: the 2x2 (the grounding arm tiered and its off ablation, at
+    D+1 and D+28), then every other registered arm at D+28, tiered."""
+    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM, arm_names
+
+    cells = [(arm, policy, window) for window in WINDOWS for arm, policy in ((TIERED_ARM, "tiered"),
+                                                                           (UNTIERED_ARM, "off"))]
+    cells += [(arm, "tiered", "D+28") for arm in arm_names() if arm not in (TIERED_ARM, UNTIERED_ARM)]
+    return cells
 
 
 def _json_run(r: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +193,9 @@ def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float) -> 
     click.echo(f"\nchurnbench paper: world {world_id}, T = {T}, {runs[0]['tasks']} tasks, {elapsed / 60:.1f} min\n")
     click.echo("Stale answers (freshness + mixed-vintage errors), grounding arm, deterministic agent; reference in ()")
     click.echo(f"{'':14}{'D+1 (control)':>18}{'D+28':>14}")
-    cell = {(r["policy"], r["window"]): r for r in runs if r["arm"] in ("grounding", "grounding_no_freshness_tiers")}
+    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
+
+    cell = {(r["policy"], r["window"]): r for r in runs if r["arm"] in (TIERED_ARM, UNTIERED_ARM)}
     for policy, label in (("tiered", "tiering on"), ("off", "tiering off")):
         row = [f"{cell[(policy, w)]['stale_answers']:>4} ({REFERENCE_STALE[(policy, w)]:>2})" for w in ("D+1", "D+28")]
         click.echo(f"{label:14}{row[0]:>18}{row[1]:>14}")

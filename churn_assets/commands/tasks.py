@@ -10,10 +10,8 @@ from typing import Any
 import click
 
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation import paper
 from churn_assets.state import StatePaths
-
-PAPER_T = "2024-04-27"  # ARCHITECTURE.md section 10, "The paper's windows"
-PAPER_T_PRIME_D28 = "2024-03-29"
 
 
 def _day(value: str, what: str) -> dt.date:
@@ -50,7 +48,7 @@ def _require_inside(loaded: Any, day: dt.date, what: str) -> None:
 @click.command()
 @click.option("--world", "world_id", help="A registered world (its ledger in the state folder).")
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), help="A ledger file or folder instead.")
-@click.option("--at", "at", default=PAPER_T, show_default=True, help="T: the day the questions are asked.")
+@click.option("--at", "at", default=paper.T.isoformat(), show_default=True, help="T: the day the questions are asked.")
 @click.option("--n", "n", type=click.IntRange(1, 10_000), help="Number of tasks (default: deployment config).")
 @click.option("--seed", "task_seed", type=click.IntRange(0), help="Task seed (default: deployment config).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=Path("tasks.jsonl"),
@@ -83,8 +81,8 @@ def tasks(world_id: str | None, ledger_path: Path | None, at: str, n: int | None
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), help="A ledger file or folder instead.")
 @click.option("--tasks", "tasks_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A tasks.jsonl (default: the world's default task set at T, sampled now).")
-@click.option("--at", "at", default=PAPER_T, show_default=True, help="T: the evaluation day.")
-@click.option("--t-prime", "t_prime", default=PAPER_T_PRIME_D28, show_default=True, help="T': the cache build day.")
+@click.option("--at", "at", default=paper.T.isoformat(), show_default=True, help="T: the evaluation day.")
+@click.option("--t-prime", "t_prime", default=paper.D28.isoformat(), show_default=True, help="T': the cache build day.")
 @click.option("--policy", "policies", multiple=True, default=("tiered", "off"), show_default=True,
               help="Refresh policy (tiered, off, ttl:CLASS=DAYS, rate, uniform:N, proportional:N); repeatable.")
 @click.option("-v", "--verbose", is_flag=True, help="Per template: exposed, predicted, tasks.")
@@ -95,12 +93,14 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
     from churn_assets.evaluation.exposure import ChangeRates, run_exposure
     from churn_assets.freshness.planning import measured_change_rates, served_vintage
     from churn_assets.freshness.policies import parse_policy
+    from churn_assets.freshness.scenario import check_days
     from churn_assets.grounding.registry import load_registry
     from churn_assets.tasks.generator import generate_task_set
     from churn_assets.tasks.gold import GoldResolver
     from churn_assets.tasks.task_set import read_tasks
 
     anchor, build = _day(at, "--at"), _day(t_prime, "--t-prime")
+    check_days(build, anchor)
     name, loaded = _load(world_id, ledger_path)
     _require_inside(loaded, anchor, "T")
     _require_inside(loaded, build, "T'")

@@ -34,7 +34,7 @@ def workspace_file() -> Path | None:
 
 def dagster_dev_command(port: int) -> list[str]:
     workspace = workspace_file()
-    target = ["-w", str(workspace)] if workspace else ["-m", "churn_assets.definitions"]
+    target = ["-w", str(workspace)] if workspace else ["-m", "churn_assets.orchestration.definitions"]
     return [sys.executable, "-m", "dagster", "dev", *target, "-h", "127.0.0.1", "-p", str(port)]
 
 

@@ -14,7 +14,7 @@ from churn_assets.state import StatePaths
 from churn_assets.world.config import load_config
 
 if TYPE_CHECKING:
-    from churn_assets.materialize import Session
+    from churn_assets.orchestration.materialize import Session
 
 DEFAULT_ASSETS = ("ledger",)
 
@@ -37,8 +37,8 @@ def worlds() -> None:
 def add(config_path: Path | None, seed: int | None, name: str | None, days: int | None,
         overrides: tuple[str, ...], then_materialize: bool) -> None:
     """Store a world config in the state folder and register its partition."""
-    from churn_assets.materialize import open_session
-    from churn_assets.world_registry import add_world
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import add_world
 
     config = load_config(config_path, seed=seed, days=days, name=name, overrides=list(overrides))
     paths = StatePaths.resolve()
@@ -55,8 +55,8 @@ def add(config_path: Path | None, seed: int | None, name: str | None, days: int 
 @worlds.command("list")
 def list_() -> None:
     """Registered worlds (and unregistered leftovers that `churnbench gc` would remove)."""
-    from churn_assets.materialize import open_session
-    from churn_assets.world_registry import list_worlds
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import list_worlds
 
     paths = StatePaths.resolve()
     with open_session(paths) as session:
@@ -80,8 +80,8 @@ def list_() -> None:
 @click.argument("world_ids", nargs=-1, required=True, metavar="WORLD...")
 def rm(world_ids: tuple[str, ...]) -> None:
     """Unregister worlds and remove every artefact they have."""
-    from churn_assets.materialize import open_session
-    from churn_assets.world_registry import remove_world
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import remove_world
 
     paths = StatePaths.resolve()
     with open_session(paths) as session:
@@ -97,8 +97,8 @@ def rm(world_ids: tuple[str, ...]) -> None:
               help="World-partitioned asset to materialize (repeatable).")
 def materialize_cmd(world_ids: tuple[str, ...], all_worlds: bool, assets: tuple[str, ...]) -> None:
     """Materialize world-partitioned assets in process, on the persistent Dagster instance."""
-    from churn_assets.materialize import open_session
-    from churn_assets.world_registry import registered_worlds
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import registered_worlds
 
     if not world_ids and not all_worlds:
         raise click.UsageError("name a world (see `churnbench worlds list`) or pass --all")
@@ -114,8 +114,8 @@ def verify(world_ids: tuple[str, ...]) -> None:
     """Run the ledger's asset checks again (hash chain, manifest, stored config); exit 1 on failure."""
     import dagster as dg
 
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import MaterializationError, open_session, run_checks
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import MaterializationError, open_session, run_checks
 
     paths = StatePaths.resolve()
     failed = []
@@ -136,8 +136,8 @@ def verify(world_ids: tuple[str, ...]) -> None:
 
 def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]) -> None:
     from churn_assets.commands.progress import progress_bar
-    from churn_assets.definitions import defs_for
-    from churn_assets.materialize import PartitionRun, materialize
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import PartitionRun, materialize
 
     with progress_bar(f"materializing {', '.join(assets)}", total=len(world_ids), unit="worlds") as advance:
         def done(run: PartitionRun) -> None:
@@ -154,8 +154,8 @@ def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]
 @click.command("gc")
 def gc() -> None:
     """Remove the artefacts of worlds that are no longer registered."""
-    from churn_assets.materialize import open_session
-    from churn_assets.world_registry import collect_garbage
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import collect_garbage
 
     paths = StatePaths.resolve()
     with open_session(paths) as session:

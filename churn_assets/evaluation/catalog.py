@@ -40,7 +40,7 @@ from churn_assets.evaluation.verdicts import VERDICTS
 if TYPE_CHECKING:
     import psycopg
 
-    from churn_assets.evaluation.runner import RunSpec
+    from churn_assets.freshness.scenario import Scenario
 
 CATALOG_SCHEMA = "churnbench"
 RUNS_TABLE = "results_runs"
@@ -228,15 +228,16 @@ class RunCatalog:
 
     # -- writes (the runner) ---------------------------------------------------------------------------
 
-    def _upsert(self, spec: RunSpec, key: RunKey, run_dir: Path, values: Mapping[str, Any],
+    def _upsert(self, scenario: Scenario, key: RunKey, run_dir: Path, values: Mapping[str, Any],
                 on_conflict: str, where: str = "") -> None:
         from psycopg import sql
 
         from churn_assets.fabric.postgres import ident
 
         row = {"experiment_hash": key.experiment_hash, "code_version": key.code_version, "world": key.world,
-               "scenario_key": key.scenario_key, "arm": spec.arm, "policy": spec.policy_id,
-               "t_prime": spec.t_prime, "t": spec.t, "agent_id": spec.agent_id, "saas_profile": spec.saas_profile,
+               "scenario_key": key.scenario_key, "arm": scenario.arm, "policy": scenario.policy_id,
+               "t_prime": scenario.t_prime, "t": scenario.t, "agent_id": scenario.agent_id,
+               "saas_profile": scenario.saas_profile,
                "results_dir": str(run_dir), **values}
         cols = list(row)
         statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (experiment_hash, code_version) "
@@ -247,21 +248,21 @@ class RunCatalog:
             self._ensure(conn)
             conn.execute(statement, [row[c] for c in cols])
 
-    def start(self, spec: RunSpec, key: RunKey, run_dir: Path) -> None:
+    def start(self, scenario: Scenario, key: RunKey, run_dir: Path) -> None:
         """Record a run as `running` (a resumed run counts one more attempt). The runner starts a run only when
         its results folder is not complete, so a `complete` row is reset too: its folder was removed, and the
         row must not keep figures that no folder holds any more."""
-        self._upsert(spec, key, run_dir, {"status": "running"},
+        self._upsert(scenario, key, run_dir, {"status": "running"},
                      "status = 'running', error = NULL, finished_at = NULL, started_at = now(), "
                      "attempts = results_runs.attempts + 1, results_dir = EXCLUDED.results_dir")
 
-    def complete(self, spec: RunSpec, key: RunKey, run_dir: Path, summary: Mapping[str, Any],
+    def complete(self, scenario: Scenario, key: RunKey, run_dir: Path, summary: Mapping[str, Any],
                  timings: Mapping[str, Any]) -> None:
         """Record a run `complete` with its figures (call only once its results folder is complete).
         Idempotent: a row that is complete already keeps its figures and timestamps."""
         figures = {**_figures(summary, timings), **_files(run_dir)}
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*figures, "results_dir"])
-        self._upsert(spec, key, run_dir, {"status": "complete", "finished_at": dt.datetime.now(dt.UTC),
+        self._upsert(scenario, key, run_dir, {"status": "complete", "finished_at": dt.datetime.now(dt.UTC),
                                           **figures},
                      f"status = 'complete', error = NULL, finished_at = EXCLUDED.finished_at, {sets}",
                      " WHERE results_runs.status <> 'complete'")

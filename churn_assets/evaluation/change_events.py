@@ -19,8 +19,7 @@ from typing import Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.tasks.templates import ANY
-
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,9 @@ from churn_assets.tasks.answers import Value
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
 from churn_assets.tasks.templates import ANY, Template
+from churn_assets.world.calendar import Day
 from churn_assets.world.events import EVENT_KINDS
 from churn_assets.world.fold import uniform_vintage
-
-Day = dt.date
 
 
 class ExposureError(UserFacingError, ValueError):
@@ -145,9 +144,8 @@ def run_exposure(
     resolver: GoldResolver | None = None,
     rates: ChangeRates | None = None,
 ) -> RunExposure:
-    """Exposure and prediction of a task set under a planned vintage map (before any answer)."""
-    if t_prime > anchor:
-        raise ExposureError(f"T'={t_prime} is after T={anchor}")
+    """Exposure and prediction of a task set under a planned vintage map (before any answer). T' <= T is the
+    scenario's to guarantee (`freshness.scenario.check_days`)."""
     first = start or dt.date.fromisoformat(records[0]["at"])
     resolver = resolver or GoldResolver(records)
     rates = rates or ChangeRates.measure(records, start=first, t_prime=t_prime,

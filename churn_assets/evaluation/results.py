@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import STALE_VERDICTS
 
@@ -41,7 +42,8 @@ class ResultsError(UserFacingError):
 
 
 def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Canonical JSON of result rows and specs; days and other non-JSON values as their `str`."""
+    return canonical_json(obj, default=str)
 
 
 def experiment_hash(spec: Mapping[str, Any]) -> str:

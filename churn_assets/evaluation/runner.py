@@ -1,6 +1,6 @@
 """One evaluation run: answer every task of a task set through an arm, score it, write the results.
 
-    spec = RunSpec(world_id, world_config_hash, "grounding", "tiered", t_prime, t, task_set_hash)
+    spec = RunSpec(scenario, world_config_hash, task_set_hash)
     summary = evaluate(arm, tasks, resolver, store, spec, exposure=run_exposure(...))
 
 The run is keyed by its experiment hash (everything that can change an answer or a count) and the code
@@ -26,11 +26,11 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.exposure import RunExposure
 from churn_assets.evaluation.results import ResultsStore, RunKey, RunWriter, code_version, experiment_hash
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, Outcome, score
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
-
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 
 class AnswerLike(Protocol):
@@ -66,37 +66,29 @@ class ArmLike(Protocol):
 
 @dataclass(frozen=True)
 class RunSpec:
-    """The identity of a run: what was asked (hashed) — never how long it took."""
+    """The identity of a run: its scenario and what it was asked on (hashed) — never how long it took."""
 
-    world_id: str
+    scenario: Scenario
     world_config_hash: str
-    arm: str
-    policy_id: str
-    t_prime: Day
-    t: Day
     task_set_hash: str
-    agent_id: str = "det"
-    saas_profile: str = "default"
-    policy_params: Mapping[str, Any] | None = None
-    model_settings: Mapping[str, Any] | None = None
 
     @property
     def scenario_key(self) -> str:
-        """`<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>` (section 10)."""
-        return (f"{self.world_id}__{self.arm}__{self.policy_id}__tp{self.t_prime:%Y%m%d}__t{self.t:%Y%m%d}"
-                f"__{self.agent_id}__{self.saas_profile}")
+        return self.scenario.key
 
     def experiment(self) -> dict[str, Any]:
+        s = self.scenario
         return {
-            "world_id": self.world_id, "world_config_hash": self.world_config_hash, "arm": self.arm,
-            "policy_id": self.policy_id, "policy_params": dict(self.policy_params or {}),
-            "t_prime": self.t_prime.isoformat(), "t": self.t.isoformat(), "task_set_hash": self.task_set_hash,
-            "agent_id": self.agent_id, "model_settings": dict(self.model_settings or {}),
-            "saas_profile": self.saas_profile,
+            "world_id": s.world_id, "world_config_hash": self.world_config_hash, "arm": s.arm,
+            "policy_id": s.policy_id, "policy_params": {"policy": s.policy},
+            "t_prime": s.t_prime.isoformat(), "t": s.t.isoformat(), "task_set_hash": self.task_set_hash,
+            "agent_id": s.agent_id, "model_settings": dict(s.model_settings or {}),
+            "saas_profile": s.saas_profile,
         }
 
     def key(self, code: str | None = None) -> RunKey:
-        return RunKey(self.world_id, self.scenario_key, experiment_hash(self.experiment()), code or code_version())
+        return RunKey(self.scenario.world_id, self.scenario_key, experiment_hash(self.experiment()),
+                      code or code_version())
 
 
 def _day_json(vintage: Mapping[str, Day]) -> dict[str, str]:
@@ -150,11 +142,11 @@ def evaluate(
     if store.is_complete(key):
         summary = store.read_summary(key)
         if cat is not None:  # recorded already, or the catalog was unreachable when the run finished
-            cat.complete(spec, key, run_dir, summary, store.read_timings(key))
+            cat.complete(spec.scenario, key, run_dir, summary, store.read_timings(key))
         return summary
     writer = store.open_run(key)
     if cat is not None:
-        cat.start(spec, key, run_dir)
+        cat.start(spec.scenario, key, run_dir)
     try:
         summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
                                        transport_counters)
@@ -163,7 +155,7 @@ def evaluate(
             _record_failure(cat, key, e)
         raise
     if cat is not None:
-        cat.complete(spec, key, run_dir, summary, timings)
+        cat.complete(spec.scenario, key, run_dir, summary, timings)
     return summary
 
 

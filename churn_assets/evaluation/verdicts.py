@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from churn_assets.tasks.answers import AnswerParseError, AnswerType, Value
 from churn_assets.tasks.gold import GoldResolver, complete_vintage
 from churn_assets.tasks.task_set import Task
+from churn_assets.world.calendar import Day
 from churn_assets.world.fold import uniform_vintage
-
-Day = dt.date
 
 CORRECT = "correct"
 FRESHNESS_ERROR = "freshness_error"

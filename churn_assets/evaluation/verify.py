@@ -30,9 +30,8 @@ from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, verdict
 from churn_assets.tasks.answers import AnswerParseError, Value
 from churn_assets.tasks.gold import GoldError, GoldResolver, complete_vintage
 from churn_assets.tasks.task_set import Task
+from churn_assets.world.calendar import Day
 from churn_assets.world.fold import uniform_vintage
-
-Day = dt.date
 
 
 @dataclass(frozen=True)

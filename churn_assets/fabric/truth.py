@@ -16,11 +16,11 @@ found (the asset check `warehouse_truth_matches_ledger` reports it by seq, entit
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from churn_assets.canonical import canonical_json
 from churn_assets.fabric.postgres import (
     Column,
     LoadResult,
@@ -32,7 +32,7 @@ from churn_assets.fabric.postgres import (
     replace_tables,
     schema_name,
 )
-from churn_assets.world.ledger import GENESIS_HASH, LoadedLedger, canonical_json
+from churn_assets.world.ledger import GENESIS_HASH, LoadedLedger
 
 if TYPE_CHECKING:
     import psycopg
@@ -68,7 +68,7 @@ def truth_load_key(loaded: LoadedLedger) -> str:
 
 def truth_tables(world_id: str, loaded: LoadedLedger) -> list[TableData]:
     """The rows of `events` and `ledger` for a loaded ledger (pure)."""
-    dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+    dumps = canonical_json
     events = [
         (r["seq"], r["at"], r["kind"], r["entity_type"], r["entity_id"], dumps(r["payload"]),
          r.get("recorded_at"), r.get("prev_hash"), r.get("hash"))

@@ -1,7 +1,9 @@
 """Refresh policies on the simulated clock, and their scenario-key ids.
 
 A policy decides, for every cached (non-live) entity class, on which days in (T', T] the class is
-refreshed after the cache build on T'. Policies are plain values; `planning.refresh_days` runs them.
+refreshed after the cache build on T'. Policies are plain values; each knows its own refresh days
+(`refresh_days`), the TTL each class runs under (`effective_ttls`) and whether it needs change rates
+measured on the ledger (`needs_rates`). `planning.refresh_days` runs them.
 
 - `Tiered(ttl_overrides)`: the registry's TTLs (optionally overridden per class): refresh class C on day
   d when d - last_refresh(C) > TTL(C) (the staleness rule of ARCHITECTURE.md section 10).
@@ -11,23 +13,81 @@ refreshed after the cache build on T'. Policies are plain values; `planning.refr
   the calendar.
 - `Budget(refreshes, allocation)`: a fixed number of refreshes over (T', T], split across classes
   `uniform`ly or `proportional`ly to lambda_C, each class's share spread evenly and ending at T.
+
+Adding a policy: a class here with `policy_id`, `needs_rates` and `refresh_days`, and its spelling in
+`parse_policy` (docs/architecture.md, "How to add a refresh policy").
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import abc
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from churn_assets.canonical import canonical_json, sha256_hex
+from churn_assets.errors import UserFacingError
+from churn_assets.freshness.schedule import spread, ttl_schedule
+from churn_assets.world.calendar import Day
+
+if TYPE_CHECKING:
+    from churn_assets.grounding.registry import Registry
+
+Rates = Mapping[str, float]
+
+
+class PlanningError(UserFacingError, ValueError):
+    """A scenario that cannot be planned (a rate-based policy without rates, an unknown class, ...)."""
 
 
 def _hash6(params: dict[str, object]) -> str:
-    blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:6]
+    return sha256_hex(canonical_json(params))[:6]
+
+
+class Policy(abc.ABC):
+    """A refresh policy: its id (in scenario keys) and, for a registry, the refresh days of each cached class."""
+
+    @property
+    def needs_rates(self) -> bool:
+        """Whether its refresh days need change rates measured on the ledger over [start, T']."""
+        return False
+
+    @property
+    @abc.abstractmethod
+    def policy_id(self) -> str:
+        """The id in scenario keys: a readable name, plus a short hash of the parameters when it has any."""
+
+    @abc.abstractmethod
+    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
+                     calendar_days: int) -> dict[str, list[Day]]:
+        """For every cached class: the days its cache is built or refreshed, T' first, all within [T', T]."""
+
+    def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
+        """The TTL each cached class runs under (None: the policy is not TTL-driven)."""
+        return {c.name: None for c in registry.staged_classes}
+
+    def _require_rates(self, rates: Rates | None, what: str) -> Rates:
+        if rates is None:
+            raise PlanningError(f"policy {self.policy_id}: {what} measured change rates")
+        return rates
+
+
+class _TtlPolicy(Policy):
+    """A policy that gives each class a TTL and refreshes it whenever it is stale under that TTL."""
+
+    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
+                     calendar_days: int) -> dict[str, list[Day]]:
+        ttls = self.effective_ttls(registry, rates, calendar_days)
+        return {name: [t_prime, *ttl_schedule(t_prime, t, ttl)] for name, ttl in ttls.items() if ttl is not None}
+
+    @abc.abstractmethod
+    def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
+        ...
 
 
 @dataclass(frozen=True)
-class Tiered:
+class Tiered(_TtlPolicy):
     ttl_overrides: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -36,41 +96,99 @@ class Tiered:
             return "tiered"
         return f"ttl-{_hash6({'ttl_overrides': self.ttl_overrides})}"
 
+    def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
+        cached = [c.name for c in registry.staged_classes]
+        unknown = sorted(set(self.ttl_overrides) - set(cached))
+        if unknown:
+            raise PlanningError(f"policy {self.policy_id}: no cached class named {', '.join(unknown)} "
+                                f"(cached classes: {', '.join(cached)})")
+        out: dict[str, int | None] = {}
+        for c in registry.staged_classes:
+            ttl = self.ttl_overrides.get(c.name, c.ttl_days)
+            if ttl is None or ttl < 0:
+                raise PlanningError(f"policy {self.policy_id}: TTL of {c.name} must be >= 0")
+            out[c.name] = ttl
+        return out
+
 
 @dataclass(frozen=True)
-class Off:
+class Off(Policy):
     @property
     def policy_id(self) -> str:
         return "off"
 
+    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
+                     calendar_days: int) -> dict[str, list[Day]]:
+        return {c.name: [t_prime] for c in registry.staged_classes}
+
 
 @dataclass(frozen=True)
-class RateMatched:
+class RateMatched(_TtlPolicy):
     changes_per_ttl: float = 1.0  # expected class changes a cached copy may miss before a refresh
+
+    @property
+    def needs_rates(self) -> bool:
+        return True
 
     @property
     def policy_id(self) -> str:
         return f"rate-{_hash6({'changes_per_ttl': self.changes_per_ttl})}"
 
+    def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
+        measured = self._require_rates(rates, "rate-matched TTLs need")
+        out: dict[str, int | None] = {}
+        for c in registry.staged_classes:
+            lam = measured.get(c.name, 0.0)
+            # A class that never changed: a TTL longer than the calendar (never refreshed).
+            out[c.name] = calendar_days + 1 if lam <= 0 else max(0, math.floor(self.changes_per_ttl / lam))
+        return out
+
 
 @dataclass(frozen=True)
-class Budget:
+class Budget(Policy):
     refreshes: int
     allocation: Literal["uniform", "proportional"] = "uniform"
+
+    @property
+    def needs_rates(self) -> bool:
+        return self.allocation == "proportional"
 
     @property
     def policy_id(self) -> str:
         prefix = "uniform" if self.allocation == "uniform" else "prop"
         return f"{prefix}{self.refreshes}-{_hash6({'refreshes': self.refreshes, 'allocation': self.allocation})}"
 
+    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
+                     calendar_days: int) -> dict[str, list[Day]]:
+        shares = self.shares(registry, rates)
+        return {c.name: [t_prime, *spread(t_prime, t, shares[c.name])] for c in registry.staged_classes}
 
-Policy = Tiered | Off | RateMatched | Budget
+    def shares(self, registry: Registry, rates: Rates | None) -> dict[str, int]:
+        """Refreshes per class, adding up to the budget (largest-remainder rounding, ties in registry order)."""
+        names = [c.name for c in registry.staged_classes]
+        if self.refreshes < 0:
+            raise PlanningError(f"policy {self.policy_id}: the budget must be >= 0")
+        if self.allocation == "uniform":
+            weights = {n: 1.0 for n in names}
+        else:
+            measured = self._require_rates(rates, "proportional allocation needs")
+            weights = {n: measured.get(n, 0.0) for n in names}
+        total = sum(weights.values())
+        if total <= 0:
+            return {n: 0 for n in names}
+        raw = {n: self.refreshes * w / total for n, w in weights.items()}
+        shares = {n: math.floor(v) for n, v in raw.items()}
+        left = self.refreshes - sum(shares.values())
+        for n in sorted(names, key=lambda n: (-(raw[n] - shares[n]), names.index(n)))[:left]:
+            shares[n] += 1
+        return shares
+
+
+POLICY_SYNTAX = "tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N or proportional:N"
 
 
 def parse_policy(text: str) -> Policy:
     """`tiered`, `off`, `ttl:prices=3,assignments=0`, `rate` / `rate:2.0`, `uniform:12`, `proportional:12`."""
-    from churn_assets.errors import UserFacingError
-
     name, _, arg = text.partition(":")
     try:
         if name == "tiered" and not arg:
@@ -86,5 +204,4 @@ def parse_policy(text: str) -> Policy:
             return Budget(int(arg), "uniform" if name == "uniform" else "proportional")
     except ValueError:
         pass
-    raise UserFacingError(
-        f"policy {text!r}: expected tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N or proportional:N")
+    raise UserFacingError(f"policy {text!r}: expected {POLICY_SYNTAX}")

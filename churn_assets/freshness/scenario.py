@@ -1,15 +1,28 @@
-"""What a scenario needs built before it can be evaluated: its inputs as (asset, partition) pairs.
+"""A scenario (one value), and its plan: the partitions it needs built and the vintage it serves.
 
-A scenario is (world, T', T, refresh policy). Its served-vintage map (`planning.served_vintage`) says which
-refresh day of each staged class it serves at T; its inputs are every partition the evaluation reads or
-that those partitions are built from (ARCHITECTURE.md section 10, "Evaluation wiring"):
+A **scenario** is world, arm, refresh policy, T', T, agent and SaaS profile (`Scenario`); its key names its
+`eval_run` partition (section 10, "Scenario key"). "T' before T" is checked in one place: `check_days`, which
+`Scenario` runs when it is made. Which arms exist and what each reads is the arm registry's
+(`arms/registry.py`); a scenario is made through `arms.registry.define_scenario`, which checks the arm and the
+agent and applies a policy the arm fixes.
 
-- per world: `ledger`, `warehouse_truth` + `warehouse_raw` (the SaaS mock reads truth), the dbt build;
-- `operational_store` and `contract_documents` at T', T and every refresh day of the plan (the live stores
-  at T; the days any cached class is refreshed from);
-- the staged partition of each staged class at its served day, and `vector_index` at the served day of
-  `contract_terms` (its cache is the index);
-- `rag_index` at T' (the classic-RAG corpus, built at T'), and `task_set` at T.
+Its **plan** (`plan_scenario`, pure) is made once, at the scenario's first materialization, and stored with it
+together with the hash of the registry it came from (`orchestration/scenarios.py`):
+
+- `served_vintage`: for every entity class the data day the arm serves at T (its planned vintage). For an arm
+  that serves the refresh policy (grounding and its ablations) it is the policy's served-vintage map; other
+  arms declare theirs (`ArmReads.vintage`).
+- `refresh_days`: for each cached class the policy's refresh days in [T', T] (none for arms that serve no
+  staged cache).
+- `inputs`: every partition the evaluation reads or that those partitions are built from (section 10,
+  "Evaluation wiring"), in dependency order:
+  - per world: `ledger`, `warehouse_truth` + `warehouse_raw` (the SaaS mock reads truth), the dbt build (the
+    as-of views, and the arm role's grants on `_staging`);
+  - for a policy arm: `operational_store` and `contract_documents` at T', T and every refresh day, the
+    staged partition of each staged class at its served day and `vector_index` at the served day of
+    `contract_terms` (its cache is the index);
+  - the arm's own day inputs (`ArmReads.day_inputs`: e.g. the RAG corpus of T');
+  - `task_set` at T.
 
 Pure: asset keys are strings (user-string form, `analytics_dbt` standing for every model of the world's
 dbt build) and partitions are (world, day | None); the scenario materializer turns them into Dagster keys.
@@ -18,23 +31,115 @@ dbt build) and partitions are (world, day | None); the scenario materializer tur
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from churn_assets.freshness.planning import refresh_days, served_vintage
-from churn_assets.freshness.policies import Policy
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.saas_client import SAAS_PROFILES
+from churn_assets.freshness.planning import refresh_days, vintage_of
+from churn_assets.freshness.policies import Policy, parse_policy
 from churn_assets.grounding.registry import Registry
 from churn_assets.grounding.staging import staged_asset_name
+from churn_assets.world.calendar import Day
 
-Day = dt.date
-
+# The plan's vocabulary: asset keys (user strings) of the partitions a scenario can need.
 LEDGER = "ledger"
 WAREHOUSE = ("warehouse_truth", "warehouse_raw")
 DBT_BUILD = "analytics_dbt"  # every model of the world's dbt build (one partition per world)
 OPERATIONAL_STORE = "operational_store"
 CONTRACT_DOCUMENTS = "contract_documents"
+VECTOR_INDEX = "vector_index"
 RAG_INDEX = "rag_index"
 TASK_SET = "task_set"
+
+DETERMINISTIC_AGENT = "det"
+
+
+class ScenarioError(UserFacingError):
+    """A scenario that cannot be defined, found or planned; the message names it and the fix."""
+
+
+def check_days(t_prime: Day, t: Day) -> None:
+    """The one check of "T' before T": the cache is built on T', the questions are asked on T."""
+    if t < t_prime:
+        raise ScenarioError(f"T = {t} is before T' = {t_prime}: the cache build day T' must not be after "
+                            "the evaluation day T")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one evaluation run is asked: an arm answering a world's questions at T with caches built on T'."""
+
+    world_id: str
+    arm: str
+    policy: str  # as written for `parse_policy` (tiered, off, ttl:..., rate:..., uniform:N ...)
+    t_prime: Day
+    t: Day
+    agent_id: str = DETERMINISTIC_AGENT  # or `llm-<hash6 of model_settings>` (section 10)
+    saas_profile: str = "default"
+    # An LLM agent's settings (arms/agents/llm.py `LlmSettings.to_json()`: no API key); None for `det`.
+    model_settings: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_days(self.t_prime, self.t)
+        if self.saas_profile not in SAAS_PROFILES:
+            raise ScenarioError(f"unknown SaaS profile {self.saas_profile!r} (known: {', '.join(SAAS_PROFILES)})")
+        if self.agent_id == DETERMINISTIC_AGENT and self.model_settings is not None:
+            raise ScenarioError("the deterministic agent (det) takes no model settings")
+        self.parsed_policy  # noqa: B018 - a malformed policy fails here, with the syntax in the message
+
+    @property
+    def parsed_policy(self) -> Policy:
+        return parse_policy(self.policy)
+
+    @property
+    def policy_id(self) -> str:
+        return self.parsed_policy.policy_id
+
+    @property
+    def key(self) -> str:
+        """`<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>` (section 10)."""
+        return (f"{self.world_id}__{self.arm}__{self.policy_id}__tp{self.t_prime:%Y%m%d}__t{self.t:%Y%m%d}"
+                f"__{self.agent_id}__{self.saas_profile}")
+
+    @property
+    def label(self) -> str:
+        """A short readable name for logs: arm, policy and the two days."""
+        return f"{self.arm} ({self.policy_id}) T'={self.t_prime} T={self.t}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"world_id": self.world_id, "arm": self.arm, "policy": self.policy,
+                "t_prime": self.t_prime.isoformat(), "t": self.t.isoformat(), "agent_id": self.agent_id,
+                "saas_profile": self.saas_profile,
+                **({"model_settings": dict(self.model_settings)} if self.model_settings is not None else {})}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Scenario:
+        return cls(d["world_id"], d["arm"], d["policy"], dt.date.fromisoformat(d["t_prime"]),
+                   dt.date.fromisoformat(d["t"]), d.get("agent_id", DETERMINISTIC_AGENT),
+                   d.get("saas_profile", "default"), d.get("model_settings"))
+
+
+When = Literal["t_prime", "t"]
+
+
+@dataclass(frozen=True)
+class ArmReads:
+    """What an arm reads, as the planner needs it: partitions besides the world's own inputs and the task
+    set (`day_inputs`: (asset, "t_prime" | "t")), and its planned vintage (`vintage(T', T)`). `vintage` None:
+    the arm serves the refresh policy's served-vintage map and reads its staged partitions."""
+
+    day_inputs: tuple[tuple[str, When], ...] = ()
+    vintage: Callable[[Day, Day], dict[str, Day]] | None = None
+
+    @property
+    def serves_policy(self) -> bool:
+        return self.vintage is None
+
+
+# The reads of grounding and its router ablations: the policy's staged partitions, nothing of their own.
+SERVES_POLICY = ArmReads()
 
 
 @dataclass(frozen=True, order=True)
@@ -48,49 +153,66 @@ class ScenarioInput:
     def __str__(self) -> str:
         return f"{self.asset}[{self.world}]" if self.day is None else f"{self.asset}[{self.world} @ {self.day}]"
 
+    def to_json(self) -> list[str | None]:
+        return [self.asset, self.world, None if self.day is None else self.day.isoformat()]
+
+    @classmethod
+    def from_json(cls, value: list[str | None]) -> ScenarioInput:
+        asset, world, day = value
+        return cls(str(asset), str(world), None if day is None else dt.date.fromisoformat(day))
+
 
 @dataclass(frozen=True)
 class ScenarioPlan:
-    world: str
-    t_prime: Day
-    t: Day
-    policy_id: str
+    """A scenario's plan (see the module doc); `registry_hash` names the registry it was made from."""
+
     refresh_days: dict[str, list[Day]]  # staged class -> refresh days in [T', T], T' first
-    served_vintage: dict[str, Day]  # every class -> data day served at T (T for live classes)
+    served_vintage: dict[str, Day]  # every class -> data day served at T (the arm's planned vintage)
     inputs: tuple[ScenarioInput, ...]  # in dependency order: world-level first, then by day
+    registry_hash: str
 
-    @property
-    def days(self) -> list[Day]:
+    def days(self, t_prime: Day, t: Day) -> list[Day]:
         """T', T and every refresh day, in calendar order."""
-        return sorted({self.t_prime, self.t, *(d for days in self.refresh_days.values() for d in days)})
+        return sorted({t_prime, t, *(d for days in self.refresh_days.values() for d in days)})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "registry_hash": self.registry_hash,
+            "refresh_days": {c: [d.isoformat() for d in days] for c, days in self.refresh_days.items()},
+            "served_vintage": {c: d.isoformat() for c, d in self.served_vintage.items()},
+            "inputs": [i.to_json() for i in self.inputs],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ScenarioPlan:
+        return cls({c: [dt.date.fromisoformat(x) for x in days] for c, days in d["refresh_days"].items()},
+                   {c: dt.date.fromisoformat(x) for c, x in d["served_vintage"].items()},
+                   tuple(ScenarioInput.from_json(i) for i in d["inputs"]), str(d["registry_hash"]))
 
 
-def scenario_inputs(
-    registry: Registry,
-    world: str,
-    t_prime: Day,
-    t: Day,
-    policy: Policy,
-    rates: Mapping[str, float] | None = None,
-    *,
-    calendar_days: int = 180,
-) -> ScenarioPlan:
-    """The partitions scenario (world, T', T, policy) needs, and its served-vintage map."""
-    plan = refresh_days(registry, t_prime, t, policy, rates=rates, calendar_days=calendar_days)
-    served = served_vintage(registry, t_prime, t, policy, rates=rates, calendar_days=calendar_days)
-    days = sorted({t_prime, t, *(d for ds in plan.values() for d in ds)})
-
-    inputs: list[ScenarioInput] = [ScenarioInput(LEDGER, world)]
-    inputs += [ScenarioInput(a, world) for a in WAREHOUSE]
-    inputs.append(ScenarioInput(DBT_BUILD, world))
-    for d in days:
-        inputs += [ScenarioInput(OPERATIONAL_STORE, world, d), ScenarioInput(CONTRACT_DOCUMENTS, world, d)]
-    # Each staged class at the day it is served; two classes cached by one asset share its partition.
-    cached = dict.fromkeys(ScenarioInput(staged_asset_name(c), world, served[c.name])
-                           for c in registry.staged_classes)
-    indexes = [i for i in cached if i.asset in {c.staged_index for c in registry.staged_classes}]
-    inputs += indexes
-    inputs.append(ScenarioInput(RAG_INDEX, world, t_prime))
-    inputs += [i for i in cached if i not in indexes]
+def plan_scenario(scenario: Scenario, reads: ArmReads, registry: Registry, *,
+                  rates: Mapping[str, float] | None = None, calendar_days: int = 180) -> ScenarioPlan:
+    """The plan of `scenario` for an arm that reads `reads` (the one planning function). `rates`: change
+    rates measured on [start, T'], needed when the arm serves a policy that `needs_rates`."""
+    world, t_prime, t = scenario.world_id, scenario.t_prime, scenario.t
+    days_of: dict[When, Day] = {"t_prime": t_prime, "t": t}
+    inputs: list[ScenarioInput] = [ScenarioInput(LEDGER, world), *(ScenarioInput(a, world) for a in WAREHOUSE),
+                                   ScenarioInput(DBT_BUILD, world)]
+    plan: dict[str, list[Day]] = {}
+    if reads.vintage is not None:
+        served = reads.vintage(t_prime, t)
+    else:
+        plan = refresh_days(registry, t_prime, t, scenario.parsed_policy, rates=rates, calendar_days=calendar_days)
+        served = vintage_of(registry, plan, t)
+        for d in sorted({t_prime, t, *(d for ds in plan.values() for d in ds)}):
+            inputs += [ScenarioInput(OPERATIONAL_STORE, world, d), ScenarioInput(CONTRACT_DOCUMENTS, world, d)]
+        # Each staged class at the day it is served; two classes cached by one asset share its partition. The
+        # indexes first: they are built from the day's documents, the staged tables from the dbt build.
+        cached = dict.fromkeys(ScenarioInput(staged_asset_name(c), world, served[c.name])
+                               for c in registry.staged_classes)
+        index_assets = {c.staged_index for c in registry.staged_classes}
+        inputs += [i for i in cached if i.asset in index_assets]
+        inputs += [i for i in cached if i.asset not in index_assets]
+    inputs += [ScenarioInput(asset, world, days_of[when]) for asset, when in reads.day_inputs]
     inputs.append(ScenarioInput(TASK_SET, world, t))
-    return ScenarioPlan(world, t_prime, t, policy.policy_id, plan, served, tuple(dict.fromkeys(inputs)))
+    return ScenarioPlan(plan, served, tuple(dict.fromkeys(inputs)), registry.content_hash)

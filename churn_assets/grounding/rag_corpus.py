@@ -24,7 +24,6 @@ the vector index). The serialisers are pure functions of a fold as of the day (`
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import time
 from collections import Counter
@@ -47,6 +46,7 @@ from churn_assets.grounding.vector_index import (
     staging_sql,
     table_exists,
 )
+from churn_assets.world.calendar import Day
 from churn_assets.world.state import (
     ConsumptionRecord,
     CostCenter,
@@ -61,7 +61,6 @@ from churn_assets.world.state import (
 if TYPE_CHECKING:
     import psycopg
 
-Day = dt.date
 
 WINDOWS_DAYS: tuple[int, ...] = (7, 30, 90)
 KINDS: tuple[str, ...] = ("user", "license", "product", "vendor", "cost_center", "ticket", "contract_chunk",

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 from churn_assets.world.events import ENTITY_CLASSES
 
@@ -54,6 +55,17 @@ class EntityClass:
 class Registry:
     classes: dict[str, EntityClass]
     tier_ttls: dict[str, int | None]
+
+    @property
+    def content_hash(self) -> str:
+        """SHA-256 (16 hex digits) of what the registry says: tiers, and per class its tier, TTL, source,
+        staged location and measures. A scenario's plan records it: a re-tiered registry is a new plan."""
+        data = {"tiers": self.tier_ttls,
+                "classes": {c.name: {"tier": c.freshness_tier, "ttl_days": c.ttl_days,
+                                     "source": [c.source.store, c.source.relation],
+                                     "staged": [c.staged_table, c.staged_index], "measures": list(c.measures)}
+                            for c in self.classes.values()}}
+        return sha256_hex(canonical_json(data))[:16]
 
     def __getitem__(self, name: str) -> EntityClass:
         try:

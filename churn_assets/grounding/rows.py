@@ -12,10 +12,9 @@ the data day (a later end is not known yet). A date after the data day never app
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 # view -> the entity class that owns its facts
 VIEW_CLASS: dict[str, str] = {

@@ -13,12 +13,11 @@ Latency is wall-clock and lives beside results, never inside anything hashed.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 # Routes (section 7): how the router reached the data of one retrieval.
 STAGED_SQL = "staged_sql"  # <world>_staging tables, at the served refresh day

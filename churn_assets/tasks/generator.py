@@ -33,10 +33,10 @@ from churn_assets.tasks.templates import (
     SpendThreshold,
     Template,
 )
+from churn_assets.world.calendar import Day
 from churn_assets.world.fold import monthly_spend_by_cost_center, uniform_vintage
 from churn_assets.world.state import WorldState
 
-Day = dt.date
 DEGENERATE_SHARE = 0.25
 
 

@@ -24,7 +24,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.tasks.answers import Value, round_half_up
 from churn_assets.tasks.templates import Template, template
 from churn_assets.tasks.windows import Window
-from churn_assets.world.calendar import whole_months
+from churn_assets.world.calendar import Day, whole_months
 from churn_assets.world.fold import (
     active_users_by_cost_center,
     assigned_licenses,
@@ -38,7 +38,6 @@ from churn_assets.world.fold import (
 )
 from churn_assets.world.state import STATE_CLASSES, ConsumptionRecord, Contract, WorldState
 
-Day = dt.date
 Params = Mapping[str, Any]
 GoldFn = Callable[[WorldState, Params, Day], Value]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.tasks.templates import Template, template
 
@@ -71,8 +72,7 @@ class Task:
 
 def task_lines(tasks: Iterable[Task]) -> str:
     """The canonical file content: one JSON object per line, sorted keys, no spaces."""
-    return "".join(json.dumps(t.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
-                   for t in tasks)
+    return "".join(canonical_json(t.to_json()) + "\n" for t in tasks)
 
 
 def task_set_hash(tasks: Iterable[Task]) -> str:

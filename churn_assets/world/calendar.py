@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+# The one alias for a simulated calendar day, used by every layer (a day never carries a time).
+Day = dt.date
+
 
 def add_months(day: dt.date, months: int) -> dt.date:
     """`day` plus whole months, clamped to the month's last day (2024-01-31 + 1 month = 2024-02-29)."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -14,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 
 DEFAULT_CONFIG_RESOURCE = "default_world.yaml"
@@ -55,16 +54,12 @@ class WorldConfig:
 
     @property
     def config_hash(self) -> str:
-        return hashlib.sha256(canonical_config_json(self.data).encode()).hexdigest()
+        return sha256_hex(canonical_json(self.data))
 
     @property
     def world_id(self) -> str:
         """`<name>-s<seed>-<hash6>` (ARCHITECTURE.md section 10, "World id")."""
         return f"{self.name}-s{self.seed}-{self.config_hash[:6]}"
-
-
-def canonical_config_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def default_config_data() -> dict[str, Any]:

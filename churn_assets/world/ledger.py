@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.world.events import SCHEMAS_BY_FORMAT, payload_error, round_payload
 
@@ -59,10 +60,6 @@ class Event:
     entity_type: str
     entity_id: str
     payload: dict[str, Any]
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _hash_hex(data: bytes) -> str:

@@ -19,14 +19,12 @@ normal, and the query helpers in `fold.py` resolve them.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from churn_assets.errors import UserFacingError
+from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
-
-Day = dt.date
 
 # Classes whose facts the fold stores. `utilization` is derived from consumption and assignments; its
 # sub-state is an index of consumption as of utilization's own day, so a vintage map can serve it apart.

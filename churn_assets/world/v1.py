@@ -38,7 +38,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from churn_assets.world.calendar import add_months
+from churn_assets.world.calendar import Day, add_months
 from churn_assets.world.state import (
     Assignments,
     Consumption,
@@ -56,7 +56,6 @@ from churn_assets.world.state import (
 )
 
 Record = Mapping[str, Any]
-Day = dt.date
 
 
 def term_from(day: Day, term_months: int, recorded_on: Day, change: str) -> ContractTerm:

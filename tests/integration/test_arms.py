@@ -38,16 +38,20 @@ import numpy as np
 import pytest
 from fake_encoder import FakeEncoder
 
-from churn_assets.arms.base import ArmAnswer, Scenario
+from churn_assets.arms.base import ArmAnswer
 from churn_assets.arms.extraction import K
 from churn_assets.arms.hierarchical import WORKERS
-from churn_assets.arms.registry import close_sources, connect_sources, make_arm
+from churn_assets.arms.registry import arm_names, arm_spec, define_scenario, make_arm
 from churn_assets.fabric.postgres import connection, schema_name
+from churn_assets.fabric.sources import close_sources, connect_sources
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.freshness.scenario import plan_scenario
 from churn_assets.grounding.rag_corpus import build_rag_corpus
+from churn_assets.grounding.readers.sql import select
+from churn_assets.grounding.readers.staged import require_partition
 from churn_assets.grounding.registry import load_registry
-from churn_assets.grounding.router import RouteRefused, RouterError, check_relation
+from churn_assets.grounding.routes import RouteRefused, RouterError, check_relation
 from churn_assets.grounding.staging import staged_asset_name
 from churn_assets.grounding.traces import (
     COORDINATOR,
@@ -58,8 +62,8 @@ from churn_assets.grounding.traces import (
     VECTOR_LOOKUP,
 )
 from churn_assets.grounding.vector_index import build_vector_index
-from churn_assets.materialize import Session, materialize
-from churn_assets.partitions import world_day_key
+from churn_assets.orchestration.materialize import Session, materialize
+from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.services import saas_api_key
 from churn_assets.tasks.generator import generate_task_set
 from churn_assets.tasks.gold import GoldResolver, complete_vintage
@@ -75,8 +79,7 @@ from .warehouse_world import projected_world
 pytestmark = pytest.mark.integration
 
 T_PRIME, T = dt.date(2024, 1, 2), dt.date(2024, 1, 30)
-ARMS = ("naive", "classic_rag", "hierarchical", "grounding", "grounding_no_freshness_tiers",
-        "grounding_no_semantic_model", "grounding_no_source_routing")
+ARMS = arm_names()  # every registered arm
 LIVE_CLASSES = ("consumption", "utilization", "tickets")
 STAGED_CLASSES = [c for c in ENTITY_CLASSES if c not in LIVE_CLASSES]
 COMPUTED_SPEND = ("t2_cost_center_spend", "t2_total_spend", "t2_unallocated_spend", "t2_top_cost_center",
@@ -185,10 +188,11 @@ def run(session: Session, session_defs: dg.Definitions, small_world: str) -> Ite
 
     sources = connect_sources(world, warehouse_url=session.urls.warehouse, mongo_url=session.urls.mongodb,
                               saas_url=session.urls.saas, saas_key=saas_api_key(session.paths), documents_root=root)
-    scenario = Scenario(world, T_PRIME, T)
     try:
         for name in ARMS:
-            arm = make_arm(name, scenario, sources, registry=registry, policy=Tiered(), encoder=encoder)
+            scenario = define_scenario(world, name, "tiered", T_PRIME, T)
+            plan = plan_scenario(scenario, arm_spec(name).reads, registry, calendar_days=30)
+            arm = make_arm(scenario, sources, served=plan.served_vintage, registry=registry, encoder=encoder)
             result.arms[name] = arm
             result.planned[name] = arm.planned_vintage  # declared before any answer
             result.answers[name] = {task.task_id: arm.answer(task) for task in tasks}
@@ -380,14 +384,14 @@ def test_the_router_refuses_truth_and_raw(run: Run) -> None:
         with pytest.raises(RouteRefused, match="refused"):
             check_relation(world, schema_name(world, layer), relation)
         with pytest.raises(RouteRefused):
-            router.select(layer, relation, ("*",), T)
+            select(router, layer, relation, ("*",), T)
         # The role refuses too, when the router's own check is bypassed.
         with pytest.raises(Exception, match="permission denied"):
             router.sources.pg.execute(f'SELECT 1 FROM "{schema_name(world, layer)}"."{relation}" LIMIT 1')
     with pytest.raises(RouteRefused, match="not an as-of view"):
-        router.select("analytics", "fct_price", ("product_id",), T)
+        select(router, "analytics", "fct_price", ("product_id",), T)
     with pytest.raises(Exception, match="permission denied"):
         router.sources.pg.execute(f'SELECT 1 FROM "{schema_name(world, "analytics")}"."fct_price" LIMIT 1')
     # A staged partition nobody materialized is an error, never an empty answer.
     with pytest.raises(RouterError, match="never materialized"):
-        router.require_partition("prices", dt.date(2024, 1, 5))
+        require_partition(router, "prices", dt.date(2024, 1, 5))

@@ -12,10 +12,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from churn_assets.assets.dbt import ANALYTICS_GROUP, analytics_dbt, analytics_key
-from churn_assets.dbt_project import DBT_PROJECT_DIR, dbt_project
 from churn_assets.fabric.postgres import connection
-from churn_assets.materialize import Session
+from churn_assets.orchestration.assets.dbt import ANALYTICS_GROUP, analytics_dbt, analytics_key
+from churn_assets.orchestration.dbt_project import DBT_PROJECT_DIR, dbt_project
+from churn_assets.orchestration.materialize import Session
 
 from .warehouse_world import LAST, Projected, corrupted, projected_world, run_checks
 
@@ -45,7 +45,7 @@ def ancestors(graph: Any, key: dg.AssetKey) -> set[dg.AssetKey]:
 
 
 def test_lineage_runs_from_ledger_through_raw_to_the_models() -> None:
-    from churn_assets.definitions import defs
+    from churn_assets.orchestration.definitions import defs
 
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey("warehouse_raw")).parent_keys == {dg.AssetKey("ledger")}

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
-from churn_assets.assets.documents import contract_documents, contract_documents_parity, contracts_root
-from churn_assets.materialize import MaterializationError, Session, materialize
-from churn_assets.partitions import world_day_key
+from churn_assets.orchestration.assets.documents import contract_documents, contract_documents_parity
+from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.partitions import world_day_key
+from churn_assets.orchestration.world_registry import add_world, is_registered, remove_world, world_artefacts
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import load_ledger
-from churn_assets.world_registry import add_world, is_registered, remove_world, world_artefacts
 from contracts.facts import contract_facts_as_of
 from contracts.parse import parse_contract_markdown
 from contracts.store import compare_days, read_day
@@ -83,7 +83,7 @@ def test_a_partition_writes_every_contract_and_passes_its_check(session: Session
     md = run.metadata["contract_documents"]
 
     folder = session.paths.world_dir(small_world) / "contracts" / "2024-01-20"
-    assert md["path"] == str(folder) == str(contracts_root(session.paths, small_world) / "2024-01-20")
+    assert md["path"] == str(folder) == str(session.paths.contracts_root(small_world) / "2024-01-20")
     stored = read_day(folder)
     expected = contract_facts_as_of(load_ledger(session.paths.ledger_dir(small_world)).records, day)
     assert md["documents"] == md["dagster/row_count"] == len(expected) == len(stored.contract_ids) >= 60
@@ -105,7 +105,7 @@ def test_a_renewal_changes_only_its_document(session: Session, session_defs: dg.
     runs = materialize(session, session_defs, ["contract_documents"],
                        [world_day_key(small_world, before), world_day_key(small_world, after)])
     changes = runs[1].metadata["contract_documents"]["changes"]
-    root = contracts_root(session.paths, small_world)
+    root = session.paths.contracts_root(small_world)
     on_disk = compare_days(read_day(root / before.isoformat()).manifest, read_day(root / after.isoformat()).manifest)
     assert set(on_disk.touched) == renewed  # by the hashes of both files of every document
     assert changes["changed"] == sorted(renewed) and changes["added"] == changes["removed"] == []
@@ -114,7 +114,7 @@ def test_a_renewal_changes_only_its_document(session: Session, session_defs: dg.
 def test_the_same_partition_gives_the_same_bytes(session: Session, session_defs: dg.Definitions,
                                                  small_world: str) -> None:
     key = world_day_key(small_world, "2024-01-10")
-    folder = contracts_root(session.paths, small_world) / "2024-01-10"
+    folder = session.paths.contracts_root(small_world) / "2024-01-10"
     materialize(session, session_defs, ["contract_documents"], [key])
     first = {p.name: p.read_bytes() for p in folder.iterdir()}
     materialize(session, session_defs, ["contract_documents"], [key])
@@ -126,7 +126,7 @@ def test_a_tampered_document_fails_the_parity_check(session: Session, session_de
     day = dt.date(2024, 1, 15)
     key = world_day_key(small_world, day)
     materialize(session, session_defs, ["contract_documents"], [key])
-    folder = contracts_root(session.paths, small_world) / day.isoformat()
+    folder = session.paths.contracts_root(small_world) / day.isoformat()
     victim = sorted(read_day(folder).contract_ids)[7]
     path = folder / f"{victim}.md"
     text = path.read_text()
@@ -147,7 +147,7 @@ def test_a_tampered_document_fails_the_parity_check(session: Session, session_de
 def test_worlds_rm_removes_the_documents(session: Session, session_defs: dg.Definitions,
                                          scratch_world: str) -> None:
     materialize(session, session_defs, ["contract_documents"], [world_day_key(scratch_world, "2024-01-05")])
-    root = contracts_root(session.paths, scratch_world)
+    root = session.paths.contracts_root(scratch_world)
     assert (root / "2024-01-05" / "manifest.json").exists()
     assert "contract documents" in world_artefacts(session.paths, session.instance, scratch_world)
 
@@ -162,6 +162,6 @@ def test_a_world_without_a_ledger_fails_clearly(session: Session, session_defs: 
     try:
         with pytest.raises(MaterializationError, match=f"world {config.world_id} has no ledger"):
             materialize(session, session_defs, ["contract_documents"], [world_day_key(config.world_id, "2024-01-02")])
-        assert not contracts_root(session.paths, config.world_id).exists()
+        assert not session.paths.contracts_root(config.world_id).exists()
     finally:
         remove_world(session.paths, session.instance, config.world_id)

@@ -10,11 +10,12 @@ import dagster as dg
 import pytest
 from scripted_answer import ScriptedAnswer
 
+from churn_assets.arms.registry import define_scenario
 from churn_assets.commands.run import run_scenario
-from churn_assets.materialize import MaterializationError, Session, materialize
-from churn_assets.scenarios import ScenarioDef, register_scenario
+from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.scenarios import register_scenario
+from churn_assets.orchestration.world_registry import add_world
 from churn_assets.world.config import load_config
-from churn_assets.world_registry import add_world
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ def eval_world(session: Session, session_defs: dg.Definitions) -> str:
 
 def test_missing_inputs_fail_the_run_with_the_list(session: Session, session_defs: dg.Definitions,
                                                     eval_world: str) -> None:
-    scenario = ScenarioDef(eval_world, "naive", "tiered", dt.date(2024, 1, 20), dt.date(2024, 1, 22))
+    scenario = define_scenario(eval_world, "naive", "tiered", dt.date(2024, 1, 20), dt.date(2024, 1, 22))
     key = register_scenario(session.paths, session.instance, scenario)
     with pytest.raises(MaterializationError) as err:
         materialize(session, session_defs, ["eval_run"], [key])
@@ -174,18 +175,18 @@ def _classes() -> list[str]:
 def test_a_failed_run_is_recorded_failed_and_its_resume_complete(session: Session, eval_world: str,
                                                                  grounding_run: dict[str, Any], tmp_path: Any,
                                                                  error: BaseException) -> None:
-    from churn_assets.assets.tasks import task_set_file
     from churn_assets.evaluation.catalog import RunCatalog
     from churn_assets.evaluation.results import ResultsStore
     from churn_assets.evaluation.runner import RunSpec, evaluate
+    from churn_assets.freshness.scenario import Scenario
     from churn_assets.tasks.gold import GoldResolver
     from churn_assets.tasks.task_set import read_tasks, task_set_hash
     from churn_assets.world.ledger import load_ledger
 
-    tasks = read_tasks(task_set_file(session.paths, eval_world, T))[:5]
+    tasks = read_tasks(session.paths.task_set_file(eval_world, T))[:5]
     loaded = load_ledger(session.paths.ledger_dir(eval_world))
     resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
-    spec = RunSpec(eval_world, "probe", _GoldArm.name, "tiered", T_PRIME, T, task_set_hash(tasks))
+    spec = RunSpec(Scenario(eval_world, _GoldArm.name, "tiered", T_PRIME, T), "probe", task_set_hash(tasks))
     code = f"git-probe-{type(error).__name__.lower()}"
     store, catalog = ResultsStore(tmp_path), RunCatalog(session.urls.warehouse)
 

@@ -18,8 +18,8 @@ from churn_assets.fabric.mongo import (
     require_complete,
 )
 from churn_assets.fabric.operational import COLLECTIONS, diff_collections, project_operational
-from churn_assets.materialize import MaterializationError, Session, materialize
-from churn_assets.partitions import world_day_key
+from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.services import ServiceUrls, mongo_client
 from churn_assets.world.fold import fold_ledger
 from churn_assets.world.ledger import load_ledger

@@ -237,9 +237,9 @@ def test_postgres_killed_mid_materialization_gives_a_clear_error(other_state: St
                                                                  cli_env: CliEnv) -> None:
     """`churnbench worlds materialize` of a 60-day world; Postgres is killed while the ledger is being
     written (the `.partial` file exists): the command exits 1 within seconds naming Postgres."""
-    from churn_assets.materialize import open_session
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.world.config import load_config
-    from churn_assets.world_registry import add_world
 
     config = load_config(days=60, seed=9)
     world_id = config.world_id

@@ -26,9 +26,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from churn_assets.arms.registry import define_scenario
 from churn_assets.fabric.postgres import connection, schema_exists, schema_name
 from churn_assets.fabric.roles import ARM_ROLE
-from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.staging import (
     META_TABLE,
@@ -39,20 +40,18 @@ from churn_assets.grounding.staging import (
     verify_partition,
     write_partition,
 )
-from churn_assets.materialize import MaterializationError, Session, materialize, run_checks
-from churn_assets.partitions import world_day_key
-from churn_assets.scenario_materializer import (
+from churn_assets.orchestration.materialize import MaterializationError, Session, materialize, run_checks
+from churn_assets.orchestration.partitions import world_day_key
+from churn_assets.orchestration.scenario_inputs import asset_keys_of, existing_inputs, scenario_plan
+from churn_assets.orchestration.scenario_materializer import (
     SCENARIO_TAG,
     ScenarioBuild,
     ScenarioMaterializationError,
-    asset_keys_of,
-    existing_inputs,
     materialize_scenario,
-    plan_scenario,
-    scenario_tag,
 )
+from churn_assets.orchestration.scenarios import register_scenario
+from churn_assets.orchestration.world_registry import add_world, remove_world, world_artefacts
 from churn_assets.world.config import load_config
-from churn_assets.world_registry import add_world, remove_world, world_artefacts
 
 pytestmark = pytest.mark.integration
 
@@ -64,12 +63,20 @@ HISTORY_VIEWS = {"assignments": "assignments_history_as_of", "user_status": "use
                  "vendor_dims": "vendors_history_as_of"}
 
 
+def grounding_scenario(session: Session, world: str, t_prime: dt.date, t: dt.date, policy: str) -> Scenario:
+    """The grounding arm's scenario, defined and registered (the materializer plans registered scenarios)."""
+    scenario = define_scenario(world, "grounding", policy, t_prime, t)
+    register_scenario(session.paths, session.instance, scenario)
+    return scenario
+
+
 @pytest.fixture(scope="module")
 def scenario(session: Session, session_defs: dg.Definitions, small_world: str) -> ScenarioBuild:
     lines: list[str] = []
-    build = materialize_scenario(session, session_defs, small_world, T_PRIME, T, Tiered(), echo=lines.append)
-    assert lines[0].startswith(f"scenario {small_world}__tiered__tp{T_PRIME}__t{T}: 18 inputs")
-    assert lines[-1].startswith(f"scenario {small_world}__tiered__tp{T_PRIME}__t{T}: built")
+    defined = grounding_scenario(session, small_world, T_PRIME, T, "tiered")
+    build = materialize_scenario(session, session_defs, defined, echo=lines.append)
+    assert lines[0].startswith(f"scenario {defined.label}: 17 inputs")
+    assert lines[-1].startswith(f"scenario {defined.label}: built")
     return build
 
 
@@ -91,7 +98,7 @@ def test_the_scenario_serves_its_policys_vintage(scenario: ScenarioBuild, sessio
 
 
 def test_a_staged_partition_equals_its_source_as_of_the_day(scenario: ScenarioBuild, url: str) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     staging, analytics = schema_name(world, "staging"), schema_name(world, "analytics")
     with connection(url) as conn:
         for name, day in served_partitions(scenario):
@@ -122,7 +129,7 @@ def test_a_staged_partition_equals_its_source_as_of_the_day(scenario: ScenarioBu
 
 
 def test_no_date_in_a_partition_is_after_its_refresh_day(scenario: ScenarioBuild, url: str) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     staging = schema_name(world, "staging")
     with connection(url) as conn:
         for spec in SPECS.values():
@@ -147,12 +154,12 @@ def restore_partition(session: Session, url: str, scenario: ScenarioBuild) -> It
     """Rewrite the prices partition after a test corrupted it."""
     yield
     with connection(url, autocommit=True) as conn:
-        write_partition(conn, scenario.plan.world, SPECS["prices"], T_PRIME)
+        write_partition(conn, scenario.scenario.world_id, SPECS["prices"], T_PRIME)
 
 
 def test_a_corrupted_staged_row_fails_the_check(session: Session, session_defs: dg.Definitions, url: str,
                                                 scenario: ScenarioBuild, restore_partition: None) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     staging = schema_name(world, "staging")
     assert check_result(session, session_defs, "staged_prices", world, T_PRIME)[0]
     with connection(url, autocommit=True) as conn:
@@ -169,7 +176,7 @@ def test_a_corrupted_staged_row_fails_the_check(session: Session, session_defs: 
 
 def test_a_date_after_the_refresh_day_fails_the_check(session: Session, session_defs: dg.Definitions, url: str,
                                                      scenario: ScenarioBuild, restore_partition: None) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     staging = schema_name(world, "staging")
     with connection(url, autocommit=True) as conn:
         conn.execute(f'UPDATE "{staging}"."prices" SET valid_to = refresh_day + 3 WHERE ctid = (SELECT ctid FROM '
@@ -185,7 +192,7 @@ def test_a_date_after_the_refresh_day_fails_the_check(session: Session, session_
 
 def test_rematerializing_a_partition_is_idempotent(session: Session, session_defs: dg.Definitions, url: str,
                                                    scenario: ScenarioBuild) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     staging = schema_name(world, "staging")
     key = world_day_key(world, T)
 
@@ -213,13 +220,13 @@ def test_rematerializing_a_partition_is_idempotent(session: Session, session_def
 
 def test_a_partition_whose_data_vanished_is_rebuilt(session: Session, session_defs: dg.Definitions, url: str,
                                                     scenario: ScenarioBuild) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     staging = schema_name(world, "staging")
     with connection(url, autocommit=True) as conn:
         conn.execute(f'DELETE FROM "{staging}"."vendor_dims" WHERE refresh_day = %s'.encode(), (T_PRIME,))
         conn.execute(f'DELETE FROM "{staging}"."{META_TABLE}" WHERE staged_table = %s AND refresh_day = %s'.encode(),
                      ("vendor_dims", T_PRIME))
-    build = materialize_scenario(session, session_defs, world, T_PRIME, T, Tiered())
+    build = materialize_scenario(session, session_defs, scenario.scenario)
     [item] = build.rebuilt
     assert (item.asset, item.day) == ("staged_vendor_dims", T_PRIME)
     assert build.built == [item]
@@ -230,17 +237,19 @@ def test_a_partition_whose_data_vanished_is_rebuilt(session: Session, session_de
 SECOND_PROCESS = textwrap.dedent("""
     import datetime as dt, sys, warnings
     warnings.simplefilter("ignore")
-    from churn_assets.definitions import defs_for
-    from churn_assets.freshness.policies import parse_policy
-    from churn_assets.materialize import open_session
-    from churn_assets.scenario_materializer import materialize_scenario
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.scenario_materializer import materialize_scenario
+    from churn_assets.orchestration.scenarios import register_scenario
     from churn_assets.state import StatePaths
 
     world, t_prime, t, policy = sys.argv[1:5]
     paths = StatePaths.resolve()
+    scenario = define_scenario(world, "grounding", policy, dt.date.fromisoformat(t_prime), dt.date.fromisoformat(t))
     with open_session(paths) as session:
-        build = materialize_scenario(session, defs_for(str(paths.root)), world, dt.date.fromisoformat(t_prime),
-                                     dt.date.fromisoformat(t), parse_policy(policy), echo=print)
+        register_scenario(paths, session.instance, scenario)
+        build = materialize_scenario(session, defs_for(str(paths.root)), scenario, echo=print)
     print("SERVED", sorted((c, d.isoformat()) for c, d in build.served_vintage.items()))
 """)
 
@@ -268,13 +277,11 @@ def materialization_counts(instance: dg.DagsterInstance, pairs: set[tuple[str, s
 
 def test_a_second_process_runs_only_the_missing_partitions(session: Session, scenario: ScenarioBuild,
                                                            state_dir: Path, churnbench_exe: str) -> None:
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     t2 = T + dt.timedelta(days=2)  # overlaps: same T', hot classes one refresh further
-    plan = plan_scenario(session, world, T_PRIME, t2, Tiered())
-    # The grounding arm's plan is the policy's without the RAG corpus (only the RAG arms read it).
-    grounding = plan_scenario(session, world, T_PRIME, t2, Tiered(), arm="grounding")
-    assert ("rag_index", T_PRIME) in {(i.asset, i.day) for i in plan.inputs}
-    assert grounding.inputs == tuple(i for i in plan.inputs if i.asset != "rag_index")
+    second = grounding_scenario(session, world, T_PRIME, t2, "tiered")
+    plan = scenario_plan(session, second)  # planned once and stored: the second process reads this plan
+    assert "rag_index" not in {i.asset for i in plan.inputs}  # only the RAG arms read the RAG corpus
     existing, _ = existing_inputs(session, plan.inputs)
     missing = [i for i in plan.inputs if i not in existing]
     assert {(i.asset, i.day) for i in missing} >= {
@@ -295,7 +302,7 @@ def test_a_second_process_runs_only_the_missing_partitions(session: Session, sce
     assert f"{len(plan.inputs)} inputs, {len(existing)} reused, {len(missing)} to build" in done.stdout
     assert "('assignments', '2024-01-16')" in done.stdout and "('prices', '2024-01-10')" in done.stdout
 
-    assert materialized_by_tag(session.instance, scenario_tag(plan)) == expected
+    assert materialized_by_tag(session.instance, second.key) == expected
     assert materialization_counts(session.instance, reused) == counts_before  # nothing existing ran again
     assert existing_inputs(session, plan.inputs)[0] == set(plan.inputs)
 
@@ -303,30 +310,31 @@ def test_a_second_process_runs_only_the_missing_partitions(session: Session, sce
 def test_a_failed_input_is_listed_with_what_depends_on_it(session: Session, session_defs: dg.Definitions,
                                                           scenario: ScenarioBuild, monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    import churn_assets.scenario_materializer as sm
+    import churn_assets.orchestration.scenario_materializer as sm
 
-    world = scenario.plan.world
+    world = scenario.scenario.world_id
     t_prime = dt.date(2024, 1, 24)  # off: every cached class at T', one day later T (days no other test uses)
     real = sm.materialize
 
     def failing(session: Session, defs: dg.Definitions, assets: list[str], keys: list[Any], **kw: Any) -> Any:
         if assets == ["contract_documents"] and str(keys[0]).startswith(t_prime.isoformat()):
             raise MaterializationError("contract_documents broke on purpose")
-        if assets in (["vector_index"], ["rag_index"]):
+        if assets == ["vector_index"]:
             raise AssertionError("a step after a failed input must be skipped, not run")
         return real(session, defs, assets, keys, **kw)
 
     monkeypatch.setattr(sm, "materialize", failing)
+    off = grounding_scenario(session, world, t_prime, t_prime + dt.timedelta(days=1), "off")
     with pytest.raises(ScenarioMaterializationError) as raised:
-        materialize_scenario(session, session_defs, world, t_prime, t_prime + dt.timedelta(days=1), Off())
+        materialize_scenario(session, session_defs, off)
     message = str(raised.value)
-    assert "1 run(s) failed, 2 skipped" in message
+    assert "1 run(s) failed, 1 skipped" in message
     assert f"failed  contract_documents [{t_prime}]: contract_documents broke on purpose" in message
-    assert f"skipped rag_index [{t_prime}]" in message and f"skipped vector_index [{t_prime}]" in message
+    assert f"skipped vector_index [{t_prime}]" in message
     # Independent inputs were built all the same.
-    plan = plan_scenario(session, world, t_prime, t_prime + dt.timedelta(days=1), Off())
+    plan = scenario_plan(session, off)
     existing, _ = existing_inputs(session, plan.inputs)
-    assert {i.asset for i in plan.inputs if i not in existing} == {"contract_documents", "vector_index", "rag_index"}
+    assert {i.asset for i in plan.inputs if i not in existing} == {"contract_documents", "vector_index"}
 
 
 def test_worlds_rm_removes_the_staged_tables(session: Session, url: str) -> None:

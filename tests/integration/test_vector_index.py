@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from churn_assets.assets.documents import contracts_root
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.chunks import chunk_documents
 from churn_assets.grounding.embeddings import GLOBAL_STATS, EncoderStats, default_encoder
@@ -35,11 +34,11 @@ from churn_assets.grounding.vector_index import (
     table_exists,
     worlds_with_vectors,
 )
-from churn_assets.materialize import Session, materialize
-from churn_assets.partitions import world_day_key
+from churn_assets.orchestration.materialize import Session, materialize
+from churn_assets.orchestration.partitions import world_day_key
+from churn_assets.orchestration.world_registry import add_world, remove_world, world_artefacts
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import load_ledger
-from churn_assets.world_registry import add_world, remove_world, world_artefacts
 from contracts.facts import contract_facts_as_of, document_records
 from contracts.render import render_markdown
 from contracts.store import day_dir, read_day
@@ -78,7 +77,7 @@ class Indexed:
 
 
 def stored_documents(session: Session, world_id: str, day: dt.date) -> dict[str, str]:
-    stored = read_day(day_dir(contracts_root(session.paths, world_id), day))
+    stored = read_day(day_dir(session.paths.contracts_root(world_id), day))
     return {cid: stored.markdown(cid) for cid in stored.contract_ids}
 
 
@@ -86,7 +85,7 @@ def stored_documents(session: Session, world_id: str, day: dt.date) -> dict[str,
 def own_world(session: Session, session_defs: Any) -> str:
     """The default 30-day world under another name: the same events, a world id (and so schemas and an
     embeddings table) of its own, so that what other modules built for the shared world cannot leak in."""
-    from churn_assets.world_registry import add_world
+    from churn_assets.orchestration.world_registry import add_world
 
     config = load_config(days=30, name="vindex")
     add_world(session.paths, session.instance, config)

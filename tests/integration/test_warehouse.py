@@ -11,12 +11,6 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from churn_assets.assets.warehouse import load_world_ledger
-from churn_assets.assets.warehouse_checks import (
-    PARITY_CHECKS,
-    warehouse_raw_expectations,
-    warehouse_truth_matches_ledger,
-)
 from churn_assets.cli import main
 from churn_assets.fabric.postgres import (
     TableData,
@@ -31,10 +25,16 @@ from churn_assets.fabric.quality import parity, parity_days
 from churn_assets.fabric.roles import ARM_ROLE, arm_readable, arm_url
 from churn_assets.fabric.truth import read_truth_records
 from churn_assets.fabric.warehouse_raw import META_TABLE, RAW_TABLES
-from churn_assets.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.assets.common import load_world_ledger
+from churn_assets.orchestration.assets.warehouse_checks import (
+    PARITY_CHECKS,
+    warehouse_raw_expectations,
+    warehouse_truth_matches_ledger,
+)
+from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.world_registry import add_world, is_registered, remove_world, world_artefacts
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import LEDGER_FILE
-from churn_assets.world_registry import add_world, is_registered, remove_world, world_artefacts
 
 from .warehouse_world import AT, FIRST, LAST, Projected, corrupted, metadata, projected_world, run_checks
 

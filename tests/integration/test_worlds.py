@@ -15,16 +15,13 @@ import dagster as dg
 import pytest
 from click.testing import CliRunner, Result
 
-from churn_assets.checks import ledger_hash_chain
 from churn_assets.cli import main
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.fabric.mongo import world_databases
-from churn_assets.materialize import MaterializationError, Session, materialize, run_checks
-from churn_assets.partitions import WORLD_PARTITIONS_NAME, world_day_key
-from churn_assets.services import mongo_client
-from churn_assets.world.config import load_config
-from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
-from churn_assets.world_registry import (
+from churn_assets.orchestration.assets.ledger import ledger_hash_chain
+from churn_assets.orchestration.materialize import MaterializationError, Session, materialize, run_checks
+from churn_assets.orchestration.partitions import WORLD_PARTITIONS_NAME, world_day_key
+from churn_assets.orchestration.world_registry import (
     WORLD_ARTEFACTS,
     add_world,
     is_registered,
@@ -32,6 +29,9 @@ from churn_assets.world_registry import (
     remove_world,
     world_artefacts,
 )
+from churn_assets.services import mongo_client
+from churn_assets.world.config import load_config
+from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 
 pytestmark = pytest.mark.integration
 
@@ -58,21 +58,22 @@ def _evaluation_artefacts(session: Session, world_id: str) -> None:
     real code paths; a whole evaluation run is tested in test_eval_run.py."""
     import datetime as dt
 
+    from churn_assets.arms.registry import define_scenario
     from churn_assets.evaluation.results import ResultsStore
     from churn_assets.evaluation.runner import RunSpec
-    from churn_assets.scenarios import ScenarioDef, register_scenario
+    from churn_assets.orchestration.scenarios import register_scenario
 
-    register_scenario(session.paths, session.instance,
-                      ScenarioDef(world_id, "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3)))
-    spec = RunSpec(world_id, "h", "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3), "tasks")
+    scenario = define_scenario(world_id, "naive", "tiered", dt.date(2024, 1, 2), dt.date(2024, 1, 3))
+    register_scenario(session.paths, session.instance, scenario)
+    spec = RunSpec(scenario, "h", "tasks")
     key = spec.key("git-test")
     store = ResultsStore(session.paths.root / "results")
     catalog = RunCatalog(session.urls.warehouse)  # the results catalog row, as `evaluate` writes it
-    catalog.start(spec, key, store.run_dir(key))
+    catalog.start(scenario, key, store.run_dir(key))
     writer = store.open_run(key)
     writer.append({"task_id": "t0", "verdict": "correct"})
     writer.finish(["t0"], {"tasks": 1}, {})
-    catalog.complete(spec, key, store.run_dir(key), {"tasks": 1, "verdicts": {"correct": 1}}, {})
+    catalog.complete(scenario, key, store.run_dir(key), {"tasks": 1, "verdicts": {"correct": 1}}, {})
 
 
 def check_passed(instance: dg.DagsterInstance, world_id: str) -> bool | None:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from churn_assets.cli import main
 from churn_assets.fabric.postgres import connection, schema_name
-from churn_assets.materialize import Session
+from churn_assets.orchestration.materialize import Session
 
 AT = dt.date(2024, 1, 15)
 FIRST, LAST = dt.date(2024, 1, 1), dt.date(2024, 1, 30)
@@ -52,8 +52,8 @@ def run_checks(session: Session, defs: dg.Definitions, world_id: str, check_keys
 
     The partition goes in as the run's partition tag: Dagster 1.13 refuses `partition_key` for a run that
     selects checks only ("no PartitionsDefinition shared by all the provided assets")."""
-    from churn_assets.materialize import QUIET_RUN_CONFIG
-    from churn_assets.partitions import world_partitions
+    from churn_assets.orchestration.materialize import QUIET_RUN_CONFIG
+    from churn_assets.orchestration.partitions import world_partitions
 
     assets = [a for a in defs.assets or () if getattr(a, "partitions_def", None) == world_partitions]
     checks = [c for c in defs.asset_checks or () if set(c.check_keys) & set(check_keys)]

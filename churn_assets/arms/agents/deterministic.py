@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from churn_assets.errors import UserFacingError
+from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch, StructuredTools
 from churn_assets.grounding.rows import (
     ConsumptionRow,
     ContractRow,
@@ -50,76 +50,11 @@ from churn_assets.grounding.rows import (
 from churn_assets.tasks.answers import Value, round_half_up
 from churn_assets.tasks.parser import QuestionParseError, parse_question
 from churn_assets.tasks.windows import Window
-from churn_assets.world.calendar import whole_months
+from churn_assets.world.calendar import Day, whole_months
 
-Day = dt.date
 Params = Mapping[str, Any]
 
 AGENT_ID = "det"
-
-
-class StructuredTools(Protocol):
-    """What an arm offers the agent: one retrieval per call, one row list per request (None: the arm does
-    not serve that class)."""
-
-    def retrieve(self, requests: Sequence[Request], note: str = "") -> list[list[Row] | None]: ...
-
-
-class RecordSearch(Protocol):
-    """What a record-retrieving arm offers: the `k` records most similar to `query` among `kinds` (None:
-    every kind)."""
-
-    def __call__(self, query: str, kinds: Sequence[str] | None, k: int) -> Sequence[Any]: ...
-
-
-class AgentError(UserFacingError):
-    """The agent could not produce an answer for a reason that is not the data (a bug or a missing plan)."""
-
-
-@dataclass(frozen=True)
-class AgentAnswer:
-    """What the agent answered: the value (None = "unknown"), its text, and how it read the question."""
-
-    value: Value
-    text: str
-    template_id: str | None
-    params: dict[str, Any] = field(default_factory=dict)
-    parse_error: str | None = None  # the question matched no template (or several), or a model's answer text
-    usage: TokenUsage | None = None  # what a model-backed agent spent (None: no model, the deterministic agent)
-
-    @property
-    def parsed(self) -> bool:
-        return self.parse_error is None
-
-
-@dataclass(frozen=True)
-class TokenUsage:
-    """What a model-backed agent spent on one answer: tokens as the endpoint reported them, and their cost
-    from the price table (`arms/agents/prices.yaml`; None: the model is not priced there)."""
-
-    model: str
-    calls: int  # chat-model calls (each tool round is one)
-    input_tokens: int
-    output_tokens: int
-    tool_calls: int = 0
-    cost_usd: float | None = None
-    unreported_calls: int = 0  # calls whose response carried no token usage (counted as 0 tokens)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "calls": self.calls, "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens, "tool_calls": self.tool_calls, "cost_usd": self.cost_usd,
-                "unreported_calls": self.unreported_calls}
-
-
-class Agent(Protocol):
-    """What an arm needs of an agent (the deterministic agent, `agents.llm.LlmAgent`)."""
-
-    agent_id: str
-
-    def answer(self, question: str, today: Day, tools: StructuredTools) -> AgentAnswer: ...
-
-    def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
-                            by_kind: bool = True) -> AgentAnswer: ...
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +40,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from churn_assets.arms.agents.deterministic import (
+from churn_assets.arms.agents.interface import (
     AgentAnswer,
     AgentError,
     RecordSearch,
@@ -50,12 +48,12 @@ from churn_assets.arms.agents.deterministic import (
     TokenUsage,
 )
 from churn_assets.arms.extraction import K
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.fabric.saas_client import TransportError
 from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
 from churn_assets.tasks.parser import QuestionParseError, parse_question
-
-Day = dt.date
+from churn_assets.world.calendar import Day
 
 ENV_BASE_URL = "CHURNBENCH_LLM_BASE_URL"
 ENV_MODEL = "CHURNBENCH_LLM_MODEL"
@@ -97,11 +95,6 @@ NO_ENDPOINT = (f"set {ENV_BASE_URL} (an OpenAI-compatible endpoint, e.g. "
 # ---------------------------------------------------------------------------------------------------
 # settings and the agent-id
 # ---------------------------------------------------------------------------------------------------
-
-
-def canonical_json(obj: Any) -> str:
-    """Section 10's canonical JSON: sorted keys, no spaces, UTF-8 text."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -148,7 +141,7 @@ class LlmSettings:
     @property
     def agent_id(self) -> str:
         """`llm-<first 6 hex of the SHA-256 of the canonical JSON of the settings>` (the key is not in them)."""
-        return "llm-" + hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()[:6]
+        return "llm-" + sha256_hex(canonical_json(self.to_json()))[:6]
 
     def describe(self) -> str:
         return f"model {self.model} at {self.base_url}"

@@ -18,7 +18,7 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
-from churn_assets.partitions import WORLD_DIMENSION, world_partitions
+from churn_assets.orchestration.partitions import WORLD_DIMENSION, world_partitions
 from churn_assets.services import (
     POSTGRES,
     ServiceUrls,
@@ -112,7 +112,7 @@ def materialize(
 ) -> list[PartitionRun]:
     """Materialize `assets` (and their checks) for each partition key, in this process, in order.
 
-    `definitions` come from the caller (`churn_assets.definitions.defs_for(state folder)`, which
+    `definitions` come from the caller (`churn_assets.orchestration.definitions.defs_for(state folder)`, which
     binds the resources to this state folder); this module sits below definitions.py.
     Stops at the first failure with a `MaterializationError` that carries the step's own message.
     """

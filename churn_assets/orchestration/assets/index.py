@@ -14,35 +14,29 @@ opens the warehouse, and turns the build into metadata. Both share the process's
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
 # decoration time and needs real types, not strings.
 import datetime as dt
-import warnings
 
 import dagster as dg
 
-from churn_assets.assets.documents import contract_documents, contracts_root
-from churn_assets.assets.ledger import ledger
-from churn_assets.assets.operational import world_and_day, world_ledger
-from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
 from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
 from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_vector_index, staging_schema
-from churn_assets.partitions import WORLD_DIMENSION, world_day_partitions
-from churn_assets.resources import StateResource
+from churn_assets.orchestration.assets.common import user_errors, world_ledger
+from churn_assets.orchestration.assets.documents import contract_documents
+from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.resources import StateResource
 from churn_assets.state import StatePaths
 from churn_assets.world.fold import fold_ledger
 from contracts.store import DocumentStoreError, StoredDay, day_dir, read_day
 
 GROUP = "grounding"
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    _LEDGER_OF_THE_WORLD = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=WORLD_DIMENSION)
-
 
 def day_documents(paths: StatePaths, world_id: str, day: dt.date) -> tuple[StoredDay, dict[str, str]]:
     """The stored documents of (world, day) as {contract id: Markdown}; a clear failure when missing."""
     try:
-        stored = read_day(day_dir(contracts_root(paths, world_id), day))
+        stored = read_day(day_dir(paths.contracts_root(world_id), day))
         return stored, {cid: stored.markdown(cid) for cid in stored.contract_ids}
     except DocumentStoreError as e:
         raise dg.Failure(description=f"{e}: materialize contract_documents for world {world_id} and day "
@@ -85,12 +79,8 @@ def vector_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.
     world_id, day = world_and_day(context.partition_key)
     stored, documents = day_documents(state.paths, world_id, day)
     encoder = default_encoder()
-    try:
-        with connection(state.service_urls().warehouse, autocommit=True) as conn:
-            build = build_vector_index(conn, world_id, day, documents, encoder,
-                                       source_version=stored.manifest.sha256)
-    except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+    with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
+        build = build_vector_index(conn, world_id, day, documents, encoder, source_version=stored.manifest.sha256)
     context.log.info(f"{world_id} {day}: {build.chunks} chunks of {build.documents} documents, "
                      f"{build.embedded} embedded now ({build.encoder_calls} encoder calls), {build.reused} reused")
     metadata = index_metadata(build)
@@ -121,7 +111,7 @@ def corpus_metadata(build: CorpusBuild) -> dict[str, object]:
     partitions_def=world_day_partitions,
     # The index of the same day first: the corpus's contract-chunk records are the index's chunks, whose
     # embeddings (content-addressed, one table per world) the corpus then reuses instead of embedding them.
-    deps=[contract_documents, vector_index, dg.AssetDep(ledger, partition_mapping=_LEDGER_OF_THE_WORLD)],
+    deps=[contract_documents, vector_index, dg.AssetDep(ledger, partition_mapping=OF_THE_WORLD)],
     group_name=GROUP,
     kinds={"python", "postgres"},
     description="The classic-RAG corpus built on the day: one short fact record per user, license, product, "
@@ -134,15 +124,12 @@ def rag_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     world_id, day = world_and_day(context.partition_key)
     paths = state.paths
     stored, documents = day_documents(paths, world_id, day)
-    fmt, head_hash, records = world_ledger(paths, world_id)
-    world = fold_ledger(records, day, format_version=fmt)
+    loaded = world_ledger(state, world_id)
+    world = fold_ledger(loaded.records, day, format_version=loaded.format_version)
     encoder = default_encoder()
-    try:
-        with connection(state.service_urls().warehouse, autocommit=True) as conn:
-            build = build_rag_corpus(conn, world_id, day, world, documents, encoder,
-                                     source_version=f"ledger:{head_hash} documents:{stored.manifest.sha256}")
-    except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+    source_version = f"ledger:{loaded.head_hash or ''} documents:{stored.manifest.sha256}"
+    with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
+        build = build_rag_corpus(conn, world_id, day, world, documents, encoder, source_version=source_version)
     context.log.info(f"{world_id} {day}: {build.records} records, {build.embedded} embedded now "
                      f"({build.encoder_calls} encoder calls), {build.reused} reused")
     return dg.MaterializeResult(metadata=corpus_metadata(build), data_version=dg.DataVersion(build.content_version))

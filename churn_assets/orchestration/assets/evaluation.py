@@ -1,38 +1,36 @@
 """The `eval_run` asset: one partition per scenario key; it answers a task set through an arm and scores it.
 
-It does not build its inputs (section 10, "Evaluation wiring"): at start it checks that every partition the
-scenario needs exists and fails listing the missing ones; `churnbench run` / `paper` call the scenario
+It does not build its inputs (section 10, "Evaluation wiring"): it reads the scenario's stored plan (planned
+once, at its first materialization; refused when the registry changed since), checks that every partition
+the plan names exists and fails listing the missing ones; `churnbench run` / `paper` call the scenario
 materializer first. Lineage edges to its inputs use a mapping that needs no matching keys (all partitions).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import datetime as dt
-import warnings
 
 import dagster as dg
 
-from churn_assets.assets.documents import contract_documents
-from churn_assets.assets.index import rag_index, vector_index
-from churn_assets.assets.ledger import ledger
-from churn_assets.assets.operational import operational_store
-from churn_assets.assets.staging import STAGED_ASSETS
-from churn_assets.assets.tasks import task_set, task_set_file
-from churn_assets.assets.warehouse import warehouse_raw
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
 from churn_assets.evaluation.runner import RunSpec, evaluate
-from churn_assets.materialize import Session
-from churn_assets.resources import StateResource
-from churn_assets.scenario_materializer import missing_inputs, plan_scenario
-from churn_assets.scenarios import load_scenario, scenario_partitions
+from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.documents import contract_documents
+from churn_assets.orchestration.assets.index import rag_index, vector_index
+from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.assets.operational import operational_store
+from churn_assets.orchestration.assets.staging import STAGED_ASSETS
+from churn_assets.orchestration.assets.tasks import task_set
+from churn_assets.orchestration.assets.warehouse import warehouse_raw
+from churn_assets.orchestration.materialize import Session
+from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
+from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.scenario_inputs import missing_inputs, scenario_plan
+from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
-from churn_assets.world.ledger import load_ledger
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    _ANY = dg.AllPartitionMapping()
 
 _INPUTS = [ledger, warehouse_raw, operational_store, contract_documents, vector_index, rag_index, task_set,
            *STAGED_ASSETS]
@@ -44,7 +42,7 @@ def results_store(state: StateResource) -> ResultsStore:
 
 @dg.asset(
     partitions_def=scenario_partitions,
-    deps=[dg.AssetDep(a, partition_mapping=_ANY) for a in _INPUTS],
+    deps=[dg.AssetDep(a, partition_mapping=ANY_PARTITION) for a in _INPUTS],
     group_name="evaluation",
     kinds={"python"},
     description="An evaluation run: every task of the task set at T answered through the scenario's arm, scored "
@@ -52,30 +50,29 @@ def results_store(state: StateResource) -> ResultsStore:
                 "from wrong answers). Keyed by experiment hash and code version; never overwritten.",
 )
 def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    from churn_assets.arms.base import Scenario
-    from churn_assets.arms.registry import close_sources, connect_sources, make_arm
+    from churn_assets.arms.registry import make_arm
+    from churn_assets.fabric.sources import close_sources, connect_sources
     from churn_assets.services import saas_api_key
 
     paths = state.paths
-    scenario = load_scenario(paths, context.partition_key)
-    world, policy = scenario.world_id, scenario.parsed_policy
-    urls = state.service_urls()
-    session = Session(paths, urls, context.instance)
-    plan = plan_scenario(session, world, scenario.t_prime, scenario.t, policy, arm=scenario.arm)
+    with user_errors():
+        scenario = load_scenario(paths, context.partition_key)
+        urls = state.service_urls()
+        session = Session(paths, urls, context.instance)
+        plan = scenario_plan(session, scenario)  # the stored plan (made now only if it never was)
     missing = missing_inputs(session, plan)
     if missing:
         listed = "\n  ".join(str(m) for m in missing)
         raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing "
                          f"(`churnbench run` builds them first):\n  {listed}")
-    loaded = load_ledger(paths.ledger_dir(world))
+    world = scenario.world_id
+    loaded = world_ledger(state, world)
     resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
-    tasks = read_tasks(task_set_file(paths, world, scenario.t))
-    config = state.world_config(world)
-    spec = RunSpec(world, config.config_hash, scenario.arm, scenario.policy_id, scenario.t_prime, scenario.t,
-                   task_set_hash(tasks), agent_id=scenario.agent_id, saas_profile=scenario.saas_profile,
-                   policy_params={"policy": scenario.policy}, model_settings=scenario.model_settings)
+    tasks = read_tasks(paths.task_set_file(world, scenario.t))
+    config = require_world(state, world)
+    spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks))
     agent = None  # the deterministic agent
-    if scenario.agent_id != "det":
+    if scenario.agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import agent_for_scenario
 
         try:  # the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's agent id
@@ -84,10 +81,9 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
             raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
                               saas_key=saas_api_key(paths, scenario.saas_profile) if urls.saas else None,
-                              documents_root=paths.world_dir(world) / "contracts")
+                              documents_root=paths.contracts_root(world))
     try:
-        arm = make_arm(scenario.arm, Scenario(world, scenario.t_prime, scenario.t, scenario.policy_id), sources,
-                       policy=policy, served=plan.served_vintage, agent=agent)
+        arm = make_arm(scenario, sources, served=plan.served_vintage, agent=agent)
         exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
                                 vintage=arm.planned_vintage, resolver=resolver)
 

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from churn_assets.assets.dbt import analytics_key
-from churn_assets.assets.warehouse import load_world_ledger, user_errors, warehouse_raw, warehouse_truth
+from churn_assets.evaluation.paper import PAPER_DAYS  # compared too whenever a world's calendar has them
 from churn_assets.fabric.postgres import connection
 from churn_assets.fabric.quality import (
     Measures,
@@ -32,12 +31,13 @@ from churn_assets.fabric.quality import (
     warehouse_measures,
 )
 from churn_assets.fabric.truth import verify_truth
-from churn_assets.partitions import world_partitions
-from churn_assets.resources import StateResource
+from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.warehouse import warehouse_raw, warehouse_truth
+from churn_assets.orchestration.dbt_project import analytics_key
+from churn_assets.orchestration.partitions import world_partitions
+from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.ledger import LoadedLedger
 
-# The paper's days (ARCHITECTURE.md section 10): compared too whenever a world's calendar contains them.
-PAPER_DAYS = (dt.date(2024, 3, 29), dt.date(2024, 4, 26), dt.date(2024, 4, 27))
 MAX_REPORTED = 20
 
 _FOLD_LOCK = threading.Lock()
@@ -55,9 +55,9 @@ def _fold_measures(loaded: LoadedLedger, days: Sequence[dt.date]) -> dict[dt.dat
 
 
 def _parity_result(state: StateResource, world_id: str, measure: str) -> dg.AssetCheckResult:
+    config = require_world(state, world_id)
+    loaded = world_ledger(state, world_id)
     with user_errors():
-        config = state.world_config(world_id)
-        loaded = load_world_ledger(state.ledger_dir(world_id), world_id)
         days = parity_days(config.start, config.end, PAPER_DAYS)
         expected = {d: {measure: m[measure]} for d, m in _fold_measures(loaded, days).items()}
         with connection(state.service_urls().warehouse) as conn:
@@ -91,10 +91,9 @@ with warnings.catch_warnings():
                                        state: StateResource) -> dg.AssetCheckResult:
         """Every event of `<world>_truth` re-hashed from its columns and chained, against the ledger file."""
         world_id = context.partition_key
-        with user_errors():
-            loaded = load_world_ledger(state.ledger_dir(world_id), world_id)
-            with connection(state.service_urls().warehouse) as conn:
-                problems = verify_truth(conn, world_id, loaded, limit=MAX_REPORTED)
+        loaded = world_ledger(state, world_id)
+        with user_errors(), connection(state.service_urls().warehouse) as conn:
+            problems = verify_truth(conn, world_id, loaded, limit=MAX_REPORTED)
         shown = [str(p) for p in problems]
         return dg.AssetCheckResult(
             passed=not problems,
@@ -145,5 +144,5 @@ with warnings.catch_warnings():
         return _parity_result(state, context.partition_key, "spend_by_cost_center")
 
 
-PARITY_CHECKS = [active_users_match_fold, assigned_licenses_match_fold, open_tickets_match_fold, spend_matches_fold]
-WAREHOUSE_CHECKS = [warehouse_truth_matches_ledger, warehouse_raw_expectations, *PARITY_CHECKS]
+# The four checks of the as-of views against the fold (run together by `churnbench project` and the tests).
+PARITY_CHECKS = (active_users_match_fold, assigned_licenses_match_fold, open_tickets_match_fold, spend_matches_fold)

@@ -18,36 +18,24 @@ import warnings
 
 import dagster as dg
 
-from churn_assets.assets.dbt import analytics_key
-from churn_assets.assets.operational import world_and_day
-from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.staging import StagedSpec, staged_specs, verify_partition, write_partition
-from churn_assets.partitions import WORLD_DIMENSION, world_day_partitions
-from churn_assets.resources import StateResource
+from churn_assets.orchestration.assets.common import require_day_in_world, require_world, user_errors
+from churn_assets.orchestration.dbt_project import analytics_key
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.resources import StateResource
 
 GROUP = "grounding"
 CHECK_NAME = "equals_source_as_of_day"
 MAX_SHOWN = 20
 
-with warnings.catch_warnings():
-    # Beta in Dagster 1.13, and exactly the edge wanted: partition (world, day) reads the world's dbt build.
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    _BUILD_OF_THE_WORLD = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=WORLD_DIMENSION)
-
 
 def _partition(state: StateResource, partition_key: str) -> tuple[str, dt.date]:
     """(world, day) of a partition, refusing a world without a stored config or a day outside its calendar."""
     world_id, day = world_and_day(partition_key)
-    try:
-        config = state.world_config(world_id)
-    except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
-    if not config.start <= day <= config.end:
-        # The marts hold nothing after the world's last day: a "refresh" there would be a silent copy of it.
-        raise dg.Failure(description=f"{day} is outside the calendar of world {world_id} "
-                                     f"({config.start}..{config.end})", allow_retries=False)
+    # The marts hold nothing after the world's last day: a "refresh" there would be a silent copy of it.
+    require_day_in_world(require_world(state, world_id), day)
     return world_id, day
 
 
@@ -55,7 +43,7 @@ def _staged_asset(spec: StagedSpec) -> dg.AssetsDefinition:
     @dg.asset(
         name=spec.asset_name,
         partitions_def=world_day_partitions,
-        deps=[dg.AssetDep(analytics_key(spec.source_relation), partition_mapping=_BUILD_OF_THE_WORLD)],
+        deps=[dg.AssetDep(analytics_key(spec.source_relation), partition_mapping=OF_THE_WORLD)],
         group_name=GROUP,
         kinds={"postgres", "sql"},
         description=f"Staged cache of entity class {spec.class_name}: partition (world, d) is the refresh on d, "
@@ -65,11 +53,8 @@ def _staged_asset(spec: StagedSpec) -> dg.AssetsDefinition:
     )
     def staged(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
         world_id, day = _partition(state, context.partition_key)
-        try:
-            with connection(state.service_urls().warehouse, autocommit=True) as conn:
-                written = write_partition(conn, world_id, spec, day)
-        except UserFacingError as e:
-            raise dg.Failure(description=str(e), allow_retries=False) from None
+        with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
+            written = write_partition(conn, world_id, spec, day)
         context.log.info(f"{written.location} [{day}]: {written.rows} rows from {written.source} "
                          f"in {written.seconds:.2f} s")
         return dg.MaterializeResult(
@@ -121,6 +106,7 @@ def _staged_check(spec: StagedSpec, asset: dg.AssetsDefinition) -> dg.AssetCheck
     return check
 
 
+# One asset (and its check) per staged class of the registry: the registry is the list.
 STAGED_SPECS = staged_specs(load_registry())
 STAGED_ASSETS = [_staged_asset(spec) for spec in STAGED_SPECS]
 STAGED_CHECKS = [_staged_check(spec, asset) for spec, asset in zip(STAGED_SPECS, STAGED_ASSETS, strict=True)]

@@ -17,8 +17,6 @@ from typing import Any
 
 import dagster as dg
 
-from churn_assets.assets.ledger import ledger
-from churn_assets.errors import UserFacingError
 from churn_assets.fabric.mongo import (
     OperationalStoreError,
     read_collections,
@@ -35,52 +33,14 @@ from churn_assets.fabric.operational import (
     document_counts,
     project_operational,
 )
-from churn_assets.partitions import DAY_DIMENSION, WORLD_DIMENSION, world_day_partitions
-from churn_assets.resources import StateResource
+from churn_assets.orchestration.assets.common import problems_description, require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.resources import StateResource
 from churn_assets.services import mongo_client
-from churn_assets.state import StatePaths
 from churn_assets.world.fold import active_users, assigned_licenses, fold_ledger, open_tickets
-from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, load_ledger
 
 MAX_PROBLEMS_SHOWN = 50
-
-
-def world_and_day(partition_key: str | dg.MultiPartitionKey) -> tuple[str, dt.date]:
-    key = partition_key if isinstance(partition_key, dg.MultiPartitionKey) \
-        else world_day_partitions.get_partition_key_from_str(partition_key)
-    dims = key.keys_by_dimension
-    return dims[WORLD_DIMENSION], dt.date.fromisoformat(dims[DAY_DIMENSION])
-
-
-# ---------------------------------------------------------------------------------------------------
-# Ledger and client, kept per process
-# ---------------------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=2)
-def _cached_ledger(ledger_dir: str, _fingerprint: tuple[int, int, bytes]) -> tuple[int, str, tuple[Any, ...]]:
-    loaded = load_ledger(ledger_dir)
-    return loaded.format_version, loaded.head_hash or "", tuple(loaded.records)
-
-
-def world_ledger(paths: StatePaths, world_id: str) -> tuple[int, str, tuple[Any, ...]]:
-    """(format version, head hash, records) of the world's ledger, verified by the loader.
-
-    Loading and verifying a 180-day ledger costs more than folding and writing one day, so the records are
-    kept per process while the files are unchanged (mtime, size, manifest bytes): a backfill of many days,
-    or the check right after the asset, reads the ledger once.
-    """
-    ledger_dir = paths.ledger_dir(world_id)
-    try:
-        stat = (ledger_dir / LEDGER_FILE).stat()
-        fingerprint = (stat.st_mtime_ns, stat.st_size, (ledger_dir / MANIFEST_FILE).read_bytes())
-    except FileNotFoundError:
-        raise dg.Failure(description=f"world {world_id} has no ledger at {ledger_dir}: materialize its `ledger` "
-                                     "partition first", allow_retries=False) from None
-    try:
-        return _cached_ledger(str(ledger_dir), fingerprint)
-    except LedgerError as e:
-        raise dg.Failure(description=f"world {world_id}: the ledger is invalid: {e}", allow_retries=False) from None
 
 
 @lru_cache(maxsize=4)
@@ -99,15 +59,9 @@ def content_key(head_hash: str, window_days: int) -> dict[str, Any]:
 # Asset
 # ---------------------------------------------------------------------------------------------------
 
-with warnings.catch_warnings():
-    # Beta in Dagster 1.13, and exactly the edge wanted: partition (world, day) reads the world's ledger.
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    _LEDGER_OF_THE_WORLD = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=WORLD_DIMENSION)
-
-
 @dg.asset(
     partitions_def=world_day_partitions,
-    deps=[dg.AssetDep(ledger, partition_mapping=_LEDGER_OF_THE_WORLD)],
+    deps=[dg.AssetDep(ledger, partition_mapping=OF_THE_WORLD)],
     group_name="fabric",
     kinds={"mongodb", "python"},
     description="The operational store as of the day: MongoDB database <world>_<yyyymmdd> with collections "
@@ -116,13 +70,12 @@ with warnings.catch_warnings():
 )
 def operational_store(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     world_id, day = world_and_day(context.partition_key)
-    try:
-        state.world_config(world_id)  # a world key without a stored config fails clearly, as the ledger does
+    require_world(state, world_id)
+    with user_errors():
         urls = state.service_urls()
-    except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
-    fmt, head_hash, records = world_ledger(state.paths, world_id)
-    folded = fold_ledger(records, day, format_version=fmt)
+    loaded = world_ledger(state, world_id)
+    head_hash = loaded.head_hash or ""
+    folded = fold_ledger(loaded.records, day, format_version=loaded.format_version)
     collections = project_operational(folded, day, window_days=DEFAULT_WINDOW_DAYS)
     try:
         written = write_partition(_client(urls.mongodb), world_id, day, collections, indexes=INDEXES,
@@ -194,16 +147,15 @@ with warnings.catch_warnings():
         except OperationalStoreError as e:
             return dg.AssetCheckResult(passed=False, description=str(e),
                                        metadata={"problems": dg.MetadataValue.json([str(e)])})
-        fmt, head_hash, records = world_ledger(state.paths, world_id)
-        folded = fold_ledger(records, day, format_version=fmt)
+        loaded = world_ledger(state, world_id)
+        folded = fold_ledger(loaded.records, day, format_version=loaded.format_version)
         expected = project_operational(folded, day, window_days=int(read_meta(db).get("window_days")
                                                                     or DEFAULT_WINDOW_DAYS))
-        problems = parity_problems(db, expected, folded, day, head_hash)
+        problems = parity_problems(db, expected, folded, day, loaded.head_hash or "")
         shown = problems[:MAX_PROBLEMS_SHOWN]
         return dg.AssetCheckResult(
             passed=not problems,
-            description="; ".join(shown[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
-            if problems else None,
+            description=problems_description(problems),
             metadata={
                 "database": dg.MetadataValue.text(db.name),
                 "documents_per_collection": dg.MetadataValue.json(document_counts(expected)),
@@ -211,7 +163,3 @@ with warnings.catch_warnings():
                 "problems": dg.MetadataValue.json(shown),
             },
         )
-
-
-OPERATIONAL_ASSETS = [operational_store]
-OPERATIONAL_CHECKS = [operational_store_parity]

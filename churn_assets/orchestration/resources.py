@@ -6,10 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from churn_assets.orchestration.world_registry import load_world_config
 from churn_assets.services import ServiceUrls, ensure_services
 from churn_assets.state import StatePaths
 from churn_assets.world.config import WorldConfig
-from churn_assets.world_registry import load_world_config
 
 
 class StateResource(dg.ConfigurableResource):

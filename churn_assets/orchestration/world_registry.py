@@ -34,8 +34,8 @@ from churn_assets.errors import UserFacingError
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
-from churn_assets.partitions import WORLD_PARTITIONS_NAME
-from churn_assets.scenarios import SCENARIO_PARTITIONS_NAME, scenario_file, scenarios_of_world
+from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, WORLD_PARTITIONS_NAME
+from churn_assets.orchestration.scenarios import scenarios_of_world
 from churn_assets.state import StatePaths, atomic_write_text, validate_world_id
 from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
@@ -194,7 +194,7 @@ def _worlds_with_scenarios(ctx: ArtefactContext) -> set[str]:
 def _remove_scenarios(ctx: ArtefactContext, world_id: str) -> None:
     """The world's stored scenario definitions and their `eval_run` partitions."""
     for key in scenarios_of_world(ctx.paths, world_id):
-        scenario_file(ctx.paths, key).unlink(missing_ok=True)
+        ctx.paths.scenario_file(key).unlink(missing_ok=True)
         if ctx.instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, key):
             ctx.instance.delete_dynamic_partition(SCENARIO_PARTITIONS_NAME, key)
 

@@ -11,16 +11,26 @@ so that nothing depends on the venv being on PATH (`churnbench ui` run as `.venv
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+from functools import cache
 from pathlib import Path
 
+import dagster as dg
 from dagster_dbt import DbtCliResource, DbtProject
 from dagster_dbt.dbt_project import DagsterDbtProjectPreparer
 
 from churn_assets.errors import UserFacingError
 
-DBT_PROJECT_DIR = Path(__file__).resolve().parent.parent / "dbt_project"
+DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
+# Every model is the asset `analytics/<model>` (group `analytics`), one partition per world.
+ANALYTICS_KEY_PREFIX = "analytics"
+ANALYTICS_GROUP = "analytics"
+
+
+def analytics_key(model: str) -> dg.AssetKey:
+    return dg.AssetKey([ANALYTICS_KEY_PREFIX, model])
 
 
 def dbt_executable() -> str:
@@ -60,3 +70,15 @@ def require_manifest() -> Path:
             f"`cd {DBT_PROJECT_DIR} && ../.venv/bin/dbt parse --profiles-dir .`) before loading the Dagster "
             "code location")
     return path
+
+
+@cache
+def dbt_model_names() -> tuple[str, ...]:
+    """The models of the dbt project, from the manifest (what a world's dbt build makes), sorted."""
+    manifest = json.loads(require_manifest().read_text())
+    return tuple(sorted(n["name"] for n in manifest["nodes"].values() if n.get("resource_type") == "model"))
+
+
+def dbt_asset_keys() -> tuple[str, ...]:
+    """The asset keys (user strings, `analytics/<model>`) of every model, sorted."""
+    return tuple(analytics_key(name).to_user_string() for name in dbt_model_names())

@@ -29,17 +29,22 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
 
-from churn_assets.assets.warehouse import user_errors
-from churn_assets.dbt_project import dbt_executable, dbt_project, require_manifest
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection, dbt_connection_env, read_load_key, schema_name, world_prefix
 from churn_assets.fabric.roles import ensure_arm_role, grant_arm_access
 from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
-from churn_assets.partitions import world_partitions
-from churn_assets.resources import StateResource
+from churn_assets.freshness.scenario import DBT_BUILD  # the planner's name for a world's whole dbt build
+from churn_assets.orchestration.assets.common import require_world, user_errors
+from churn_assets.orchestration.dbt_project import (
+    ANALYTICS_GROUP,
+    analytics_key,
+    dbt_executable,
+    dbt_project,
+    require_manifest,
+)
+from churn_assets.orchestration.partitions import world_partitions
+from churn_assets.orchestration.resources import StateResource
 
-ANALYTICS_GROUP = "analytics"
-ANALYTICS_KEY_PREFIX = "analytics"
 PARTIAL_PARSE_FILE = "partial_parse.msgpack"
 PARSE_STATE_DIR = Path(dbt_project.project_dir) / "target" / "partial_parse"
 KEEP_FAILED_RUNS = 5
@@ -51,7 +56,7 @@ class WarehouseDbtTranslator(DagsterDbtTranslator):
     def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> dg.AssetKey:
         if dbt_resource_props["resource_type"] == "source":
             return super().get_asset_key(dbt_resource_props)
-        return dg.AssetKey([ANALYTICS_KEY_PREFIX, dbt_resource_props["name"]])
+        return analytics_key(dbt_resource_props["name"])
 
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
         return ANALYTICS_GROUP
@@ -69,10 +74,6 @@ class WarehouseDbtCli(DbtCliResource):
 # Every raw table maps to the one `warehouse_raw` asset.
 TRANSLATOR = WarehouseDbtTranslator(settings=DagsterDbtTranslatorSettings(enable_duplicate_source_asset_keys=True))
 DBT = WarehouseDbtCli(project_dir=dbt_project, dbt_executable=dbt_executable())
-
-
-def analytics_key(model: str) -> dg.AssetKey:
-    return dg.AssetKey([ANALYTICS_KEY_PREFIX, model])
 
 
 @contextmanager
@@ -135,13 +136,13 @@ def prepare_world(url: str, world_id: str) -> None:
     project=dbt_project,
     partitions_def=world_partitions,
     dagster_dbt_translator=TRANSLATOR,
-    name="analytics_dbt",
+    name=DBT_BUILD,
 )
 def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> Iterator[Any]:
     """`dbt build` of one world: staging views, SCD2 marts, as-of views, and every dbt test."""
     world_id = context.partition_key
+    require_world(state, world_id)
     with user_errors():
-        state.world_config(world_id)
         url = state.service_urls().warehouse
         prepare_world(url, world_id)
     target = _prepare_target(world_id, context.run.run_id)

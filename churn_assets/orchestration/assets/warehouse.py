@@ -8,58 +8,20 @@ raw, this projection version and calendar) is left as it is and the materializat
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
 # decoration time and needs real types, not strings.
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
 import dagster as dg
 
-from churn_assets.assets.ledger import ledger
 from churn_assets.deployment import deployment
-from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import LoadResult, connection, replace_tables, schema_name
 from churn_assets.fabric.truth import load_truth
 from churn_assets.fabric.warehouse_raw import META_TABLE, WorldInfo, project_raw
-from churn_assets.partitions import world_partitions
-from churn_assets.resources import StateResource
+from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.partitions import world_partitions
+from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.config import WorldConfig
-from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LoadedLedger, load_ledger
+from churn_assets.world.ledger import LoadedLedger
 
 WAREHOUSE_GROUP = "warehouse"
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """A `UserFacingError` fails the step with its own message and no retry (no traceback to read)."""
-    try:
-        yield
-    except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
-
-
-_CACHE_LOCK = threading.Lock()
-_CACHE: dict[str, tuple[tuple[int, int, int], LoadedLedger]] = {}
-
-
-def load_world_ledger(ledger_dir: Path, world_id: str) -> LoadedLedger:
-    """The world's verified ledger; one process keeps the last one read, keyed by the files' size and
-    mtime, so `warehouse_truth` and `warehouse_raw` in one run read and verify it once."""
-    ledger_file, manifest_file = ledger_dir / LEDGER_FILE, ledger_dir / MANIFEST_FILE
-    try:
-        stat, mstat = ledger_file.stat(), manifest_file.stat()
-    except FileNotFoundError:
-        raise UserFacingError(f"world {world_id} has no ledger in {ledger_dir}: materialize the `ledger` asset "
-                              f"first (`churnbench project --world {world_id}` does)") from None
-    stamp = (stat.st_size, stat.st_mtime_ns, mstat.st_mtime_ns)
-    with _CACHE_LOCK:
-        cached = _CACHE.get(str(ledger_dir))
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        loaded = load_ledger(ledger_dir)
-        _CACHE.clear()
-        _CACHE[str(ledger_dir)] = (stamp, loaded)
-        return loaded
 
 
 def world_info(config: WorldConfig, loaded: LoadedLedger) -> WorldInfo:
@@ -92,11 +54,10 @@ def load_metadata(result: LoadResult, loaded: LoadedLedger) -> dict[str, object]
 )
 def warehouse_truth(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     world_id = context.partition_key
-    with user_errors():
-        state.world_config(world_id)
-        loaded = load_world_ledger(state.ledger_dir(world_id), world_id)
-        with connection(state.service_urls().warehouse, autocommit=True) as conn:
-            result = load_truth(conn, world_id, loaded)
+    require_world(state, world_id)
+    loaded = world_ledger(state, world_id)
+    with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
+        result = load_truth(conn, world_id, loaded)
     context.log.info(f"{result.schema}: {'unchanged' if result.skipped else 'loaded'} "
                      f"{result.row_counts.get('events', 0)} events in {result.seconds:.1f}s")
     return dg.MaterializeResult(metadata=load_metadata(result, loaded))
@@ -113,9 +74,9 @@ def warehouse_truth(context: dg.AssetExecutionContext, state: StateResource) -> 
 )
 def warehouse_raw(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     world_id = context.partition_key
+    config = require_world(state, world_id)
+    loaded = world_ledger(state, world_id)
     with user_errors():
-        config = state.world_config(world_id)
-        loaded = load_world_ledger(state.ledger_dir(world_id), world_id)
         info = world_info(config, loaded)
         projection = project_raw(loaded.records, info)
         with connection(state.service_urls().warehouse, autocommit=True) as conn:

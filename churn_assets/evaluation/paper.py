@@ -1,0 +1,22 @@
+"""The paper's windows and the reference's figures (ARCHITECTURE.md section 10, "The paper's windows";
+reference-facts.md): defined once for `churnbench paper`, the exposure command's defaults and the
+warehouse's parity checks.
+
+T = 2024-04-27. D+1: T' = T - 1 day (2024-04-26). D+28: T' = T - 29 days (2024-03-29, the reference's naming).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from churn_assets.world.calendar import Day
+
+T: Day = dt.date(2024, 4, 27)
+D1: Day = T - dt.timedelta(days=1)
+D28: Day = T - dt.timedelta(days=29)
+WINDOWS: dict[str, Day] = {"D+1": D1, "D+28": D28}  # the 2x2's columns: window name -> T'
+PAPER_DAYS: tuple[Day, ...] = (D28, D1, T)
+
+# The reference's stale answers (freshness errors) of its 2x2, grounding arm, one LLM (reference-facts.md).
+REFERENCE_STALE: dict[tuple[str, str], int] = {("tiered", "D+1"): 7, ("tiered", "D+28"): 4, ("off", "D+1"): 7,
+                                               ("off", "D+28"): 45}

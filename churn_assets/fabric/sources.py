@@ -1,0 +1,70 @@
+"""The connections an arm reads through, opened and closed in one place.
+
+    sources = connect_sources(world_id, warehouse_url=..., mongo_url=..., saas_url=..., saas_key=...,
+                              documents_root=<state>/worlds/<world>/contracts)
+    ...
+    close_sources(sources)
+
+Postgres is opened as the read-only arm role (`fabric/roles.py`), autocommit (every read is a statement of
+its own); Mongo through pymongo; the SaaS API through the resilient client. Every field is optional: a router
+mode or a test uses only some.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from churn_assets.errors import UserFacingError
+from churn_assets.fabric.postgres import connect
+from churn_assets.fabric.roles import arm_url
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from churn_assets.fabric.saas_client import SaasClient
+
+MONGO_TIMEOUT_MS = 5000
+
+
+class SourcesError(UserFacingError):
+    """The arm's sources cannot be opened as asked (a SaaS URL without its key, ...)."""
+
+
+@dataclass
+class Sources:
+    """The connections a router reads through (all optional: a mode uses only some)."""
+
+    world_id: str
+    pg: psycopg.Connection[Any] | None = None  # the read-only arm role
+    mongo: Any = None  # pymongo client
+    saas: SaasClient | None = None
+    documents_root: Path | None = None  # <state>/worlds/<world>/contracts
+
+
+def connect_sources(world_id: str, *, warehouse_url: str | None = None, mongo_url: str | None = None,
+                    saas_url: str | None = None, saas_key: str | None = None,
+                    documents_root: Path | None = None) -> Sources:
+    """Open what an arm reads through. Close with `close_sources`."""
+    if saas_url and not saas_key:
+        raise SourcesError("a SaaS URL needs its API key")
+    pg = connect(arm_url(warehouse_url), autocommit=True) if warehouse_url else None
+    mongo = None
+    if mongo_url:
+        import pymongo
+
+        mongo = pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=MONGO_TIMEOUT_MS,
+                                    connectTimeoutMS=MONGO_TIMEOUT_MS, directConnection=True)
+    saas = None
+    if saas_url and saas_key:
+        from churn_assets.fabric.saas_client import SaasClient
+
+        saas = SaasClient(saas_url, saas_key)
+    return Sources(world_id, pg, mongo, saas, documents_root)
+
+
+def close_sources(sources: Sources) -> None:
+    for thing in (sources.pg, sources.mongo, sources.saas):
+        if thing is not None:
+            thing.close()

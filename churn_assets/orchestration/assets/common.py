@@ -1,0 +1,95 @@
+"""What every asset module does before it calls the core: turn user errors into a clean step failure, find
+a partition's world (and day) with its stored config, and read the world's verified ledger once per process.
+
+- `user_errors()`: a `UserFacingError` fails the step with its own message and no retry (no traceback).
+- `require_world(state, world_id)`: the stored config of a registered world, or such a failure (a world key
+  added by hand in the UI, without a stored config, fails clearly, never by guessing).
+- `world_ledger(state, world_id)`: the world's `LoadedLedger`, verified by the loader, kept per process while
+  the files are unchanged (size and mtime of the ledger, mtime of the manifest): loading and verifying a
+  180-day ledger costs more than folding and writing a day, so a backfill of many days, or the checks right
+  after an asset, read it once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+
+from churn_assets.errors import UserFacingError
+from churn_assets.orchestration.resources import StateResource
+from churn_assets.world.calendar import Day
+from churn_assets.world.config import WorldConfig
+from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, LoadedLedger, load_ledger
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A `UserFacingError` fails the step with its own message and no retry (no traceback to read)."""
+    try:
+        yield
+    except UserFacingError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
+def require_world(state: StateResource, world_id: str) -> WorldConfig:
+    """The stored config of `world_id`; a step failure naming the fix when there is none."""
+    with user_errors():
+        return state.world_config(world_id)
+
+
+def require_day_in_world(config: WorldConfig, day: Day) -> None:
+    """Refuse a day outside the world's calendar (the stores hold nothing after the world's last day)."""
+    if not config.start <= day <= config.end:
+        raise dg.Failure(description=f"{day} is outside the calendar of world {config.world_id} "
+                                     f"({config.start}..{config.end})", allow_retries=False)
+
+
+class MissingLedgerError(UserFacingError):
+    """A world whose ledger has not been materialized."""
+
+
+_LEDGER_LOCK = threading.Lock()
+_LEDGERS: dict[str, tuple[tuple[int, int, int], LoadedLedger]] = {}
+
+
+def load_world_ledger(ledger_dir: Path, world_id: str) -> LoadedLedger:
+    """The world's verified ledger, read once per process while its files are unchanged (the last two
+    worlds read are kept). Raises `MissingLedgerError` / `LedgerError`."""
+    try:
+        stat, mstat = (ledger_dir / LEDGER_FILE).stat(), (ledger_dir / MANIFEST_FILE).stat()
+    except FileNotFoundError:
+        raise MissingLedgerError(f"world {world_id} has no ledger at {ledger_dir}: materialize its `ledger` "
+                                 f"partition first (`churnbench worlds materialize {world_id}`)") from None
+    stamp = (stat.st_size, stat.st_mtime_ns, mstat.st_mtime_ns)
+    key = str(ledger_dir)
+    with _LEDGER_LOCK:
+        cached = _LEDGERS.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        loaded = load_ledger(ledger_dir)
+        if len(_LEDGERS) >= 2:
+            _LEDGERS.pop(next(iter(_LEDGERS)))
+        _LEDGERS[key] = (stamp, loaded)
+        return loaded
+
+
+def world_ledger(state: StateResource, world_id: str) -> LoadedLedger:
+    """The world's verified ledger for an asset or check: a missing or invalid ledger fails the step."""
+    try:
+        return load_world_ledger(state.ledger_dir(world_id), world_id)
+    except LedgerError as e:
+        raise dg.Failure(description=f"world {world_id}: the ledger is invalid: {e}", allow_retries=False) from None
+    except UserFacingError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
+def problems_description(problems: list[str], shown: int = 3) -> str | None:
+    """A check's one-line description: the first problems, and how many more (None when there are none)."""
+    if not problems:
+        return None
+    more = f" (and {len(problems) - shown} more)" if len(problems) > shown else ""
+    return "; ".join(problems[:shown]) + more

@@ -1,0 +1,41 @@
+"""The Dagster code location (`workspace.yaml` points here): the one place that assembles `Definitions`.
+
+Assets and their checks are collected from the modules of `orchestration/assets/` (each module holds its
+assets and the checks beside them), so nothing is listed by hand: an asset or a check is registered exactly
+once, and a new one is registered by defining it in an asset module. Jobs, schedules and sensors come from
+their own modules.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import dagster as dg
+
+from churn_assets.orchestration import assets as asset_modules
+from churn_assets.orchestration.jobs import JOBS
+from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.schedules import SCHEDULES
+from churn_assets.orchestration.sensors import SENSORS
+
+
+def build_defs(state_dir: str | Path | None = None) -> dg.Definitions:
+    """Definitions bound to a state folder (None: resolved from the environment when a run starts)."""
+    return dg.Definitions(
+        assets=dg.load_assets_from_package_module(asset_modules),
+        asset_checks=dg.load_asset_checks_from_package_module(asset_modules),
+        jobs=list(JOBS),
+        schedules=list(SCHEDULES),
+        sensors=list(SENSORS),
+        resources={"state": StateResource(state_dir=str(state_dir or ""))},
+    )
+
+
+@cache
+def defs_for(state_dir: str) -> dg.Definitions:
+    """One Definitions (and so one resolved job) per state folder per process: in-process runs reuse it."""
+    return build_defs(state_dir)
+
+
+defs = build_defs()

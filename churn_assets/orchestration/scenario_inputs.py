@@ -1,0 +1,207 @@
+"""A scenario's inputs in a state folder: its plan (made once, stored, checked against the registry) and
+which of its partitions exist.
+
+- `scenario_plan(session, scenario)`: the stored plan, or the plan made now (`freshness.scenario.plan_scenario`,
+  the one planning function) and stored, at the scenario's first materialization. A plan made from another
+  registry than today's is refused in one line (`--replan` makes a new one), so a re-tiered registry never
+  evaluates against an old plan silently. The plan needs the world's calendar, and for a policy that
+  `needs_rates` the change rates measured on the world's ledger over [start, T'].
+- `existing_inputs` / `missing_inputs`: "exists" is decided from the Dagster instance's materialization
+  records, which every process on the state folder shares, so partitions made by an earlier scenario, in
+  this process or another, are reused. Where it is cheap (one query or stat per asset and world) the data is
+  looked at too: a partition whose record survives its data (e.g. a world removed and added again keeps its
+  history) counts as missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from churn_assets.arms.registry import arm_spec
+from churn_assets.fabric.mongo import database_name, read_meta, world_databases
+from churn_assets.fabric.postgres import connection, read_load_key, schema_name
+from churn_assets.fabric.truth import META_TABLE as TRUTH_META_TABLE
+from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
+from churn_assets.freshness.planning import measured_change_rates
+from churn_assets.freshness.scenario import (
+    CONTRACT_DOCUMENTS,
+    DBT_BUILD,
+    LEDGER,
+    OPERATIONAL_STORE,
+    RAG_INDEX,
+    TASK_SET,
+    VECTOR_INDEX,
+    WAREHOUSE,
+    Scenario,
+    ScenarioError,
+    ScenarioInput,
+    ScenarioPlan,
+    plan_scenario,
+)
+from churn_assets.grounding.rag_corpus import corpus_days
+from churn_assets.grounding.registry import Registry, load_registry
+from churn_assets.grounding.staging import staged_days, staged_specs
+from churn_assets.grounding.vector_index import built_days
+from churn_assets.orchestration.dbt_project import dbt_asset_keys
+from churn_assets.orchestration.materialize import Session
+from churn_assets.orchestration.partitions import world_day_key
+from churn_assets.orchestration.scenarios import store_plan, stored_plan
+from churn_assets.orchestration.world_registry import load_world_config
+from churn_assets.world.ledger import LEDGER_FILE, load_ledger
+from contracts.store import stored_days
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+
+# ---------------------------------------------------------------------------------------------------
+# The plan, made once
+# ---------------------------------------------------------------------------------------------------
+
+
+def needs_ledger_to_plan(scenario: Scenario) -> bool:
+    """Whether planning measures change rates on the world's ledger (which must exist first)."""
+    return arm_spec(scenario.arm).reads.serves_policy and scenario.parsed_policy.needs_rates
+
+
+def make_plan(session: Session, scenario: Scenario, registry: Registry) -> ScenarioPlan:
+    """Plan `scenario` now: days inside the world's calendar, rates measured on its ledger when needed."""
+    config = load_world_config(session.paths, scenario.world_id)
+    for name, day in (("T'", scenario.t_prime), ("T", scenario.t)):
+        if not config.start <= day <= config.end:
+            raise ScenarioError(f"{name} = {day} is outside the calendar of world {scenario.world_id} "
+                                f"({config.start}..{config.end})")
+    rates = None
+    if needs_ledger_to_plan(scenario):
+        loaded = load_ledger(session.paths.ledger_dir(scenario.world_id))
+        rates = measured_change_rates(loaded.records, config.start, scenario.t_prime, list(registry.classes))
+    return plan_scenario(scenario, arm_spec(scenario.arm).reads, registry, rates=rates, calendar_days=config.days)
+
+
+def scenario_plan(session: Session, scenario: Scenario, *, replan: bool = False,
+                  registry: Registry | None = None) -> ScenarioPlan:
+    """The scenario's stored plan; planned and stored now when it has none (or `replan`). Refuses a plan
+    made from another registry than today's. The scenario must be registered (`register_scenario`)."""
+    registry = registry or load_registry()
+    stored = None if replan else stored_plan(session.paths, scenario.key)
+    if stored is not None:
+        if stored.registry_hash != registry.content_hash:
+            raise ScenarioError(
+                f"scenario {scenario.key} was planned with registry {stored.registry_hash}, the registry is now "
+                f"{registry.content_hash}: run it again with `--replan` to plan it with today's registry")
+        return stored
+    plan = make_plan(session, scenario, registry)
+    store_plan(session.paths, scenario.key, plan)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------------
+# What exists
+# ---------------------------------------------------------------------------------------------------
+
+
+def asset_keys_of(item: ScenarioInput) -> tuple[str, ...]:
+    """The Dagster asset keys (user strings) an input stands for."""
+    return dbt_asset_keys() if item.asset == DBT_BUILD else (item.asset,)
+
+
+def _partition_str(item: ScenarioInput) -> str:
+    return item.world if item.day is None else str(world_day_key(item.world, item.day))
+
+
+def recorded_inputs(instance: dg.DagsterInstance, inputs: Iterable[ScenarioInput]) -> set[ScenarioInput]:
+    """Inputs whose every asset has a materialization of the partition in the instance's records."""
+    import dagster as dg
+
+    items = list(inputs)
+    materialized: dict[str, set[str]] = {}
+    for key in {k for i in items for k in asset_keys_of(i)}:
+        materialized[key] = set(instance.get_materialized_partitions(dg.AssetKey.from_user_string(key)))
+    return {i for i in items if all(_partition_str(i) in materialized[k] for k in asset_keys_of(i))}
+
+
+def present_inputs(session: Session, inputs: Iterable[ScenarioInput]) -> set[ScenarioInput]:
+    """Inputs whose data is really there, judged by one cheap probe per asset and world (a manifest, a
+    build table, a meta row). Inputs of assets without a probe count as present."""
+    items = list(inputs)
+    by_world: dict[str, list[ScenarioInput]] = {}
+    for i in items:
+        by_world.setdefault(i.world, []).append(i)
+    present: set[ScenarioInput] = set()
+    specs = {s.asset_name: s for s in staged_specs(load_registry())}
+    for world, world_items in by_world.items():
+        assets = {i.asset for i in world_items}
+        days: dict[str, set[Any]] = {}
+        paths = session.paths
+        if LEDGER in assets:
+            days[LEDGER] = {None} if (paths.ledger_dir(world) / LEDGER_FILE).exists() else set()
+        if CONTRACT_DOCUMENTS in assets:
+            days[CONTRACT_DOCUMENTS] = set(stored_days(paths.contracts_root(world)))
+        if TASK_SET in assets:
+            days[TASK_SET] = {i.day for i in world_items if i.asset == TASK_SET
+                              and i.day is not None and paths.task_set_file(world, i.day).exists()}
+        if OPERATIONAL_STORE in assets:
+            days[OPERATIONAL_STORE] = _complete_operational_days(session, world, world_items)
+        if assets & {*WAREHOUSE, DBT_BUILD, VECTOR_INDEX, RAG_INDEX, *specs}:
+            with connection(session.urls.warehouse) as conn:
+                if "warehouse_truth" in assets:
+                    days["warehouse_truth"] = {None} if read_load_key(
+                        conn, schema_name(world, "truth"), TRUTH_META_TABLE) else set()
+                if "warehouse_raw" in assets:
+                    days["warehouse_raw"] = {None} if read_load_key(
+                        conn, schema_name(world, "raw"), RAW_META_TABLE) else set()
+                if DBT_BUILD in assets:
+                    days[DBT_BUILD] = {None} if _dbt_built(conn, world) else set()
+                if VECTOR_INDEX in assets:
+                    days[VECTOR_INDEX] = set(built_days(conn, world))
+                if RAG_INDEX in assets:
+                    days[RAG_INDEX] = set(corpus_days(conn, world))
+                for name in assets & specs.keys():
+                    days[name] = set(staged_days(conn, world, specs[name].table))
+        present |= {i for i in world_items if i.asset not in days or i.day in days[i.asset]}
+    return present
+
+
+def _dbt_built(conn: Any, world: str) -> bool:
+    """Every model of the dbt project exists as a relation in the world's analytics schema."""
+    models = [k.split("/")[-1] for k in dbt_asset_keys()]
+    row = conn.execute(
+        """SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relname = ANY(%s)""", (schema_name(world, "analytics"), models)).fetchone()
+    return row is not None and int(row[0]) == len(models)
+
+
+def _complete_operational_days(session: Session, world: str, items: list[ScenarioInput]) -> set[Any]:
+    from churn_assets.services import mongo_client
+
+    wanted = [i.day for i in items if i.asset == OPERATIONAL_STORE and i.day is not None]
+    client = mongo_client(session.urls.mongodb)
+    try:
+        names = set(world_databases(client, world).get(world, []))
+        out = set()
+        for day in wanted:
+            name = database_name(world, day)
+            # `_meta` is written last (fabric/mongo.py): a database without `complete` was cut short.
+            if name in names and (read_meta(client[name]) or {}).get("complete") is True:
+                out.add(day)
+        return out
+    finally:
+        client.close()
+
+
+def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, check_data: bool = True
+                    ) -> tuple[set[ScenarioInput], set[ScenarioInput]]:
+    """(existing, recorded but without data): existing = recorded in the instance and, when `check_data`,
+    with its data present."""
+    recorded = recorded_inputs(session.instance, inputs)
+    if not check_data:
+        return recorded, set()
+    present = present_inputs(session, recorded)
+    return present, recorded - present
+
+
+def missing_inputs(session: Session, plan: ScenarioPlan, *, check_data: bool = True) -> list[ScenarioInput]:
+    """The inputs of a planned scenario that do not exist (what `eval_run` refuses to start without)."""
+    existing, _ = existing_inputs(session, plan.inputs, check_data=check_data)
+    return [i for i in plan.inputs if i not in existing]

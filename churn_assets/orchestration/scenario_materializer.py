@@ -1,0 +1,244 @@
+"""The scenario materializer: build, in process on the persistent instance, every missing input of a scenario.
+
+`materialize_scenario(session, defs, scenario)` gets the scenario's plan (made once and stored:
+`scenario_inputs.scenario_plan`), finds which inputs already exist (`scenario_inputs.existing_inputs`),
+materializes the others in dependency order, and returns the served-vintage map with what it built and
+reused. `churnbench run` / `paper` call it before `eval_run`, which reads the same stored plan and only checks
+that its inputs exist (ARCHITECTURE.md section 10, "Evaluation wiring").
+
+One in-process run per (asset, partition), except the warehouse pair (truth + raw) and the dbt build (every
+model), which run together as `churnbench project` runs them. A failed run does not stop independent
+ones; at the end a `ScenarioMaterializationError` lists what failed (with the step's own message) and what
+was skipped because it depends on a failure.
+
+The definitions come from the caller (this module sits below `definitions.py` and never imports an asset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from churn_assets.errors import UserFacingError
+from churn_assets.freshness.scenario import LEDGER, WAREHOUSE, Scenario, ScenarioInput, ScenarioPlan
+from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, MaterializationError, Session, materialize
+from churn_assets.orchestration.partitions import world_day_key
+from churn_assets.orchestration.scenario_inputs import (
+    asset_keys_of,
+    existing_inputs,
+    needs_ledger_to_plan,
+    scenario_plan,
+)
+from churn_assets.world.ledger import LEDGER_FILE
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+SCENARIO_TAG = "churnbench/scenario"
+LAUNCHED_BY = "scenario_materializer"
+VECTOR_INDEX = "vector_index"
+
+Echo = Callable[[str], None]
+
+
+class ScenarioMaterializationError(UserFacingError):
+    """Some inputs of a scenario could not be built; the message lists what failed and what was skipped."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Steps: one in-process run each
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One run: `assets` (asset key strings) for one partition, covering `inputs`."""
+
+    assets: tuple[str, ...]
+    inputs: tuple[ScenarioInput, ...]
+    world: str
+    day: dt.date | None
+
+    @property
+    def label(self) -> str:
+        names = sorted({i.asset for i in self.inputs})
+        what = " + ".join(names)
+        return f"{what} [{self.world}]" if self.day is None else f"{what} [{self.day}]"
+
+    @property
+    def partition_key(self) -> str | dg.MultiPartitionKey:
+        return self.world if self.day is None else world_day_key(self.world, self.day)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: Step
+    seconds: float
+    run_id: str = ""
+    error: str = ""  # "" when it succeeded
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+@dataclass
+class ScenarioBuild:
+    """What `materialize_scenario` did."""
+
+    scenario: Scenario
+    plan: ScenarioPlan
+    reused: list[ScenarioInput]
+    rebuilt: list[ScenarioInput]  # recorded as materialized, but the data was gone
+    results: list[StepResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def served_vintage(self) -> dict[str, dt.date]:
+        return self.plan.served_vintage
+
+    @property
+    def built(self) -> list[ScenarioInput]:
+        return [i for r in self.results if r.ok for i in r.step.inputs]
+
+    def seconds_per_asset(self) -> dict[str, list[float]]:
+        """Run seconds by asset (the warehouse pair and the dbt build count as one)."""
+        out: dict[str, list[float]] = {}
+        for r in self.results:
+            out.setdefault(" + ".join(sorted({i.asset for i in r.step.inputs})), []).append(r.seconds)
+        return out
+
+
+def asset_ancestors(definitions: dg.Definitions) -> Callable[[str], frozenset[str]]:
+    """`ancestors(asset key string)`: every asset upstream of it in the definitions' asset graph."""
+    import dagster as dg
+
+    graph = definitions.resolve_asset_graph()
+    memo: dict[str, frozenset[str]] = {}
+
+    def ancestors(asset: str) -> frozenset[str]:
+        if asset not in memo:
+            parents = [p for p in graph.get(dg.AssetKey.from_user_string(asset)).parent_keys if graph.has(p)]
+            found: set[str] = set()
+            for p in parents:
+                name = p.to_user_string()
+                found |= {name, *ancestors(name)}
+            memo[asset] = frozenset(found)
+        return memo[asset]
+
+    return ancestors
+
+
+def depends_on(step: Step, other: Step, ancestors: Callable[[str], frozenset[str]]) -> bool:
+    """Whether `step` reads, directly or not, a partition `other` makes: an asset of `other` is upstream of
+    one of `step`'s, in the same world, and `other` is per world or of the same day."""
+    if step is other or step.world != other.world or (other.day is not None and other.day != step.day):
+        return False
+    upstream = set().union(*(ancestors(a) for a in step.assets))
+    return not upstream.isdisjoint(other.assets)
+
+
+def plan_steps(missing: Iterable[ScenarioInput], ancestors: Callable[[str], frozenset[str]]) -> list[Step]:
+    """Group missing inputs into runs, each after every run it depends on (ties: by day, then label)."""
+    groups: dict[tuple[str, str, dt.date | None], list[ScenarioInput]] = {}
+    for item in missing:
+        # The warehouse pair loads together (one ledger read), as `churnbench project` does.
+        group = "warehouse" if item.asset in WAREHOUSE else item.asset
+        groups.setdefault((group, item.world, item.day), []).append(item)
+    steps = []
+    for (_, world, day), items in groups.items():
+        assets = tuple(k for i in sorted(items) for k in asset_keys_of(i))
+        steps.append(Step(assets, tuple(sorted(items)), world, day))
+    pending = sorted(steps, key=lambda s: (s.day or dt.date.min, s.label))
+    needs = {s: {o for o in steps if depends_on(s, o, ancestors)} for s in steps}
+    ordered: list[Step] = []
+    while pending:
+        # Kahn's algorithm; the asset graph is acyclic, so some pending step is always ready.
+        ready = next(s for s in pending if needs[s] <= set(ordered))
+        ordered.append(ready)
+        pending.remove(ready)
+    return ordered
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planning and running
+# ---------------------------------------------------------------------------------------------------
+
+
+def materialize_scenario(
+    session: Session,
+    definitions: dg.Definitions,
+    scenario: Scenario,
+    *,
+    replan: bool = False,
+    check_data: bool = True,
+    echo: Echo | None = None,
+) -> ScenarioBuild:
+    """Plan `scenario` (once: `scenario_inputs.scenario_plan`) and materialize every missing input; returns
+    the build, whose `served_vintage` is the map the arm serves. The scenario must be registered. Raises
+    `ScenarioMaterializationError` listing failures."""
+    started = time.perf_counter()
+    say = echo or (lambda _: None)
+    world = scenario.world_id
+    if needs_ledger_to_plan(scenario) and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
+        # Rates are measured on the ledger: build it first.
+        _run(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), {}, say)
+    plan = scenario_plan(session, scenario, replan=replan)
+    existing, vanished = existing_inputs(session, plan.inputs, check_data=check_data)
+    missing = [i for i in plan.inputs if i not in existing]
+    build = ScenarioBuild(scenario, plan, [i for i in plan.inputs if i in existing], sorted(vanished))
+    tag = scenario.key
+    say(f"scenario {scenario.label}: {len(plan.inputs)} inputs, {len(build.reused)} reused, {len(missing)} to build")
+    for item in build.rebuilt:
+        say(f"  {item}: recorded as materialized but its data is gone; rebuilding")
+    ancestors = asset_ancestors(definitions)
+    steps = plan_steps(missing, ancestors)
+    tags = {SCENARIO_TAG: tag, LAUNCHED_BY_TAG: LAUNCHED_BY}
+    failed: list[StepResult] = []
+    skipped: list[Step] = []
+    for n, step in enumerate(steps, 1):
+        blocker = next((f for f in failed if depends_on(step, f.step, ancestors)), None)
+        if blocker is not None:
+            skipped.append(step)
+            say(f"  [{n}/{len(steps)}] {step.label}: skipped ({blocker.step.label} failed)")
+            continue
+        result = _run(session, definitions, step, tags, say, prefix=f"[{n}/{len(steps)}] ")
+        build.results.append(result)
+        if not result.ok:
+            failed.append(result)
+    build.seconds = time.perf_counter() - started
+    if failed or skipped:
+        lines = [f"scenario {tag}: {len(failed)} run(s) failed" + (f", {len(skipped)} skipped" if skipped else "")
+                 + ":"]
+        lines += [f"  failed  {r.step.label}: {r.error}" for r in failed]
+        lines += [f"  skipped {s.label} (needs a failed input)" for s in skipped]
+        raise ScenarioMaterializationError("\n".join(lines))
+    say(f"scenario {scenario.label}: built {len(build.built)} input(s) in {build.seconds:.1f} s; served "
+        + ", ".join(f"{c} {d}" for c, d in plan.served_vintage.items()))
+    return build
+
+
+def _run(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str], say: Echo,
+         prefix: str = "") -> StepResult:
+    started = time.perf_counter()
+    # dagster-dbt echoes dbt's whole log to stdout: keep it for an error message instead.
+    captured = io.StringIO()
+    quiet = contextlib.redirect_stdout(captured) if any(a.startswith("analytics/") for a in step.assets) \
+        else contextlib.nullcontext()
+    try:
+        with quiet:
+            [run] = materialize(session, definitions, list(step.assets), [step.partition_key], tags=tags)
+    except MaterializationError as e:
+        tail = [ln for ln in captured.getvalue().splitlines() if "ERROR" in ln or "FAIL" in ln][-5:]
+        error = str(e) + ("".join(f"\n      {ln.strip()}" for ln in tail) if tail else "")
+        result = StepResult(step, time.perf_counter() - started, error=error)
+        say(f"  {prefix}{step.label}: FAILED after {result.seconds:.1f} s")
+        return result
+    result = StepResult(step, time.perf_counter() - started, run.run_id)
+    say(f"  {prefix}{step.label}: {result.seconds:.1f} s")
+    return result

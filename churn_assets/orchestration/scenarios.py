@@ -1,0 +1,79 @@
+"""Scenarios as Dagster partitions: each defined scenario is stored in the state folder under its key, with
+its plan once it has one.
+
+The scenario key (`<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>`, section 10) names
+an `eval_run` partition. Policy ids of parameterized policies end in a hash, so the key alone cannot rebuild
+the policy: `register_scenario` stores the definition (as `worlds add` stores a world's config) and adds the
+partition; `load_scenario` reads it back, checked as a new one is. The plan (`freshness.scenario.plan_scenario`)
+is made once, at the scenario's first materialization, and stored beside the definition with the hash of the
+registry it came from (`store_plan`, `stored_plan`); `orchestration/scenario_inputs.py` decides when a stored
+plan may be used.
+
+File `<state>/scenarios/<key>.json`: `{"scenario": {...}, "plan": {...}}` (`plan` absent until planned). A file
+written before plans were stored holds the definition alone; it loads unchanged and gets its plan on first use.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dagster as dg
+
+from churn_assets.arms.registry import scenario_from_json
+from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPlan
+from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
+from churn_assets.state import StatePaths, atomic_write_text
+
+
+def _read(paths: StatePaths, key: str) -> dict[str, Any]:
+    path = paths.scenario_file(key)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ScenarioError(f"scenario {key!r} has no stored definition ({path}): define it with "
+                            "`churnbench run`") from None
+    except json.JSONDecodeError as e:
+        raise ScenarioError(f"scenario file {path} is not valid JSON ({e.msg})") from None
+    return data if "scenario" in data else {"scenario": data}  # the format before plans were stored
+
+
+def _write(paths: StatePaths, key: str, data: dict[str, Any]) -> None:
+    atomic_write_text(paths.scenario_file(key), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def register_scenario(paths: StatePaths, instance: dg.DagsterInstance, scenario: Scenario) -> str:
+    """Store the definition and add the `eval_run` partition; returns the key. Idempotent: a stored plan of
+    the same key is kept (a key names one definition)."""
+    key = scenario.key
+    path = paths.scenario_file(key)
+    data = _read(paths, key) if path.exists() else {}
+    if data.get("scenario") != scenario.to_json():
+        data["scenario"] = scenario.to_json()
+        _write(paths, key, data)
+    if not instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, key):
+        instance.add_dynamic_partitions(SCENARIO_PARTITIONS_NAME, [key])
+    return key
+
+
+def load_scenario(paths: StatePaths, key: str) -> Scenario:
+    scenario = scenario_from_json(_read(paths, key)["scenario"])
+    if scenario.key != key:
+        raise ScenarioError(f"scenario file {paths.scenario_file(key)} defines {scenario.key}, not {key}")
+    return scenario
+
+
+def stored_plan(paths: StatePaths, key: str) -> ScenarioPlan | None:
+    plan = _read(paths, key).get("plan")
+    return None if plan is None else ScenarioPlan.from_json(plan)
+
+
+def store_plan(paths: StatePaths, key: str, plan: ScenarioPlan) -> None:
+    data = _read(paths, key)
+    data["plan"] = plan.to_json()
+    _write(paths, key, data)
+
+
+def scenarios_of_world(paths: StatePaths, world_id: str) -> list[str]:
+    folder = paths.root / "scenarios"
+    return sorted(p.stem for p in folder.glob(f"{world_id}__*.json")) if folder.exists() else []
