@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from churn_assets.tasks.answers import Value, round_half_up
+from churn_assets.tasks.answers import Value, last_day, round_half_up, top_of
 from churn_assets.world.calendar import Day, whole_months
 
 K = 10  # records retrieved per question
@@ -404,8 +404,7 @@ def _seat_gap(r: Retrieved, c: Mapping[str, Any], p: Params) -> Value:
 
 
 def _last_day(c: Mapping[str, Any]) -> Day | None:
-    terms = _terms(c)
-    return max(t["expires_on"] for t in terms) if terms else None
+    return last_day(t["expires_on"] for t in _terms(c))
 
 
 def _spend_cc(r: Retrieved, lic: Facts) -> str | None:
@@ -570,12 +569,7 @@ def extract(template_id: str, answer_kind: str, params: Params, today: Day,
         for x in results:
             if x:
                 amounts[x[0]] = amounts.get(x[0], 0.0) + float(x[1] or 0.0)
-        if not amounts:
-            return None
-        ranked = sorted(amounts.values(), reverse=True)
-        if len(ranked) > 1 and ranked[0] == ranked[1]:
-            return None
-        return max(amounts, key=lambda k: amounts[k])
+        return top_of(amounts)
     if spec.mode == "list":
         if template_id == "t2_cost_centers_above":
             sums: dict[str, float] = {}

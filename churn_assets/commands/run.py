@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
-from churn_assets.fabric.saas_client import SAAS_PROFILES
+from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.state import StatePaths
 
 

@@ -36,8 +36,6 @@ import httpx
 from churn_assets.errors import UserFacingError
 
 KEY_HEADER = "X-API-Key"
-# The SaaS profiles an evaluation can run on; the embedded SaaS service issues one API key for each.
-SAAS_PROFILES = ("default", "reference")
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_RETRIES = 6
 DEFAULT_BACKOFF_BASE_S = 0.25

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from churn_assets.errors import UserFacingError
-from churn_assets.fabric.saas_client import SAAS_PROFILES
+from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.freshness.planning import refresh_days, vintage_of
 from churn_assets.freshness.policies import Policy, parse_policy
 from churn_assets.grounding.registry import Registry

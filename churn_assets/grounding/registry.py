@@ -15,10 +15,10 @@ import yaml
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
+from churn_assets.grounding.traces import SOURCE_STORES
 from churn_assets.world.events import ENTITY_CLASSES
 
 FRESHNESS_TIERS = ("hot", "warm", "cold", "live")
-SOURCE_STORES = ("warehouse", "operational", "saas", "documents")
 REGISTRY_RESOURCE = "registry.yaml"
 
 

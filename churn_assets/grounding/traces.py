@@ -33,12 +33,10 @@ ROUTES = (STAGED_SQL, FEDERATED_JOIN, LIVE_WAREHOUSE, OPERATIONAL, SAAS_ORIGIN, 
 # workers (which it asked, what it merged). It has no reads, so no data time, no rows and no cost units.
 COORDINATOR = "coordinator"
 
-# Stores a read can touch.
-STORES = ("staging", "warehouse", "operational", "saas", "documents", "vector_index", "rag_index")
-
-# The price list: units per access of a store, plus `PER_ROW` per row returned. A SaaS call is the
-# dearest (an HTTP round trip to a rate-limited vendor), a live warehouse query over SCD2 history
-# costs more than a read of one staged partition, a document read parses a whole file.
+# The stores a read can touch, with their price list: units per access of a store, plus `PER_ROW` per row
+# returned. A SaaS call is the dearest (an HTTP round trip to a rate-limited vendor), a live warehouse query
+# over SCD2 history costs more than a read of one staged partition, a document read parses a whole file.
+# A new data source starts here (docs/architecture.md, "How to add a data source").
 COST_UNITS: dict[str, float] = {
     "staging": 1.0,
     "warehouse": 2.0,
@@ -49,6 +47,11 @@ COST_UNITS: dict[str, float] = {
     "rag_index": 3.0,  # an embedding of the query plus a similarity search
 }
 PER_ROW = 0.001
+STORES: tuple[str, ...] = tuple(COST_UNITS)
+# Stores that hold churnbench's own copies (staged caches, the index, the RAG corpus); the others are sources
+# an entity class can be read from (the registry's `source.store`).
+CACHE_STORES: tuple[str, ...] = ("staging", "vector_index", "rag_index")
+SOURCE_STORES: tuple[str, ...] = tuple(s for s in STORES if s not in CACHE_STORES)
 
 
 def cost_of(store: str, accesses: int, rows: int) -> float:

@@ -20,9 +20,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+
+from churn_assets.world.calendar import Day
 
 ANSWER_KINDS = ("integer", "money", "fraction", "entity", "entity_list", "category", "text", "date")
 
@@ -31,6 +34,22 @@ Value = int | float | str | list[str] | None
 
 class AnswerParseError(ValueError):
     """An agent's answer text that cannot be read as the expected answer type."""
+
+
+def top_of(amounts: Mapping[str, float]) -> str | None:
+    """The tie rule of every "top" question: the id with the largest amount; None when there is none or the
+    largest is tied (no single answer: the generator never asks such an instance)."""
+    if not amounts:
+        return None
+    ranked = sorted(amounts.values(), reverse=True)
+    if len(ranked) > 1 and ranked[0] == ranked[1]:
+        return None
+    return max(amounts, key=lambda k: amounts[k])
+
+
+def last_day(expiries: Iterable[Day]) -> Day | None:
+    """A contract's last day: the latest expiry over its recorded terms (None when it has none)."""
+    return max(expiries, default=None)
 
 
 def round_half_up(value: float | int, decimals: int) -> float:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from churn_assets.errors import UserFacingError
-from churn_assets.tasks.answers import Value, round_half_up
+from churn_assets.tasks.answers import Value, last_day, round_half_up, top_of
 from churn_assets.tasks.templates import Template, template
 from churn_assets.tasks.windows import Window
 from churn_assets.world.calendar import Day, whole_months
@@ -99,17 +99,6 @@ def _held_by_active(state: WorldState, anchor: Day, product: str | None = None) 
     return {lid: u for lid, u in held.items() if licenses[lid].product_id == product}
 
 
-def _top(amounts: Mapping[str, float]) -> str | None:
-    """The id with the largest amount; None when there is none or the largest is tied (no single answer:
-    the generator skips such instances)."""
-    if not amounts:
-        return None
-    ranked = sorted(amounts.values(), reverse=True)
-    if len(ranked) > 1 and ranked[0] == ranked[1]:
-        return None
-    return max(amounts, key=lambda k: amounts[k])
-
-
 def _known_contract(state: WorldState, contract_id: str, anchor: Day) -> Contract | None:
     c = state.contract_terms.contracts.get(contract_id)
     return c if c is not None and c.terms[0].recorded_on <= anchor else None
@@ -121,7 +110,9 @@ def _active_contracts(state: WorldState, anchor: Day) -> list[Contract]:
 
 
 def _last_day(contract: Contract) -> Day:
-    return max(t.expires_on for t in contract.terms)
+    day = last_day(t.expires_on for t in contract.terms)
+    assert day is not None, "a contract of the fold has at least one term"
+    return day
 
 
 
@@ -229,7 +220,7 @@ def _top_product_minutes(s: WorldState, p: Params, a: Day) -> Value:
     minutes: dict[str, float] = {}
     for r in _consumption_in(s, _window(p, a)):
         minutes[r.product_id] = minutes.get(r.product_id, 0) + r.session_minutes
-    return _top(minutes)
+    return top_of(minutes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -260,13 +251,13 @@ def _vendor_spend(s: WorldState, p: Params, a: Day) -> Value:
 
 
 def _top_cost_center(s: WorldState, p: Params, a: Day) -> Value:
-    return _top(monthly_spend_by_cost_center(s, a).by_cost_center)
+    return top_of(monthly_spend_by_cost_center(s, a).by_cost_center)
 
 
 def _top_cost_center_in_unit(s: WorldState, p: Params, a: Day) -> Value:
     centers = s.cost_center_membership.cost_centers
     spend = monthly_spend_by_cost_center(s, a).by_cost_center
-    return _top({cc: v for cc, v in spend.items()
+    return top_of({cc: v for cc, v in spend.items()
                  if cc in centers and centers[cc].business_unit == p["business_unit"]})
 
 

@@ -47,7 +47,7 @@ from churn_assets.grounding.rows import (
     VendorRow,
     holds_on,
 )
-from churn_assets.tasks.answers import Value, round_half_up
+from churn_assets.tasks.answers import Value, last_day, round_half_up, top_of
 from churn_assets.tasks.parser import QuestionParseError, parse_question
 from churn_assets.tasks.windows import Window
 from churn_assets.world.calendar import Day, whole_months
@@ -162,18 +162,10 @@ def contract_status(c: ContractRow, today: Day) -> str:
     return "pending"
 
 
-def last_day(c: ContractRow) -> Day:
-    return max(t.expires_on for t in c.terms)
-
-
-def top_of(amounts: Mapping[str, float]) -> str | None:
-    """The id with the largest amount; None when there is none or the top is tied (no single answer)."""
-    if not amounts:
-        return None
-    ranked = sorted(amounts.values(), reverse=True)
-    if len(ranked) > 1 and ranked[0] == ranked[1]:
-        return None
-    return max(amounts, key=lambda k: amounts[k])
+def contract_last_day(c: ContractRow) -> Day:
+    day = last_day(t.expires_on for t in c.terms)
+    assert day is not None, "a served contract has at least one term"
+    return day
 
 
 @dataclass(frozen=True)
@@ -564,7 +556,7 @@ def _contract_vendor_name(c: Context, contract: ContractRow) -> Value:
 
 def _contracts_expiring(c: Context) -> Value:
     horizon = c.today + dt.timedelta(days=int(c.p["days"]))
-    return sorted(r.contract_id for r in _active_contracts(c) if last_day(r) <= horizon)
+    return sorted(r.contract_id for r in _active_contracts(c) if contract_last_day(r) <= horizon)
 
 
 def _contracts_by_tier(c: Context) -> Value:
@@ -624,7 +616,7 @@ PLANS: dict[str, Plan] = {
     "t3_notice_deadline": _on_contract(_notice_deadline),
     "t3_committed_seats": _on_contract(lambda c, r: r.terms[-1].committed_seats),
     "t3_contract_status": _on_contract(lambda c, r: contract_status(r, c.today)),
-    "t3_months_remaining": _on_contract(lambda c, r: whole_months(c.today, last_day(r))),
+    "t3_months_remaining": _on_contract(lambda c, r: whole_months(c.today, contract_last_day(r))),
     "t3_contract_vendor_name": _on_contract(_contract_vendor_name),
     "t3_contracts_expiring": _contracts_expiring,
     "t3_contracts_by_vendor_tier": _contracts_by_tier,

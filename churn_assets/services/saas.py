@@ -1,0 +1,116 @@
+"""The embedded SaaS API (`python -m saas_mock` under uvicorn) on a free loopback port, and its API keys
+(`<state>/services/saas-keys.json`, mode 0600, one key per profile)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.services.base import SAAS_API_KEY_ENV, SAAS_KEYS_FILENAME, SAAS_URL_ENV, ServiceError
+from churn_assets.services.process import ProcessService
+from churn_assets.state import StatePaths
+
+
+class SaasService(ProcessService):
+    """The SaaS API (`python -m saas_mock`, FastAPI under uvicorn) on a free loopback port.
+
+    It reads tenants from the truth schemas of the warehouse (found through `--state-dir`, or
+    CHURNBENCH_POSTGRES_URL when that is set), hence after Postgres. Keys are written once to
+    `<state>/services/saas-keys.json` (0600), one per profile; `saas_api_key` gives a client its key.
+    churn_assets never imports saas_mock: the service is a subprocess.
+    """
+
+    name = "saas"
+    label = "SaaS API (saas_mock, uvicorn)"
+    url_env = SAAS_URL_ENV
+    depends_on = ("postgres",)
+
+    def prepare(self, paths: StatePaths) -> None:
+        ensure_saas_keys(paths)
+
+    def log_file(self, paths: StatePaths) -> Path:
+        return paths.services_dir / f"{self.name}.out"  # uvicorn logs to its output, which goes here
+
+    def command(self, paths: StatePaths, port: int) -> list[str]:
+        # No key and no URL on the command line (other users can read it): both come through the state folder.
+        return [sys.executable, "-m", "saas_mock", "--state-dir", str(paths.root), "--host", "127.0.0.1",
+                "--port", str(port)]
+
+    def url_for(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    def owned_processes(self, paths: StatePaths) -> list[Any]:
+        import psutil
+
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info.get("cmdline") or []
+            if "saas_mock" in cmdline and str(paths.root) in cmdline:
+                found.append(proc)
+        return found
+
+    def health(self, url: str, timeout: float) -> None:
+        import http.client
+
+        parts = urlsplit(url)
+        if not parts.hostname:
+            raise ConnectionError(f"{url} is not an http(s) URL")
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = kind(parts.hostname, parts.port, timeout=timeout)
+        try:
+            conn.request("GET", parts.path.rstrip("/") + "/health")
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        if response.status != 200 or json.loads(body or b"{}").get("status") != "ok":
+            raise ConnectionError(f"{url}/health answered {response.status}")
+
+
+def saas_keys_file(paths: StatePaths) -> Path:
+    return paths.services_dir / SAAS_KEYS_FILENAME
+
+
+def ensure_saas_keys(paths: StatePaths) -> Path:
+    """Write the embedded SaaS API's keys file (one random key per profile, mode 0600) unless it exists."""
+    import secrets
+
+    target = saas_keys_file(paths)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    keys = {"keys": [{"id": f"churnbench-{profile}", "key": secrets.token_urlsafe(32), "profile": profile}
+                     for profile in SAAS_PROFILES]}
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(keys, indent=2) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def saas_api_key(paths: StatePaths | None = None, profile: str = "default") -> str:
+    """The API key a client sends: CHURNBENCH_SAAS_API_KEY, else the embedded keys file's key for `profile`.
+    With CHURNBENCH_SAAS_URL set the key must come from the environment (the deployment issued it)."""
+    key = os.environ.get(SAAS_API_KEY_ENV)
+    if key:
+        return key
+    if os.environ.get(SAAS_URL_ENV):
+        raise ServiceError(f"{SAAS_URL_ENV} is set: set {SAAS_API_KEY_ENV} to the API key that SaaS "
+                           "deployment issued")
+    paths = paths or StatePaths.resolve()
+    target = saas_keys_file(paths)
+    try:
+        entries = json.loads(target.read_text())["keys"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+        raise ServiceError(f"no SaaS API keys in {target}: `churnbench services up` writes them") from None
+    for entry in entries:
+        if entry.get("profile") == profile:
+            return str(entry["key"])
+    known = ", ".join(sorted({str(e.get("profile")) for e in entries}))
+    raise ServiceError(f"{target} has no key for SaaS profile {profile!r} (it has: {known})")

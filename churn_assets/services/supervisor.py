@@ -1,0 +1,171 @@
+"""The services of a state folder together: started in parallel (each after what it depends on), found,
+health-checked, stopped in reverse order; the URLs they answer on; and the translation of a connection lost
+mid-command into an error naming the service that died."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from churn_assets.services.base import (
+    DAGSTER_DATABASE,
+    DAGSTER_POSTGRES_URL_ENV,
+    WAREHOUSE_DATABASE,
+    Service,
+    ServiceError,
+    ServiceStatus,
+    ServiceUrls,
+    is_connection_error,
+    libpq_url,
+    one_line,
+    with_database,
+)
+from churn_assets.services.dagster_home import write_dagster_yaml
+from churn_assets.services.mongo import MongoService
+from churn_assets.services.postgres import PostgresService
+from churn_assets.services.process import services_lock, terminate
+from churn_assets.services.saas import SaasService
+from churn_assets.state import StatePaths
+
+POSTGRES = PostgresService()
+MONGO = MongoService()
+SAAS = SaasService()
+# Started in parallel, each after its `depends_on`; stopped in reverse order.
+SERVICES: list[Service] = [POSTGRES, MONGO, SAAS]
+
+
+def start_services(paths: StatePaths | None = None,
+                   names: Sequence[str] | None = None) -> list[ServiceStatus]:
+    """Start (or find, or health-check when external) every service; write the Dagster instance config.
+
+    Services start in parallel threads (Postgres initdb and the Mongo server's import time overlap).
+    """
+    paths = (paths or StatePaths.resolve()).ensure()
+    wanted = [s for s in SERVICES if names is None or s.name in names]
+    with services_lock(paths), ThreadPoolExecutor(max_workers=len(wanted) or 1) as pool:
+        futures: dict[str, Future[ServiceStatus]] = {}
+        for service in wanted:
+            deps = [futures[d] for d in service.depends_on if d in futures]
+            futures[service.name] = pool.submit(_after, deps, service.ensure, paths)
+        statuses = [futures[s.name].result() for s in wanted]
+        if names is None or POSTGRES.name in names:
+            write_dagster_yaml(paths, urls_from(statuses, paths))
+    return statuses
+
+
+def _after(deps: list[Future[ServiceStatus]], fn: Callable[[StatePaths], ServiceStatus],
+           paths: StatePaths) -> ServiceStatus:
+    for dep in deps:
+        dep.result()
+    return fn(paths)
+
+
+def ensure_services(paths: StatePaths | None = None) -> ServiceUrls:
+    """The URLs of every service, starting embedded ones that are not running (fast when they are)."""
+    paths = paths or StatePaths.resolve()
+    return urls_from(start_services(paths), paths)
+
+
+def urls_from(statuses: Sequence[ServiceStatus], paths: StatePaths) -> ServiceUrls:
+    by_name = {s.name: s for s in statuses}
+    pg, mongo = by_name.get(POSTGRES.name), by_name.get(MONGO.name)
+    if pg is None or mongo is None or pg.url is None or mongo.url is None:
+        raise ServiceError("internal: Postgres and Mongo must both be resolved")
+    server = libpq_url(pg.url)
+    if pg.mode == "external":
+        warehouse = server
+        dagster = libpq_url(os.environ.get(DAGSTER_POSTGRES_URL_ENV) or server)
+    else:
+        warehouse = with_database(server, WAREHOUSE_DATABASE)
+        dagster = with_database(server, DAGSTER_DATABASE)
+    saas = by_name["saas"].url if "saas" in by_name else None
+    embedded = frozenset(s.name for s in statuses if s.mode == "embedded")
+    return ServiceUrls(postgres_server=server, warehouse=warehouse, dagster_storage=dagster,
+                       mongodb=mongo.url, saas=saas, embedded=embedded)
+
+
+def services_status(paths: StatePaths | None = None, *, check_health: bool = True) -> list[ServiceStatus]:
+    """Current state of every service, starting nothing."""
+    paths = paths or StatePaths.resolve()
+    out = []
+    for service in SERVICES:
+        url = service.external_url()
+        if url:
+            try:
+                out.append(service.external_status(url) if check_health else ServiceStatus(
+                    service.name, service.label, "external", "running", url=url))
+            except ServiceError as e:
+                out.append(ServiceStatus(service.name, service.label, "external", "unresponsive", url=url,
+                                         detail=str(e)))
+        else:
+            out.append(service.status(paths, check_health=check_health))
+    return out
+
+
+def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
+    """Stop the embedded services of this state folder; external ones are never touched."""
+    paths = paths or StatePaths.resolve()
+    if not paths.root.exists():
+        # The state folder was deleted with services running: stop what can still be found by path.
+        POSTGRES._stop_postmaster(paths)
+        for service in (SAAS, MONGO):
+            for proc in service.owned_processes(paths):
+                terminate(proc.pid, proc.create_time())
+        return []
+    with services_lock(paths):
+        out = []
+        for service in reversed(SERVICES):  # dependents first
+            if service.external_url():
+                out.append(ServiceStatus(service.name, service.label, "external", "running",
+                                         url=service.external_url(), action="left alone (external)"))
+            else:
+                out.append(service.stop(paths))
+        return list(reversed(out))
+
+
+def purge_embedded_data(paths: StatePaths) -> None:
+    """Stop the embedded services and delete their data (the Postgres cluster outside the state folder
+    included). Used by test sessions, whose state folders are temporary."""
+    stop_services(paths)
+    if paths.pg_home.exists():
+        shutil.rmtree(paths.pg_home, ignore_errors=True)
+    shutil.rmtree(paths.services_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def service_errors(paths: StatePaths | None = None) -> Iterator[None]:
+    """Turn a connection lost in the middle of a command into a ServiceError naming the dead service."""
+    try:
+        yield
+    except ServiceError:
+        raise
+    except Exception as e:
+        if not is_connection_error(e):
+            raise
+        paths = paths or StatePaths.resolve()
+        raise_if_a_service_died(paths, e)
+        raise ServiceError(f"lost the connection to a service: {one_line(e)}") from e
+
+
+def raise_if_a_service_died(paths: StatePaths, cause: BaseException | None = None,
+                            settle_s: float = 1.0) -> None:
+    """A ServiceError naming every embedded service of `paths` that is no longer running (cheap: pid
+    checks only). For callers that saw a failure and want to know whether a service is the reason.
+
+    A killed process closes its sockets before it is gone from the process table, so a client can see
+    the connection drop while the pid still looks alive: look again for up to `settle_s`."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        statuses = services_status(paths, check_health=False)
+        gone = [s for s in statuses if s.mode == "embedded" and s.state in ("dead", "stopped")]
+        if gone or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if gone:
+        names = "; ".join(f"{s.label}: {s.detail}" for s in gone)
+        raise ServiceError(f"a service of state folder {paths.root} stopped during the command "
+                           f"({names}); `churnbench services up` starts it again") from cause
