@@ -4,6 +4,7 @@ paper's dates (ARCHITECTURE.md section 10): T = 2024-04-27, D+1 T' = 2024-04-26,
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,41 @@ def test_runs_are_grouped_and_ordered_after_what_they_read(monkeypatch: pytest.M
     assert all(depends_on(s, ledger, ANCESTORS.__getitem__) for s in steps[1:])
     assert isinstance(ledger, Step) and ledger.partition_key == WORLD
     assert str(index_t.partition_key) == f"{T}|{WORLD}"
+
+
+def test_a_plan_is_made_once_and_refused_after_a_registry_edit(tmp_path: Path) -> None:
+    """`scenario_plan` plans a registered scenario on first use and stores the plan; later calls read it; a
+    plan made from another registry is refused until `replan`."""
+    import dagster as dg
+
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.orchestration.materialize import Session
+    from churn_assets.orchestration.scenario_inputs import scenario_plan
+    from churn_assets.orchestration.scenarios import register_scenario, stored_plan
+    from churn_assets.orchestration.world_registry import write_world_config
+    from churn_assets.state import StatePaths
+    from churn_assets.world.config import load_config
+
+    paths = StatePaths.resolve(tmp_path / "state").ensure()
+    config = load_config(days=30)
+    write_world_config(paths, config)
+    instance = dg.DagsterInstance.ephemeral()
+    session = Session(paths, None, instance)  # type: ignore[arg-type]  # planning reaches no service
+    scenario = define_scenario(config.world_id, "grounding", "tiered", d(1, 10), d(1, 14))
+    register_scenario(paths, instance, scenario)
+    assert stored_plan(paths, scenario.key) is None
+    registry = load_registry()
+    plan = scenario_plan(session, scenario, registry=registry)
+    assert stored_plan(paths, scenario.key) == plan and plan.served_vintage["assignments"] == d(1, 14)
+    assert scenario_plan(session, scenario, registry=registry) == plan
+    retiered = registry.with_tiers({"assignments": "warm"})
+    with pytest.raises(ScenarioError, match=f"planned with registry {registry.content_hash}.*--replan"):
+        scenario_plan(session, scenario, registry=retiered)
+    replanned = scenario_plan(session, scenario, registry=retiered, replan=True)
+    assert replanned.registry_hash == retiered.content_hash and replanned.served_vintage["assignments"] == d(1, 10)
+    assert stored_plan(paths, scenario.key) == replanned
+    # Outside the world's calendar: refused when planned.
+    late = define_scenario(config.world_id, "grounding", "tiered", d(1, 10), d(3, 1))
+    register_scenario(paths, instance, late)
+    with pytest.raises(ScenarioError, match="outside the calendar"):
+        scenario_plan(session, late, registry=registry)

