@@ -14,6 +14,9 @@ Every `/v1` request needs an API key in the `X-API-Key` header (401 otherwise); 
 authenticated answer is delayed by the plan's latency. `/health` needs no key; `/openapi.json` and
 `/docs` describe the API. Answers carry `X-SaaS-Profile` (the key's plan) and `X-RateLimit-Remaining`.
 
+Every answer carries `served_day` (the day of the vendor's view it was built from) and `content_hash` (the
+SHA-256 of its records' canonical JSON), so a client can check what it was served against what it received.
+
 As-of days outside the tenant's calendar are refused (422): the vendor does not know the future, and a
 world has no state before its first day.
 """
@@ -31,6 +34,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, Field
 
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.state import WORLD_ID_RE
 from saas_mock.config import KEY_HEADER, ApiKey, Plan, match_key
 from saas_mock.limits import RateLimiter
@@ -49,6 +53,17 @@ _api_key_header = APIKeyHeader(name=KEY_HEADER, auto_error=False,
 # ---------------------------------------------------------------------------------------------------
 
 
+SERVED_DAY_DOC = "the day the data of this answer is as of (the vendor's own view of the tenant)"
+CONTENT_HASH_DOC = ("SHA-256 of the canonical JSON (sorted keys, no spaces) of this answer's records "
+                    "(`entitlements`, `items` or `licenses`): a client checks it against what it received")
+
+
+def observed(view: TenantView, records: Any) -> dict[str, Any]:
+    """The fields every answer carries so that a client can tell what it was served: the day of the view
+    the records come from, and the hash of the records themselves."""
+    return {"served_day": view.day, "content_hash": sha256_hex(canonical_json(records))}
+
+
 class ErrorBody(BaseModel):
     detail: str
 
@@ -63,6 +78,8 @@ class Entitlement(BaseModel):
 class Entitlements(BaseModel):
     world: str
     as_of: dt.date
+    served_day: dt.date = Field(description=SERVED_DAY_DOC)
+    content_hash: str = Field(description=CONTENT_HASH_DOC)
     user_id: str
     status: Literal["active", "offboarded"]
     cost_center_id: str | None
@@ -85,6 +102,8 @@ class TicketOut(BaseModel):
 class TicketPage(BaseModel):
     world: str
     as_of: dt.date
+    served_day: dt.date = Field(description=SERVED_DAY_DOC)
+    content_hash: str = Field(description=CONTENT_HASH_DOC)
     total: int = Field(description="tickets matching the filters, over all pages")
     page: int
     page_size: int
@@ -106,6 +125,8 @@ class LicenseUsage(BaseModel):
 class Utilization(BaseModel):
     world: str
     as_of: dt.date
+    served_day: dt.date = Field(description=SERVED_DAY_DOC)
+    content_hash: str = Field(description=CONTENT_HASH_DOC)
     product_id: str
     window_days: int
     window_start: dt.date
@@ -136,6 +157,8 @@ class Price(BaseModel):
 class PriceList(BaseModel):
     world: str
     as_of: dt.date
+    served_day: dt.date = Field(description=SERVED_DAY_DOC)
+    content_hash: str = Field(description=CONTENT_HASH_DOC)
     items: list[Price]
 
 
@@ -228,9 +251,10 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
         found = view.user(user)
         if found is None:
             raise HTTPException(404, f"tenant {world} has no user {user} as of {as_of}")
+        records = view.entitlements.get(user, [])
         return {"world": world, "as_of": as_of, "user_id": user, "status": found["status"],
                 "cost_center_id": found["cost_center_id"], "hired_on": found["hired_on"],
-                "offboarded_on": found["offboarded_on"], "entitlements": view.entitlements.get(user, [])}
+                "offboarded_on": found["offboarded_on"], "entitlements": records, **observed(view, records)}
 
     @router.get("/tickets", response_model=TicketPage, summary="Support tickets (filtered, paginated)")
     async def tickets(
@@ -248,7 +272,7 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
         items = matching[first:first + page_size]
         more = first + page_size < len(matching)
         return {"world": world, "as_of": as_of, "total": len(matching), "page": page, "page_size": page_size,
-                "next_page": page + 1 if more else None, "items": items}
+                "next_page": page + 1 if more else None, "items": items, **observed(view, items)}
 
     @router.get("/products/{product}/utilization", response_model=Utilization,
                 summary="A product's seat utilization over a trailing window")
@@ -263,12 +287,12 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
         found = view.utilization(product, window_days)
         if found is None:
             raise HTTPException(404, f"tenant {world} has no product {product} as of {as_of}")
-        return {"world": world, "as_of": as_of, **found}
+        return {"world": world, "as_of": as_of, **found, **observed(view, found["licenses"])}
 
     @router.get("/prices", response_model=PriceList, summary="The price list on the day")
     async def prices(world: WorldParam, as_of: AsOfParam) -> dict[str, Any]:
         view = await view_of(world, as_of)
-        return {"world": world, "as_of": as_of, "items": view.prices}
+        return {"world": world, "as_of": as_of, "items": view.prices, **observed(view, view.prices)}
 
     app.include_router(router)
 

@@ -14,7 +14,7 @@ from churn_assets.freshness.scenario import DBT_BUILD, ScenarioInput, ScenarioPl
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import Route, RouterError, RoutingMode, route_for
 from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request, UserRow
-from churn_assets.grounding.traces import COORDINATOR, Read, TraceEntry, served_vintage
+from churn_assets.grounding.traces import COORDINATOR, DataIntegrityError, Read, TraceEntry, served_vintage
 from churn_assets.world.events import ENTITY_CLASSES
 
 T_PRIME, T = dt.date(2024, 3, 29), dt.date(2024, 4, 27)
@@ -89,11 +89,14 @@ def test_hierarchical_routes_live_at_t_and_contract_terms_from_the_index_of_t_pr
 
 def test_a_corpus_search_over_every_kind_is_attributed_to_every_class_at_t_prime() -> None:
     class Hit:
-        def __init__(self, kind: str) -> None:
-            self.kind = kind
+        def __init__(self, kind: str, day: dt.date = T_PRIME) -> None:
+            self.kind, self.day, self.content_hash = kind, day, f"h-{kind}"
 
     hits = [Hit("license"), Hit("user"), Hit("license")]
     entry = corpus_trace("s.rag_corpus_records@x", T_PRIME, None, hits, 10, 1.0)
+    assert {r.planned_day for r in entry.reads} == {T_PRIME} and all(r.observed_hash for r in entry.reads)
+    with pytest.raises(DataIntegrityError, match="returned records of"):  # a record of another day: refused
+        corpus_trace("s.rag_corpus_records@x", T_PRIME, None, [Hit("user", T)], 10, 1.0)
     assert entry.data_times == dict.fromkeys(ENTITY_CLASSES, T_PRIME)
     assert entry.note == "top 10 of every kind: 3 records"
     rows = {r.entity_class: r.rows for r in entry.reads}

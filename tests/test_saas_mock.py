@@ -235,3 +235,25 @@ def test_openapi_schema_is_served(client: TestClient) -> None:
     params = {p["name"] for p in schema["paths"]["/v1/tenants/{world}/prices"]["get"]["parameters"]}
     assert "as_of" in params
     assert "APIKeyHeader" in schema["components"]["securitySchemes"]
+
+
+def test_every_answer_says_its_day_and_hashes_its_records(client: TestClient, source: LedgerSource) -> None:
+    """`served_day` is the day of the view the answer came from; `content_hash` is the SHA-256 of the
+    canonical JSON of the records exactly as the client receives them (what a reader checks)."""
+    from churn_assets.canonical import canonical_json, sha256_hex
+
+    world, day = source.world_id, "2024-01-20"
+    headers = {"X-API-Key": FAST}
+    answers = {
+        "tickets": client.get(f"/v1/tenants/{world}/tickets", params={"as_of": day, "page_size": 7}, headers=headers),
+        "prices": client.get(f"/v1/tenants/{world}/prices", params={"as_of": day}, headers=headers),
+    }
+    product = answers["prices"].json()["items"][0]["product_id"]
+    answers["licenses"] = client.get(f"/v1/tenants/{world}/products/{product}/utilization",
+                                     params={"as_of": day, "window_days": 7}, headers=headers)
+    for records, response in answers.items():
+        body = response.json()
+        assert response.status_code == 200 and body["served_day"] == day
+        key = "items" if records in ("tickets", "prices") else "licenses"
+        assert body["content_hash"] == sha256_hex(canonical_json(body[key])), records
+        assert body[key], records  # the hash of something, not of an empty list

@@ -21,10 +21,11 @@ from typing import Any
 from churn_assets.arms.agents.interface import Agent, AgentAnswer
 from churn_assets.arms.base import Arm, ArmError
 from churn_assets.arms.extraction import RECORD_CLASSES
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.fabric.postgres import schema_name
 from churn_assets.fabric.sources import Sources
 from churn_assets.freshness.scenario import CONTRACT_DOCUMENTS, RAG_INDEX, VECTOR_INDEX, ArmReads, Scenario
-from churn_assets.grounding.traces import RAG_LOOKUP, Read, TraceEntry
+from churn_assets.grounding.traces import RAG_LOOKUP, DataIntegrityError, Read, TraceEntry
 from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
 
@@ -41,11 +42,19 @@ CORPUS_READS = ArmReads(((CONTRACT_DOCUMENTS, "t_prime"), (VECTOR_INDEX, "t_prim
 
 def corpus_trace(table: str, day: Day, kinds: Sequence[str] | None, hits: Sequence[Any], k: int,
                  latency_ms: float) -> TraceEntry:
-    """The trace of one corpus search over `kinds` (None: every kind) that returned `hits`."""
+    """The trace of one corpus search over `kinds` (None: every kind) that returned `hits`, planned at `day`.
+    Its data time is the day the hits carry (each hit's text checked against its content hash by the
+    search); a hit of another day stops the answer with a `DataIntegrityError`."""
     searched = list(kinds) if kinds is not None else list(RECORD_CLASSES)
     classes = list(dict.fromkeys(c for kind in searched for c in RECORD_CLASSES[kind]))
+    days = {h.day for h in hits}
+    if days - {day}:
+        raise DataIntegrityError(f"{table}: a search planned at {day} returned records of "
+                                 f"{', '.join(sorted(map(str, days)))}")
+    digest = sha256_hex(canonical_json([getattr(h, "content_hash", "") for h in hits])) if hits else ""
     reads = tuple(Read("rag_index", table, c, day, sum(1 for h in hits if c in RECORD_CLASSES[h.kind]),
-                       accesses=1 if i == 0 else 0) for i, c in enumerate(classes))
+                       accesses=1 if i == 0 else 0, observed_hash=digest, planned_day=day)
+                  for i, c in enumerate(classes))
     what = ", ".join(kinds) if kinds is not None else "every kind"
     return TraceEntry(RAG_LOOKUP, reads, latency_ms, note=f"top {k} of {what}: {len(hits)} records")
 

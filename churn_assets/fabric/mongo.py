@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 
 META_COLLECTION = "_meta"
@@ -112,6 +113,12 @@ class PartitionWrite:
     rewrote_incomplete: bool = False  # a previous write had stopped before its `_meta` document
 
 
+def collection_hash(docs: Sequence[Mapping[str, Any]]) -> str:
+    """The content hash of a collection: SHA-256 of its documents' canonical JSON, sorted, one per line.
+    Recorded in `_meta` when a database is written; a reader recomputes it over what it read."""
+    return sha256_hex("\n".join(sorted(canonical_json(dict(doc)) for doc in docs)))
+
+
 def read_meta(db: Any) -> dict[str, Any] | None:
     return db[META_COLLECTION].find_one({"_id": META_ID})
 
@@ -159,6 +166,8 @@ def write_partition(
         "world_id": world_id,
         "day": _day(day).isoformat(),
         "counts": counts,
+        # What each collection holds, for readers to check what they read against (`collection_hash`).
+        "content_hashes": {coll_name: collection_hash(docs) for coll_name, docs in collections.items()},
         "complete": True,
     })
     return PartitionWrite(name, False, counts, time.perf_counter() - started, rewrote_incomplete=had_data)

@@ -35,7 +35,7 @@ from churn_assets.world.state import ConsumptionRecord, WorldState
 Document = dict[str, Any]
 
 # Bumped whenever the documents change shape: a stored partition with another version is rewritten.
-OPERATIONAL_SCHEMA_VERSION = 1
+OPERATIONAL_SCHEMA_VERSION = 2  # 2: `_meta` records each collection's content hash
 DEFAULT_WINDOW_DAYS = 30
 
 COLLECTIONS: tuple[str, ...] = ("users", "licenses", "assignments", "entitlements", "tickets", "utilization")

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.grounding.chunks import Chunk, chunk_documents, content_hash, identifiers_in
 from churn_assets.grounding.embeddings import Encoder
+from churn_assets.grounding.traces import DataIntegrityError
 from churn_assets.grounding.vector_index import (
     VectorIndexError,
     content_version,
@@ -386,7 +387,7 @@ def corpus_build_of(conn: psycopg.Connection[Any], world_id: str, day: Day) -> C
 
 @dataclass(frozen=True)
 class RecordHit:
-    day: Day  # the corpus build day: the data time of everything in it
+    day: Day  # the day the record row carries (its corpus build day: the data time of everything in it)
     record_id: str
     kind: str
     entity_id: str
@@ -394,6 +395,7 @@ class RecordHit:
     refs: tuple[str, ...]
     score: float  # cosine similarity
     matched_ids: int  # how many of the ids the query names this record names
+    content_hash: str = ""  # the record text's SHA-256, checked against the text when it was read
 
 
 def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query: str | Any, encoder: Encoder,
@@ -421,7 +423,8 @@ def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query:
     rows = conn.execute(staging_sql(
         """
         SELECT r.record_id, r.kind, r.entity_id, e.content, r.refs, 1 - (e.embedding <=> %(q)s) AS score,
-               cardinality(ARRAY(SELECT unnest(r.refs) INTERSECT SELECT unnest(%(named)s::text[]))) AS matched
+               cardinality(ARRAY(SELECT unnest(r.refs) INTERSECT SELECT unnest(%(named)s::text[]))) AS matched,
+               r.day, r.content_hash
         FROM {schema}.rag_corpus_records r
         JOIN {schema}.embeddings e ON e.content_hash = r.content_hash AND e.model = %(model)s
         WHERE r.day = %(day)s AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
@@ -431,4 +434,10 @@ def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query:
         {"q": vector, "named": named, "model": encoder.model_id, "day": day,
          "kinds": list(kinds) if kinds is not None else None, "k": k},
     ).fetchall()
-    return [RecordHit(day, r[0], r[1], r[2], r[3], tuple(r[4]), float(r[5]), int(r[6])) for r in rows]
+    hits = []
+    for r in rows:
+        if content_hash(r[3]) != r[8]:
+            raise DataIntegrityError(f"RAG corpus of world {world_id} @ {day}: record {r[0]} does not hash to its "
+                                     f"content hash {str(r[8])[:12]}: the corpus was changed after it was stored")
+        hits.append(RecordHit(r[7], r[0], r[1], r[2], r[3], tuple(r[4]), float(r[5]), int(r[6]), r[8]))
+    return hits

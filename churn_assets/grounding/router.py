@@ -4,8 +4,9 @@ refreshes and never picks "the newest partition that exists".
 For each `Request` it asks the rules (`routes.route_for`: which store, relation and day serve the view under
 the arm's routing mode), reads through the store's reader (`readers.READERS`, chosen by the route's store),
 and traces the retrieval: one `TraceEntry` per call (`traces.py`) with, for every table read, the entity
-class and its data time (the served refresh day for staged data, T for a live read), rows, store accesses
-(the cost units follow from them) and latency.
+class and its data time as observed in the data read (with the content hash the reader checked), the day the
+plan asked for, rows, store accesses (the cost units follow from them) and latency. A read whose observed day
+is not the planned one stops the retrieval with a `DataIntegrityError`: it is never scored.
 
 The router reads Postgres through the read-only arm role (`fabric/roles.py`); besides, every SQL reader
 refuses any relation outside the world's `_analytics` as-of views and `_staging` tables before sending a
@@ -23,7 +24,7 @@ from churn_assets.grounding.readers import READERS
 from churn_assets.grounding.registry import Registry
 from churn_assets.grounding.routes import Route, RouterError, RoutingMode, route_for
 from churn_assets.grounding.rows import Request, Row
-from churn_assets.grounding.traces import Read, TraceEntry, route_of
+from churn_assets.grounding.traces import DataIntegrityError, Read, TraceEntry, route_of
 from churn_assets.world.calendar import Day
 
 
@@ -58,9 +59,14 @@ class Router:
             if reader is None:
                 raise RouterError(f"no reader for store {route.store}")
             found = reader(self, request, route)
+            if found.observed_day != route.day:
+                # The data says another day than the plan serves: no verdict may rest on it.
+                raise DataIntegrityError(
+                    f"{route.kind} read of {found.table} for {request.describe()}: the data read is as of "
+                    f"{found.observed_day}, the scenario's plan serves {request.entity_class} as of {route.day}")
             out.append(found.rows)
-            reads.append(Read(route.store, found.table, request.entity_class, route.day, len(found.rows),
-                              found.accesses))
+            reads.append(Read(route.store, found.table, request.entity_class, found.observed_day, len(found.rows),
+                              found.accesses, found.observed_hash, route.day))
             kinds.append(route.kind)
         asked = "; ".join(r.describe() for r in requests)
         entry = TraceEntry(route_of(reads, kinds), tuple(reads), (time.perf_counter() - started) * 1000.0,

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from churn_assets.errors import UserFacingError
 from churn_assets.world.calendar import Day
 
 # Routes (section 7): how the router reached the data of one retrieval.
@@ -58,16 +59,30 @@ def cost_of(store: str, accesses: int, rows: int) -> float:
     return round(COST_UNITS[store] * accesses + PER_ROW * rows, 3)
 
 
+class DataIntegrityError(UserFacingError):
+    """A read whose content does not match what its store recorded for it, or whose data is as of another day
+    than the plan serves: the run stops, and nothing is scored from the read."""
+
+
 @dataclass(frozen=True)
 class Read:
-    """One table (or collection, endpoint, document set) read inside a retrieval."""
+    """One table (or collection, endpoint, document set) read inside a retrieval.
+
+    `data_time` is the day *observed in the data read* (a staged partition's refresh day, an operational
+    database's `_meta` day, the SaaS API's `as_of` echo, a document manifest's or chunk's day), and
+    `observed_hash` the content hash of what was read, checked against the hash the store recorded when it was
+    built (the readers do both). `planned_day` is the day the plan asked for; the router refuses a read whose
+    observed day differs from it, so a completed run's data times are observations that agree with the plan.
+    """
 
     store: str
     table: str  # qualified: `<schema>.<table>`, `<database>.<collection>`, `GET /v1/...`, a folder
     entity_class: str | None  # None: a store outside the registry (the RAG corpus)
-    data_time: Day
+    data_time: Day  # observed in the data
     rows: int
     accesses: int = 1  # queries, API calls (pages included) or files read
+    observed_hash: str = ""  # content hash of what was read ("" where the store holds nothing to hash)
+    planned_day: Day | None = None
 
     @property
     def cost_units(self) -> float:
@@ -75,7 +90,9 @@ class Read:
 
     def to_json(self) -> dict[str, Any]:
         return {"store": self.store, "table": self.table, "entity_class": self.entity_class,
-                "data_time": self.data_time.isoformat(), "rows": self.rows, "accesses": self.accesses}
+                "observed_day": self.data_time.isoformat(), "observed_hash": self.observed_hash,
+                "planned_day": None if self.planned_day is None else self.planned_day.isoformat(),
+                "rows": self.rows, "accesses": self.accesses}
 
 
 @dataclass(frozen=True)

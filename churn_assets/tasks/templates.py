@@ -274,7 +274,8 @@ TEMPLATES: tuple[Template, ...] = (
        category(*VENDOR_TIERS), (VD,), "vendor_tier", (Pick("vendor", "vendors"),), 3,
        {"vendor_changed:tier_changed"}, ("vendor",)),
     _t("t1_reassignments_product", "reassignments in the last N days", UTIL, 1,
-       "How many times were licenses of product {product} reassigned to another user " + INCL + "?",
+       "How many direct reassignments (a license moved straight from its holder to another user, without "
+       "being freed first) of licenses of product {product} were recorded " + INCL + "?",
        INTEGER, (A,), "reassignments", (Pick("product", "products"), OneOf("days", WINDOWS)), 8,
        {"license_reassigned"}, ("product",), changes_in="window"),
     _t("t1_held_licenses_change", "change over time: licenses with a holder", UTIL, 1,
@@ -331,17 +332,20 @@ TEMPLATES: tuple[Template, ...] = (
        MONEY, (A, U, M, P), "monthly_spend", (), 1,
        HOLDING | {"license_purchased", "user_offboarded:with_license", "price_changed"}),
     _t("t2_idle_licenses_cost_center", "idle licenses in a cost center", SAVE, 2,
-       "How many licenses held by active users of cost center {cost_center} had no usage " + INCL + "?",
+       "How many licenses held by active users of cost center {cost_center} had no usage recorded on the "
+       "license itself " + INCL + "?",
        INTEGER, (A, U, M, UT), "idle_licenses",
        (Pick("cost_center", "cost_centers"), OneOf("days", IDLE_WINDOWS)), 5,
        HOLDING | {"license_reassigned:across_cost_centers", "user_offboarded:with_license",
                   "user_moved_cost_center:with_license"} | CONSUMPTION, ("cost_center",)),
     _t("t2_idle_license_cost", "monthly cost of idle licenses", SAVE, 2,
-       f"What is the monthly list-price cost of licenses held by active users that had no usage {INCL}?",
+       "What is the monthly list-price cost of the licenses held by active users on which no usage was "
+       f"recorded {INCL}?",
        MONEY, (A, U, P, UT), "idle_license_cost", (OneOf("days", IDLE_WINDOWS),), 3,
        HOLDING | {"user_offboarded:with_license", "price_changed"} | CONSUMPTION),
     _t("t2_unused_licenses_product", "licenses of a product unused for N days", SAVE, 2,
-       "How many licenses of product {product} held by active users had no usage " + INCL + "?",
+       "How many licenses of product {product} held by active users had no usage recorded on the license "
+       "itself " + INCL + "?",
        INTEGER, (A, U, UT), "unused_licenses", (Pick("product", "products"), OneOf("days", IDLE_WINDOWS)), 5,
        HOLDING | {"user_offboarded:with_license"} | CONSUMPTION, ("product",)),
     _t("t2_zero_api_licenses_product", "licenses with zero API usage", SAVE, 2,
@@ -359,7 +363,8 @@ TEMPLATES: tuple[Template, ...] = (
        INTEGER, (U, M), "active_users", (Pick("cost_center", "cost_centers"), SPANS), 3,
        {"user_hired", "user_offboarded", "user_moved_cost_center"}, ("cost_center",), changes_in="span"),
     _t("t2_tickets_opened_cost_center", "tickets of a cost center (window)", CRIT, 2,
-       f"How many support tickets were opened {INCL} by users who are now in cost center {{cost_center}}?",
+       f"How many support tickets were opened {INCL} by users whose recorded cost center today is "
+       "{cost_center} (offboarded users included: their last cost center counts)?",
        INTEGER, (TK, M), "tickets_opened", (OneOf("days", WINDOWS), Pick("cost_center", "cost_centers")), 2,
        {"user_moved_cost_center"} | TICKETS, ("cost_center",)),
     _t("t2_tickets_opened_vendor", "tickets on a vendor's products (window)", CRIT, 2,
@@ -383,7 +388,7 @@ TEMPLATES: tuple[Template, ...] = (
        ("contract",)),
     _t("t3_vendor_contract_value", "annual value of a vendor's active contracts", SPEND, 3,
        "What is the total annual value, under their latest terms, of the contracts with vendor {vendor} "
-       "that are active today?",
+       "that are active today (one of their recorded terms covers today)?",
        MONEY, (CT,), "contract_annual_value", (Pick("vendor", "vendors"),), 3, CONTRACT_TERMS, ("vendor",)),
     _t("t3_committed_seat_gap", "committed seats vs assigned seats", SAVE, 3,
        "How many committed seats of the latest term of contract {contract} are not matched by licenses "
@@ -401,11 +406,13 @@ TEMPLATES: tuple[Template, ...] = (
        INTEGER, (CT,), "committed_seats", (Pick("contract", "contracts"),), 3, {"contract_renewed"},
        ("contract",)),
     _t("t3_contract_status", "contract active or expired", CRIT, 3,
-       "Is contract {contract} active, expired or pending today?",
+       "Is contract {contract} active (one of its recorded terms covers today), expired (today is after "
+       "the last day of all its recorded terms) or pending (neither) today?",
        category("active", "expired", "pending"), (CT,), "contract_status", (Pick("contract", "contracts"),), 4,
        CONTRACT_TERMS, ("contract",)),
     _t("t3_months_remaining", "months remaining on a contract", CRIT, 3,
-       "How many whole months remain until the last day of contract {contract} (0 if it has ended)?",
+       "How many whole months remain until the last day of contract {contract}, that is the largest number "
+       "m such that today plus m calendar months falls on or before that last day (0 if it has ended)?",
        WHOLE_MONTHS, (CT,), "months_remaining", (Pick("contract", "contracts"),), 5, {"contract_renewed"},
        ("contract",)),
     _t("t3_contract_vendor_name", "vendor of a contract", CRIT, 3,
@@ -413,11 +420,13 @@ TEMPLATES: tuple[Template, ...] = (
        TEXT, (CT, VD), "vendor_name", (Pick("contract", "contracts"),), 3, {"vendor_changed:renamed"},
        ("contract",)),
     _t("t3_contracts_expiring", "contracts expiring within N days (list)", CRIT, 3,
-       "Which contracts active today have their last day within the next {days} days?",
+       "Which contracts active today (one of their recorded terms covers today) have their last day between "
+       "today and {days} days from today, both days included?",
        ENTITY_LIST, (CT,), "contracts_expiring", (OneOf("days", (14, 30, 45, 60, 90, 120)),), 3,
        CONTRACT_TERMS),
     _t("t3_contracts_by_vendor_tier", "active contracts by vendor tier (list)", CRIT, 3,
-       "Which contracts active today are with a vendor whose current tier is {tier}?",
+       "Which contracts active today (one of their recorded terms covers today) are with a vendor whose "
+       "current tier is {tier}?",
        ENTITY_LIST, (CT, VD), "contracts_by_vendor_tier", (OneOf("tier", VENDOR_TIERS),), 2,
        {"vendor_changed:tier_changed", "contract_signed"}),
 )

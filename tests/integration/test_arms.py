@@ -49,7 +49,7 @@ from churn_assets.freshness.policies import Off, Tiered
 from churn_assets.freshness.scenario import plan_scenario
 from churn_assets.grounding.rag_corpus import build_rag_corpus
 from churn_assets.grounding.readers.sql import select
-from churn_assets.grounding.readers.staged import require_partition
+from churn_assets.grounding.readers.staged import partition
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import RouteRefused, RouterError, check_relation
 from churn_assets.grounding.staging import staged_asset_name
@@ -394,4 +394,4 @@ def test_the_router_refuses_truth_and_raw(run: Run) -> None:
         router.sources.pg.execute(f'SELECT 1 FROM "{schema_name(world, "analytics")}"."fct_price" LIMIT 1')
     # A staged partition nobody materialized is an error, never an empty answer.
     with pytest.raises(RouterError, match="never materialized"):
-        require_partition(router, "prices", dt.date(2024, 1, 5))
+        partition(router, "prices", dt.date(2024, 1, 5))

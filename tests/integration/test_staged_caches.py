@@ -174,6 +174,50 @@ def test_a_corrupted_staged_row_fails_the_check(session: Session, session_defs: 
     assert check_result(session, session_defs, "staged_vendor_dims", world, T_PRIME)[0]
 
 
+def test_a_read_of_a_partition_whose_content_is_another_days_stops_with_an_integrity_error(
+        session: Session, url: str, scenario: ScenarioBuild) -> None:
+    """Another day's rows under this day's label: the reader's hash of what it read is not the hash the
+    partition was written with, so the read stops (naming the table and day) instead of serving T' as T."""
+    from churn_assets.fabric.sources import close_sources, connect_sources
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.grounding.router import Router
+    from churn_assets.grounding.routes import RoutingMode
+    from churn_assets.grounding.rows import Request
+    from churn_assets.grounding.traces import DataIntegrityError
+
+    world = scenario.scenario.world_id
+    staging = schema_name(world, "staging")
+    served = scenario.served_vintage
+    assert served["user_status"] == T  # the hot class is refreshed on T; its T' copy differs (tested above)
+
+    def read_users() -> Any:
+        sources = connect_sources(world, warehouse_url=url)
+        try:
+            router = Router(load_registry(), sources, t=T, served=served, mode=RoutingMode.REGISTRY)
+            return router.retrieve([Request("users")])
+        finally:
+            close_sources(sources)
+
+    _rows, entry = read_users()
+    [read] = entry.reads
+    assert (read.data_time, read.planned_day) == (T, T) and read.observed_hash
+    with connection(url) as conn:
+        assert read.observed_hash == partition_record(conn, world, "user_status", T).content_hash  # type: ignore[union-attr]
+    try:
+        with connection(url, autocommit=True) as conn, conn.transaction():
+            columns = [c.name for c in relation_columns(conn, staging, "user_status") if c.name != REFRESH_DAY]
+            cols = ", ".join(f'"{c}"' for c in columns)
+            conn.execute(f'DELETE FROM "{staging}"."user_status" WHERE refresh_day = %s'.encode(), (T,))
+            conn.execute(f'INSERT INTO "{staging}"."user_status" ({cols}, refresh_day) SELECT {cols}, %s FROM '
+                         f'"{staging}"."user_status" WHERE refresh_day = %s'.encode(), (T, T_PRIME))
+        with pytest.raises(DataIntegrityError, match=rf"{staging}\.user_status @ {T}.*not what its label says"):
+            read_users()
+    finally:
+        with connection(url, autocommit=True) as conn:
+            write_partition(conn, world, SPECS["user_status"], T)
+    assert read_users()[1].reads[0].observed_hash == read.observed_hash  # rebuilt: served again
+
+
 def test_a_date_after_the_refresh_day_fails_the_check(session: Session, session_defs: dg.Definitions, url: str,
                                                      scenario: ScenarioBuild, restore_partition: None) -> None:
     world = scenario.scenario.world_id

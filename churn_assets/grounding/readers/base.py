@@ -1,6 +1,8 @@
-"""What every store reader is: a function from (context, request, route) to rows, the table read and the
-number of store accesses (queries, API calls with their pages, files). The router picks the reader by the
-route's store and turns the result into a traced `Read`."""
+"""What every store reader is: a function from (context, request, route) to rows, the table read, the number
+of store accesses (queries, API calls with their pages, files), and what it observed in the data: the day the
+data is as of and the content hash of what it read, checked against the hash the store recorded when it was
+built (a mismatch raises `traces.DataIntegrityError`). The router picks the reader by the route's store,
+refuses an observed day other than the planned one, and turns the result into a traced `Read`."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ class Found(NamedTuple):
     rows: list[Row]
     table: str  # qualified: `<schema>.<table>`, `<database>.<collection>`, `GET /v1/...`, a folder
     accesses: int
+    observed_day: Day  # the day found in the data read
+    observed_hash: str = ""  # content hash of what was read, checked by the reader ("" when nothing to hash)
 
 
 Reader = Callable[[ReadContext, Request, Route], Found]

@@ -1,18 +1,19 @@
 """Reading Postgres as an arm: one relation as of a day, through the read-only arm role.
 
-`select` reads rows of a `<world>_staging` table (`refresh_day = day`) or of a `<world>_analytics` as-of view
-(`as_of_day = day`), with `column = value` filters and an optional inclusive day range. Identifiers are
+`select` reads rows of a `<world>_analytics` as-of view (`as_of_day = day`), with `column = value` filters and
+an optional inclusive day range. Identifiers are
 quoted with `psycopg.sql.Identifier` and values bound as parameters: no SQL text is built from a request.
 `check_relation` refuses anything else first (the role refuses it too).
 
 The row mappers below read the history views whose columns a staged copy and its as-of view share
-(memberships, holdings, prices, vendors): the staged reader and the warehouse reader both use them.
+(memberships, holdings, prices, vendors): the staged reader and the warehouse reader both use them, each with
+its own `Fetch` (the staged reader's serves verified partition rows).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from churn_assets.fabric.postgres import ident, schema_name
 from churn_assets.grounding.readers.base import ReadContext, as_day, as_day_required
@@ -20,22 +21,22 @@ from churn_assets.grounding.routes import RouteRefused, RouterError, check_relat
 from churn_assets.grounding.rows import HoldingRow, MembershipRow, PriceRow, Request, Row, VendorRow, seen_on
 from churn_assets.world.calendar import Day
 
-LAYERS = ("staging", "analytics")
+# Arms read `_analytics` as-of views here; staged partitions are read whole and verified by `readers/staged.py`.
+LAYERS = ("analytics",)
 
 
 def select(ctx: ReadContext, layer: str, relation: str, columns: Sequence[str], day: Day, *,
            where: Sequence[tuple[str, Any]] = (), between: tuple[str, Day, Day] | None = None
            ) -> list[tuple[Any, ...]]:
-    """Rows of one relation as of `day`: `refresh_day = day` for a staged table, `as_of_day = day` for an
-    as-of view. `where` adds `column = value` filters; `between` = (column, first, last) an inclusive range."""
+    """Rows of one as-of view as of `day` (`as_of_day = day`). `where` adds `column = value` filters; `between`
+    = (column, first, last) an inclusive range."""
     from psycopg import sql
 
     if layer not in LAYERS:
         raise RouteRefused(f"refused: layer {layer!r} (arms read {' and '.join(LAYERS)} only)")
     schema = schema_name(ctx.world_id, layer)
     check_relation(ctx.world_id, schema, relation)
-    day_column = "refresh_day" if layer == "staging" else "as_of_day"
-    conditions = [sql.SQL("{} = %s").format(ident(day_column))]
+    conditions = [sql.SQL("{} = %s").format(ident("as_of_day"))]
     values: list[Any] = [day]
     for column, value in where:
         conditions.append(sql.SQL("{} = %s").format(ident(column)))
@@ -60,15 +61,28 @@ def pg(ctx: ReadContext) -> Any:
     return ctx.sources.pg
 
 
-def memberships(ctx: ReadContext, layer: str, relation: str, q: Request, day: Day) -> list[Row]:
-    rows = select(ctx, layer, relation, ("user_id", "cost_center_id", "valid_from", "valid_to"), day)
+class Fetch(Protocol):
+    """Rows of one relation as of a day, projected on `columns`, filtered by `column = value` pairs."""
+
+    def __call__(self, ctx: ReadContext, relation: str, columns: Sequence[str], day: Day,
+                 where: Sequence[tuple[str, Any]]) -> list[tuple[Any, ...]]: ...
+
+
+def fetch_view(ctx: ReadContext, relation: str, columns: Sequence[str], day: Day,
+               where: Sequence[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+    """`Fetch` over the analytics as-of views."""
+    return select(ctx, "analytics", relation, columns, day, where=where)
+
+
+def memberships(ctx: ReadContext, fetch: Fetch, relation: str, q: Request, day: Day) -> list[Row]:
+    rows = fetch(ctx, relation, ("user_id", "cost_center_id", "valid_from", "valid_to"), day, ())
     return [MembershipRow(u, cc, as_day_required(a), seen_on(as_day(b), day)) for u, cc, a, b in rows]
 
 
-def holdings(ctx: ReadContext, layer: str, relation: str, q: Request, day: Day) -> list[Row]:
+def holdings(ctx: ReadContext, fetch: Fetch, relation: str, q: Request, day: Day) -> list[Row]:
     where = [("product_id", q.product)] if q.product is not None else []
-    rows = select(ctx, layer, relation, ("license_id", "product_id", "user_id", "valid_from", "valid_to",
-                                         "ended_by"), day, where=where)
+    rows = fetch(ctx, relation, ("license_id", "product_id", "user_id", "valid_from", "valid_to", "ended_by"), day,
+                 where)
     out: list[Row] = []
     for lid, pid, uid, a, b, ended in rows:
         end = seen_on(as_day(b), day)
@@ -76,15 +90,13 @@ def holdings(ctx: ReadContext, layer: str, relation: str, q: Request, day: Day) 
     return out
 
 
-def prices(ctx: ReadContext, layer: str, relation: str, q: Request, day: Day) -> list[Row]:
+def prices(ctx: ReadContext, fetch: Fetch, relation: str, q: Request, day: Day) -> list[Row]:
     where = [("product_id", q.product)] if q.product is not None else []
-    rows = select(ctx, layer, relation, ("product_id", "list_price_usd", "valid_from", "valid_to"), day,
-                  where=where)
+    rows = fetch(ctx, relation, ("product_id", "list_price_usd", "valid_from", "valid_to"), day, where)
     return [PriceRow(pid, float(p), as_day_required(a), seen_on(as_day(b), day)) for pid, p, a, b in rows]
 
 
-def vendors(ctx: ReadContext, layer: str, relation: str, q: Request, day: Day) -> list[Row]:
+def vendors(ctx: ReadContext, fetch: Fetch, relation: str, q: Request, day: Day) -> list[Row]:
     where = [("vendor_id", q.vendor)] if q.vendor is not None else []
-    rows = select(ctx, layer, relation, ("vendor_id", "vendor_name", "vendor_tier", "valid_from", "valid_to"),
-                  day, where=where)
+    rows = fetch(ctx, relation, ("vendor_id", "vendor_name", "vendor_tier", "valid_from", "valid_to"), day, where)
     return [VendorRow(v, n, t, as_day_required(a), seen_on(as_day(b), day)) for v, n, t, a, b in rows]
