@@ -15,14 +15,21 @@ A process killed outright (SIGKILL, power loss) leaves its row `running`: never 
 results folder whose row is missing or not complete (the catalog was unreachable when it finished) is
 recorded complete by the next `evaluate` of the same key, which reads the folder back.
 
-The table is created idempotently (under an advisory lock, so concurrent first runs do not race), and
-columns added later are added with `ADD COLUMN IF NOT EXISTS`. psycopg is imported inside the functions.
+Statements are SQLAlchemy Core on the table `runs_table()` describes (the newest revision). The schema
+itself is Alembic's: the scripts in `migrations/` (shipped in the package, run programmatically, no
+alembic.ini), their version in `churnbench.churnbench_alembic_version` (Dagster's own storage uses
+`alembic_version` and may share the database). `ensure_catalog` creates the catalog, adopts a table
+made before migrations existed (revision 0001 checks it has exactly its columns and keeps every row) and
+applies newer revisions, under an advisory lock so that concurrent first runs wait for each other.
+SQLAlchemy and Alembic are imported inside the functions (together ~0.6 s): importing this module costs
+nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,46 +46,31 @@ from churn_assets.evaluation.verdicts import VERDICTS
 
 if TYPE_CHECKING:
     import psycopg
+    import sqlalchemy as sa
+    from alembic.config import Config
 
     from churn_assets.freshness.scenario import Scenario
 
 CATALOG_SCHEMA = "churnbench"
 RUNS_TABLE = "results_runs"
 STATUSES = ("running", "complete", "failed")
+# Alembic's version table, beside the catalog and under a name of its own: Dagster's storage keeps its
+# migrations in `alembic_version` and may use the same database.
+VERSION_TABLE = "churnbench_alembic_version"
+# The newest script in migrations/versions; reading it here spares every call the import of Alembic
+# (tests/test_catalog_migrations.py fails when a new script is added without moving this).
+HEAD_REVISION = "0001"
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# The key of the old hand-written DDL's lock too, so a process of either version waits for the other.
+LOCK_KEY = "churnbench results catalog"
 
-# (column, type): every column after the key columns; `ensure_catalog` adds any that an older table lacks.
-_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("world", "text NOT NULL"),
-    ("scenario_key", "text NOT NULL"),
-    ("arm", "text NOT NULL"),
-    ("policy", "text NOT NULL"),
-    ("t_prime", "date NOT NULL"),
-    ("t", "date NOT NULL"),
-    ("agent_id", "text NOT NULL"),
-    ("saas_profile", "text NOT NULL"),
-    ("status", "text NOT NULL"),
-    ("tasks", "integer"),
-    ("accuracy", "double precision"),
-    *((v, "integer") for v in VERDICTS),
-    ("stale_answers", "integer"),
-    ("exposure", "integer"),
-    ("prediction", "double precision"),
-    ("mean_cost_units", "double precision"),
-    ("mean_latency_ms", "double precision"),
-    ("results_dir", "text NOT NULL"),
-    ("tasks_file", "text"),
-    ("stale_file", "text"),
-    ("summary_file", "text"),
-    ("timings_file", "text"),
-    ("error", "text"),
-    ("attempts", "integer NOT NULL DEFAULT 1"),
-    ("started_at", "timestamptz NOT NULL DEFAULT now()"),
-    ("finished_at", "timestamptz"),
-)
+TABLE_COMMENT = ("Every evaluation run: identity (experiment hash, code version, scenario), status "
+                 "(running/complete/failed), summary figures and its results files.")
+_FILE_COLUMNS = {"tasks": "tasks_file", "stale": "stale_file", "summary": "summary_file", "timings": "timings_file"}
 
 
 class CatalogError(UserFacingError):
-    """A catalog lookup that matched no run, or more than one experiment."""
+    """A catalog lookup that matched no run or more than one experiment, or a catalog this code cannot use."""
 
 
 @dataclass(frozen=True)
@@ -117,80 +109,193 @@ class CatalogRun:
         return f"{self.experiment_hash}__{self.code_version}"
 
 
-_SELECT = ("run_id, experiment_hash, code_version, " + ", ".join(c for c, _ in _COLUMNS))
+@functools.cache
+def runs_table() -> sa.Table:
+    """`churnbench.results_runs` as the newest revision leaves it (constraint names are the ones Postgres
+    gave the hand-written DDL, so a catalog made by either is the same table)."""
+    import sqlalchemy as sa
+
+    metadata = sa.MetaData(schema=CATALOG_SCHEMA)
+    statuses = ", ".join(f"'{s}'" for s in STATUSES)
+    return sa.Table(
+        RUNS_TABLE, metadata,
+        sa.Column("run_id", sa.BigInteger, sa.Identity(always=True)),
+        sa.Column("experiment_hash", sa.Text, nullable=False),
+        sa.Column("code_version", sa.Text, nullable=False),
+        sa.Column("world", sa.Text, nullable=False),
+        sa.Column("scenario_key", sa.Text, nullable=False),
+        sa.Column("arm", sa.Text, nullable=False),
+        sa.Column("policy", sa.Text, nullable=False),
+        sa.Column("t_prime", sa.Date, nullable=False),
+        sa.Column("t", sa.Date, nullable=False),
+        sa.Column("agent_id", sa.Text, nullable=False),
+        sa.Column("saas_profile", sa.Text, nullable=False),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("tasks", sa.Integer),
+        sa.Column("accuracy", sa.Double),
+        *(sa.Column(v, sa.Integer) for v in VERDICTS),
+        sa.Column("stale_answers", sa.Integer),
+        sa.Column("exposure", sa.Integer),
+        sa.Column("prediction", sa.Double),
+        sa.Column("mean_cost_units", sa.Double),
+        sa.Column("mean_latency_ms", sa.Double),
+        sa.Column("results_dir", sa.Text, nullable=False),
+        *(sa.Column(c, sa.Text) for c in _FILE_COLUMNS.values()),
+        sa.Column("error", sa.Text),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("1")),
+        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+        sa.Column("finished_at", sa.DateTime(timezone=True)),
+        sa.PrimaryKeyConstraint("run_id", name="results_runs_pkey"),
+        sa.UniqueConstraint("experiment_hash", "code_version", name="results_runs_experiment_hash_code_version_key"),
+        sa.CheckConstraint(f"status IN ({statuses})", name="results_runs_status_check"),
+        sa.CheckConstraint("status <> 'complete' OR (finished_at IS NOT NULL AND tasks IS NOT NULL)",
+                           name="results_runs_check"),
+        sa.Index("results_runs_world_ix", "world", "scenario_key"),
+        comment=TABLE_COMMENT,
+    )
 
 
-def _row(values: tuple[Any, ...]) -> CatalogRun:
-    d = dict(zip(["run_id", "experiment_hash", "code_version", *(c for c, _ in _COLUMNS)], values, strict=True))
+def catalog_metadata() -> sa.MetaData:
+    """The catalog's MetaData (Alembic's `target_metadata`: autogenerate and the model-vs-scripts test)."""
+    return runs_table().metadata
+
+
+def _row(m: Mapping[str, Any]) -> CatalogRun:
     return CatalogRun(
-        run_id=d["run_id"], experiment_hash=d["experiment_hash"], code_version=d["code_version"], world=d["world"],
-        scenario_key=d["scenario_key"], arm=d["arm"], policy=d["policy"], t_prime=d["t_prime"], t=d["t"],
-        agent_id=d["agent_id"], saas_profile=d["saas_profile"], status=d["status"], tasks=d["tasks"],
-        accuracy=d["accuracy"], verdicts={v: d[v] for v in VERDICTS}, stale_answers=d["stale_answers"],
-        exposure=d["exposure"], prediction=d["prediction"], mean_cost_units=d["mean_cost_units"],
-        mean_latency_ms=d["mean_latency_ms"], results_dir=d["results_dir"],
-        files={"tasks": d["tasks_file"], "stale": d["stale_file"], "summary": d["summary_file"],
-               "timings": d["timings_file"]},
-        error=d["error"], attempts=d["attempts"], started_at=d["started_at"], finished_at=d["finished_at"])
+        run_id=m["run_id"], experiment_hash=m["experiment_hash"], code_version=m["code_version"], world=m["world"],
+        scenario_key=m["scenario_key"], arm=m["arm"], policy=m["policy"], t_prime=m["t_prime"], t=m["t"],
+        agent_id=m["agent_id"], saas_profile=m["saas_profile"], status=m["status"], tasks=m["tasks"],
+        accuracy=m["accuracy"], verdicts={v: m[v] for v in VERDICTS}, stale_answers=m["stale_answers"],
+        exposure=m["exposure"], prediction=m["prediction"], mean_cost_units=m["mean_cost_units"],
+        mean_latency_ms=m["mean_latency_ms"], results_dir=m["results_dir"],
+        files={name: m[column] for name, column in _FILE_COLUMNS.items()},
+        error=m["error"], attempts=m["attempts"], started_at=m["started_at"], finished_at=m["finished_at"])
 
 
-def _table() -> Any:
-    from churn_assets.fabric.postgres import ident
+# ---------------------------------------------------------------------------------------------------
+# The schema: Alembic, run from code
+# ---------------------------------------------------------------------------------------------------
 
-    return ident(CATALOG_SCHEMA, RUNS_TABLE)
+
+def alembic_config(connection: sa.Connection | None = None) -> Config:
+    """Alembic's configuration for the catalog without an alembic.ini: the scripts shipped in the package,
+    and the connection `migrations/env.py` migrates (in `attributes`). New revisions are written with it too:
+    `alembic.command.revision(alembic_config(), message=..., rev_id="0002")`."""
+    from alembic.config import Config
+
+    config = Config()
+    # configparser interpolates `%`: a checkout path holding one must not break the script location.
+    config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    config.set_main_option("path_separator", "os")  # Alembic >= 1.16 warns without it
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def _regclass(name: str) -> str:
+    return f'"{CATALOG_SCHEMA}"."{name}"'
+
+
+def _exists_query() -> sa.Select[Any]:
+    import sqlalchemy as sa
+
+    return sa.select(sa.func.to_regclass(_regclass(RUNS_TABLE)).is_not(None))
+
+
+def _catalog_state(conn: sa.Connection) -> tuple[bool, str | None]:
+    """(the runs table exists, the revision Alembic recorded or None): two cheap reads, no Alembic import."""
+    import sqlalchemy as sa
+
+    table_exists, versioned = conn.execute(sa.select(
+        sa.func.to_regclass(_regclass(RUNS_TABLE)).is_not(None),
+        sa.func.to_regclass(_regclass(VERSION_TABLE)).is_not(None))).one()
+    if not versioned:
+        return bool(table_exists), None
+    version = sa.table(VERSION_TABLE, sa.column("version_num"), schema=CATALOG_SCHEMA)
+    revision = conn.execute(sa.select(version.c.version_num)).scalar()
+    return bool(table_exists), revision
+
+
+def ensure_catalog(conn: sa.Connection) -> None:
+    """Bring the catalog to the newest revision and commit (idempotent).
+
+    Creates schema and table when missing; adopts a table the hand-written DDL made before migrations
+    (no version table: revision 0001 finds it has its columns, and Alembic records the revision); applies
+    newer revisions. All in one transaction, under an advisory lock, so concurrent first runs wait for
+    each other and the second finds the work done. A catalog at a revision this code does not know (a
+    newer churnbench migrated it) is refused in one line.
+    """
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(LOCK_KEY))))
+        # The version table goes into this schema, and Alembic creates it before any revision runs.
+        conn.execute(sa.schema.CreateSchema(CATALOG_SCHEMA, if_not_exists=True))
+        table_exists, revision = _catalog_state(conn)  # read again: another process may have just migrated
+        config = alembic_config(conn)
+        if revision is not None and not table_exists:
+            # The table was dropped by hand (to start the catalog afresh): create it again, as the old DDL did.
+            conn.execute(sa.delete(sa.table(VERSION_TABLE, schema=CATALOG_SCHEMA)))
+        elif revision is not None:
+            try:
+                ScriptDirectory.from_config(config).get_revision(revision)
+            except CommandError:
+                raise CatalogError(
+                    f"the results catalog {CATALOG_SCHEMA}.{RUNS_TABLE} is at revision {revision!r}, which this "
+                    f"churnbench does not know (its newest is {HEAD_REVISION}): a newer churnbench migrated it; "
+                    "use that version") from None
+        command.upgrade(config, "head")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+# ---------------------------------------------------------------------------------------------------
+# On a caller's psycopg connection (`worlds rm` / `gc`)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _execute(conn: psycopg.Connection[Any], statement: sa.Executable) -> psycopg.Cursor[Any]:
+    """A Core statement on a psycopg 3 connection the caller owns: compiled for SQLAlchemy's psycopg dialect,
+    whose `%(name)s` placeholders psycopg takes as they are."""
+    from sqlalchemy.dialects.postgresql.psycopg import dialect
+
+    compiled = statement.compile(dialect=dialect())  # type: ignore[attr-defined]
+    return conn.execute(str(compiled).encode(), compiled.params)
 
 
 def catalog_exists(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT to_regclass(%s)", (f'"{CATALOG_SCHEMA}"."{RUNS_TABLE}"',)).fetchone()
-    return row is not None and row[0] is not None
-
-
-def ensure_catalog(conn: psycopg.Connection[Any]) -> None:
-    """Create the schema and table when missing, and add columns a newer version defines (idempotent)."""
-    from psycopg import sql
-
-    from churn_assets.fabric.postgres import ident
-
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('churnbench results catalog'))")
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident(CATALOG_SCHEMA)))
-        conn.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (run_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-            "experiment_hash text NOT NULL, code_version text NOT NULL, {}, "
-            "UNIQUE (experiment_hash, code_version), "
-            "CHECK (status IN ({})), "
-            "CHECK (status <> 'complete' OR (finished_at IS NOT NULL AND tasks IS NOT NULL)))").format(
-                _table(), sql.SQL(", ").join(sql.SQL(f"{{}} {t}").format(ident(c)) for c, t in _COLUMNS),
-                sql.SQL(", ").join(sql.Literal(s) for s in STATUSES)))
-        for column, sql_type in _COLUMNS:
-            # NOT NULL columns added to an older table would need a default; only nullable ones get added.
-            if "NOT NULL" not in sql_type or "DEFAULT" in sql_type:
-                conn.execute(sql.SQL(f"ALTER TABLE {{}} ADD COLUMN IF NOT EXISTS {{}} {sql_type}").format(
-                    _table(), ident(column)))
-        conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (world, scenario_key)").format(
-            ident(f"{RUNS_TABLE}_world_ix"), _table()))
-        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(_table(), sql.Literal(
-            "Every evaluation run: identity (experiment hash, code version, scenario), status "
-            "(running/complete/failed), summary figures and its results files.")))
+    row = _execute(conn, _exists_query()).fetchone()
+    return row is not None and bool(row[0])
 
 
 def catalog_worlds(conn: psycopg.Connection[Any]) -> set[str]:
     """Worlds with at least one catalog row (for `worlds rm` / `gc`)."""
-    from psycopg import sql
+    import sqlalchemy as sa
 
     if not catalog_exists(conn):
         return set()
-    return {r[0] for r in conn.execute(sql.SQL("SELECT DISTINCT world FROM {}").format(_table()))}
+    t = runs_table()
+    return {r[0] for r in _execute(conn, sa.select(t.c.world).distinct())}
 
 
 def delete_world_runs(conn: psycopg.Connection[Any], world: str) -> int:
     """Delete every catalog row of a world; returns how many there were."""
-    from psycopg import sql
+    import sqlalchemy as sa
 
     if not catalog_exists(conn):
         return 0
-    cur = conn.execute(sql.SQL("DELETE FROM {} WHERE world = %s").format(_table()), (world,))
-    return cur.rowcount
+    t = runs_table()
+    return _execute(conn, sa.delete(t).where(t.c.world == world)).rowcount
+
+
+# ---------------------------------------------------------------------------------------------------
+# The catalog of one database
+# ---------------------------------------------------------------------------------------------------
 
 
 def _files(run_dir: Path) -> dict[str, str]:
@@ -215,100 +320,124 @@ class RunCatalog:
     def __init__(self, url: str) -> None:
         self.url = url
         self._ready = False
+        self._engine: sa.Engine | None = None
 
-    def _connect(self) -> Any:
-        from churn_assets.fabric.postgres import connection
+    def _connect(self) -> sa.Connection:
+        if self._engine is None:
+            import sqlalchemy as sa
+            from sqlalchemy.pool import NullPool
 
-        return connection(self.url, autocommit=True)
+            from churn_assets.fabric.postgres import connect
 
-    def _ensure(self, conn: psycopg.Connection[Any]) -> None:
-        if not self._ready:
+            # psycopg opens the libpq URL itself, as every other reader does (Unix-socket URLs, the connect
+            # timeout); NullPool closes each connection after its call, so nothing outlives it (forked
+            # Dagster runs included).
+            url = self.url
+            self._engine = sa.create_engine("postgresql+psycopg://", creator=lambda: connect(url), poolclass=NullPool)
+        return self._engine.connect()
+
+    def _ensure(self, conn: sa.Connection, *, create: bool) -> bool:
+        """Whether the catalog exists, at the newest revision once this returns. Reads (`create=False`) do not
+        create a missing catalog; both adopt or upgrade an existing one, whose columns they need."""
+        if self._ready:
+            return True
+        table_exists, revision = _catalog_state(conn)
+        if not table_exists and not create:
+            conn.rollback()
+            return False
+        if not table_exists or revision != HEAD_REVISION:
             ensure_catalog(conn)
-            self._ready = True
+        self._ready = True
+        return True
 
     # -- writes (the runner) ---------------------------------------------------------------------------
 
+    def _write(self, statement: sa.Executable) -> None:
+        with self._connect() as conn:
+            self._ensure(conn, create=True)
+            conn.execute(statement)
+            conn.commit()
+
     def _upsert(self, scenario: Scenario, key: RunKey, run_dir: Path, values: Mapping[str, Any],
-                on_conflict: str, where: str = "") -> None:
-        from psycopg import sql
+                on_conflict: Callable[[Any], dict[str, Any]], where: Any = None) -> None:
+        """INSERT ... ON CONFLICT (experiment_hash, code_version) DO UPDATE SET `on_conflict(excluded)`."""
+        from sqlalchemy.dialects.postgresql import insert
 
-        from churn_assets.fabric.postgres import ident
-
+        t = runs_table()
         row = {"experiment_hash": key.experiment_hash, "code_version": key.code_version, "world": key.world,
                "scenario_key": key.scenario_key, "arm": scenario.arm, "policy": scenario.policy_id,
                "t_prime": scenario.t_prime, "t": scenario.t, "agent_id": scenario.agent_id,
                "saas_profile": scenario.saas_profile,
                "results_dir": str(run_dir), **values}
-        cols = list(row)
-        statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (experiment_hash, code_version) "
-                            "DO UPDATE SET {}{}").format(
-            _table(), sql.SQL(", ").join(ident(c) for c in cols), sql.SQL(", ").join(sql.Placeholder() * len(cols)),
-            sql.SQL(on_conflict), sql.SQL(where))
-        with self._connect() as conn:
-            self._ensure(conn)
-            conn.execute(statement, [row[c] for c in cols])
+        statement = insert(t).values(row)
+        self._write(statement.on_conflict_do_update(
+            index_elements=[t.c.experiment_hash, t.c.code_version], set_=on_conflict(statement.excluded),
+            where=where))
 
     def start(self, scenario: Scenario, key: RunKey, run_dir: Path) -> None:
         """Record a run as `running` (a resumed run counts one more attempt). The runner starts a run only when
         its results folder is not complete, so a `complete` row is reset too: its folder was removed, and the
         row must not keep figures that no folder holds any more."""
-        self._upsert(scenario, key, run_dir, {"status": "running"},
-                     "status = 'running', error = NULL, finished_at = NULL, started_at = now(), "
-                     "attempts = results_runs.attempts + 1, results_dir = EXCLUDED.results_dir")
+        import sqlalchemy as sa
+
+        t = runs_table()
+        self._upsert(scenario, key, run_dir, {"status": "running"}, lambda excluded: {
+            "status": "running", "error": None, "finished_at": None, "started_at": sa.func.now(),
+            "attempts": t.c.attempts + 1, "results_dir": excluded.results_dir})
 
     def complete(self, scenario: Scenario, key: RunKey, run_dir: Path, summary: Mapping[str, Any],
                  timings: Mapping[str, Any]) -> None:
         """Record a run `complete` with its figures (call only once its results folder is complete).
         Idempotent: a row that is complete already keeps its figures and timestamps."""
+        t = runs_table()
         figures = {**_figures(summary, timings), **_files(run_dir)}
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*figures, "results_dir"])
-        self._upsert(scenario, key, run_dir, {"status": "complete", "finished_at": dt.datetime.now(dt.UTC),
-                                          **figures},
-                     f"status = 'complete', error = NULL, finished_at = EXCLUDED.finished_at, {sets}",
-                     " WHERE results_runs.status <> 'complete'")
+        self._upsert(scenario, key, run_dir,
+                     {"status": "complete", "finished_at": dt.datetime.now(dt.UTC), **figures},
+                     lambda excluded: {"status": "complete", "error": None, "finished_at": excluded.finished_at,
+                                       **{c: excluded[c] for c in [*figures, "results_dir"]}},
+                     where=t.c.status != "complete")
 
     def fail(self, key: RunKey, error: str) -> None:
         """Record a run `failed` (an error or an interrupt); a complete row is left as it is."""
-        from psycopg import sql
+        import sqlalchemy as sa
 
-        with self._connect() as conn:
-            self._ensure(conn)
-            conn.execute(sql.SQL("UPDATE {} SET status = 'failed', error = %s, finished_at = now() "
-                                 "WHERE experiment_hash = %s AND code_version = %s AND status <> 'complete'")
-                         .format(_table()), (error[:2000], key.experiment_hash, key.code_version))
+        t = runs_table()
+        self._write(sa.update(t)
+                    .where(t.c.experiment_hash == key.experiment_hash, t.c.code_version == key.code_version,
+                           t.c.status != "complete")
+                    .values(status="failed", error=error[:2000], finished_at=sa.func.now()))
 
     # -- reads (the CLI) -------------------------------------------------------------------------------
 
+    def _read(self, statement: sa.Select[Any]) -> list[CatalogRun]:
+        with self._connect() as conn:
+            if not self._ensure(conn, create=False):
+                return []
+            return [_row(r._mapping) for r in conn.execute(statement)]
+
     def runs(self, world: str | None = None) -> list[CatalogRun]:
         """Every run (of one world), oldest first."""
-        from psycopg import sql
+        import sqlalchemy as sa
 
-        with self._connect() as conn:
-            if not catalog_exists(conn):
-                return []
-            query = sql.SQL(f"SELECT {_SELECT} FROM {{}}" + (" WHERE world = %s" if world else "")
-                            + " ORDER BY started_at, run_id").format(_table())
-            return [_row(r) for r in conn.execute(query, (world,) if world else ())]
+        t = runs_table()
+        query = sa.select(t)
+        if world:
+            query = query.where(t.c.world == world)
+        return self._read(query.order_by(t.c.started_at, t.c.run_id))
 
     def find(self, ref: str) -> list[CatalogRun]:
         """Runs a reference names: a run id, a scenario key, `<experiment hash>__<code version>`, or an
         experiment hash prefix (at least 4 hex digits). Newest first."""
-        from psycopg import sql
+        import sqlalchemy as sa
 
+        t = runs_table()
         ref = ref.strip()
-        with self._connect() as conn:
-            if not catalog_exists(conn):
-                return []
-            clauses, args = ["scenario_key = %s", "experiment_hash || '__' || code_version = %s"], [ref, ref]
-            if ref.isdigit():
-                clauses.append("run_id = %s")
-                args.append(int(ref))
-            if len(ref) >= 4 and all(ch in "0123456789abcdef" for ch in ref.lower()):
-                clauses.append("experiment_hash LIKE %s")
-                args.append(ref.lower() + "%")
-            query = sql.SQL(f"SELECT {_SELECT} FROM {{}} WHERE " + " OR ".join(clauses)
-                            + " ORDER BY started_at DESC, run_id DESC").format(_table())
-            return [_row(r) for r in conn.execute(query, args)]
+        clauses = [t.c.scenario_key == ref, t.c.experiment_hash.concat("__").concat(t.c.code_version) == ref]
+        if ref.isdigit():
+            clauses.append(t.c.run_id == int(ref))
+        if len(ref) >= 4 and all(ch in "0123456789abcdef" for ch in ref.lower()):
+            clauses.append(t.c.experiment_hash.startswith(ref.lower(), autoescape=True))
+        return self._read(sa.select(t).where(sa.or_(*clauses)).order_by(t.c.started_at.desc(), t.c.run_id.desc()))
 
     def resolve(self, ref: str) -> tuple[CatalogRun, list[CatalogRun]]:
         """The one run `ref` names, and the other code versions of the same experiment (newest first).

@@ -1,8 +1,9 @@
 """Data-quality verdicts on a world's warehouse; the asset checks (`assets/warehouse_checks.py`) report them.
 
 - `validate_raw`: Great Expectations 1.x suites on every raw table (its columns and their types, non-null
-  ids, non-negative money and counts, well-formed validity intervals). GX is imported inside the function
-  (its import takes seconds) with `GX_ANALYTICS_ENABLED=false`.
+  ids, non-negative money and counts, well-formed validity intervals), read in place through GX's Postgres
+  data source (one table asset per raw table; the expectations run as SQL, no table is pulled into
+  pandas). GX is imported inside the function (its import takes seconds) with `GX_ANALYTICS_ENABLED=false`.
 - `parity`: the as-of views of `<world>_analytics` against the fold (the truth) on several days: active
   users, assigned licenses (held by active users), open tickets, and monthly spend per cost center plus
   unallocated spend (section 10's single Spend definition).
@@ -46,6 +47,7 @@ ENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 MONEY_COLUMNS = ("unit_price_usd", "list_price_usd")
 COUNT_COLUMNS = ("sessions", "session_minutes", "api_calls", "event_count")
+_GX_URL_VARIABLE = "churnbench_warehouse_url"  # the GX config variable holding the warehouse's SQLAlchemy URL
 
 
 @dataclass(frozen=True)
@@ -74,17 +76,22 @@ class RawValidation:
         return not self.problems
 
 
-def _frame(conn: psycopg.Connection[Any], schema: str, spec: TableSpec) -> Any:
-    """The whole table as a pandas DataFrame (numeric money as float, dates as dates)."""
-    import pandas as pd
+def _gx_connection_string(conn: psycopg.Connection[Any]) -> str:
+    """A SQLAlchemy URL (psycopg 3) for the server and database `conn` is connected to, every libpq parameter
+    in its query (`host` may be a Unix-socket folder, which a URL's host part cannot hold)."""
+    from sqlalchemy.engine import URL
+
+    params = dict(conn.info.get_parameters())
+    if conn.info.password:  # get_parameters() leaves the password out
+        params["password"] = conn.info.password
+    return URL.create("postgresql+psycopg", query=params).render_as_string(hide_password=False)
+
+
+def _row_count(conn: psycopg.Connection[Any], schema: str, table: str) -> int:
     from psycopg import sql
 
-    cols = [sql.SQL("{}::float8 AS {}").format(ident(c.name), ident(c.name)) if c.sql_type.startswith("numeric")
-            else ident(c.name) for c in spec.columns]
-    with conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(cols), ident(schema, spec.name)))
-        names = [d.name for d in cur.description or ()]
-        return pd.DataFrame(cur.fetchall(), columns=names)
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(ident(schema, table))).fetchone()
+    return int(row[0]) if row else 0
 
 
 def raw_expectations(spec: TableSpec) -> list[Any]:
@@ -121,46 +128,53 @@ def validate_raw(conn: psycopg.Connection[Any], world_id: str, *, examples: int 
     problems: list[RawProblem] = []
     rows: dict[str, int] = {}
     evaluated = 0
-    context = gx.get_context(mode="ephemeral")
+    # The URL reaches GX as a config variable: `add_postgres` validates a literal URL as a DSN with a host, which
+    # a Unix-socket URL has not, and the datasource's stored config keeps the `${...}` name, not a password.
+    context = gx.get_context(mode="ephemeral", runtime_environment={_GX_URL_VARIABLE: _gx_connection_string(conn)})
     _quiet(context)
-    asset = context.data_sources.add_pandas(name="warehouse_raw").add_dataframe_asset(name="table")
-    batch = asset.add_batch_definition_whole_dataframe("whole_table")
-    for spec in RAW_TABLES.values():
-        if spec.name not in existing:
-            problems.append(RawProblem(spec.name, "table exists", "*", 0, (f"{schema}.{spec.name} is missing",)))
-            continue
-        types = {name: sql_type for name, sql_type, _ in existing[spec.name]}
-        for c in spec.columns:
-            if c.name in types and types[c.name] != c.sql_type:
-                problems.append(RawProblem(spec.name, f"column type is {c.sql_type}", c.name, 0,
-                                           (f"found {types[c.name]}",)))
-        if [n for n, _, _ in existing[spec.name]] != list(spec.column_names):
-            problems.append(RawProblem(spec.name, "columns match the spec", "*", 0,
-                                       (f"found {', '.join(n for n, _, _ in existing[spec.name])}",)))
-            continue
-        frame = _frame(conn, schema, spec)
-        rows[spec.name] = len(frame)
-        suite = context.suites.add(gx.ExpectationSuite(name=f"raw_{spec.name}"))
-        for expectation in raw_expectations(spec):
-            suite.add_expectation(expectation)
-        definition = context.validation_definitions.add(
-            gx.ValidationDefinition(name=f"raw_{spec.name}", data=batch, suite=suite))
-        index_columns = [*ENTITY_COLUMNS.get(spec.name, ()), *(["valid_from"] if "valid_from" in frame else [])]
-        result = definition.run(batch_parameters={"dataframe": frame}, result_format={
-            "result_format": "COMPLETE", "unexpected_index_column_names": index_columns,
-            "partial_unexpected_count": examples})
-        evaluated += len(result.results)
-        for r in result.results:
-            if r.success:
+    datasource = context.data_sources.add_postgres(name="warehouse", connection_string=f"${{{_GX_URL_VARIABLE}}}")
+    try:
+        for spec in RAW_TABLES.values():
+            if spec.name not in existing:
+                problems.append(RawProblem(spec.name, "table exists", "*", 0, (f"{schema}.{spec.name} is missing",)))
                 continue
-            kwargs = r.expectation_config.kwargs
-            column = kwargs.get("column") or (f"{kwargs.get('column_A')}/{kwargs.get('column_B')}"
-                                              if "column_A" in kwargs else "*")
-            details = r.result or {}
-            failing = details.get("unexpected_index_list") or []
-            problems.append(RawProblem(
-                spec.name, r.expectation_config.type, column, int(details.get("unexpected_count") or len(failing)),
-                tuple(_describe_row(spec.name, row) for row in failing[:examples])))
+            types = {name: sql_type for name, sql_type, _ in existing[spec.name]}
+            for c in spec.columns:
+                if c.name in types and types[c.name] != c.sql_type:
+                    problems.append(RawProblem(spec.name, f"column type is {c.sql_type}", c.name, 0,
+                                               (f"found {types[c.name]}",)))
+            if [n for n, _, _ in existing[spec.name]] != list(spec.column_names):
+                problems.append(RawProblem(spec.name, "columns match the spec", "*", 0,
+                                           (f"found {', '.join(n for n, _, _ in existing[spec.name])}",)))
+                continue
+            rows[spec.name] = _row_count(conn, schema, spec.name)
+            batch = (datasource.add_table_asset(name=spec.name, table_name=spec.name, schema_name=schema)
+                     .add_batch_definition_whole_table("whole_table"))
+            suite = context.suites.add(gx.ExpectationSuite(name=f"raw_{spec.name}"))
+            for expectation in raw_expectations(spec):
+                suite.add_expectation(expectation)
+            definition = context.validation_definitions.add(
+                gx.ValidationDefinition(name=f"raw_{spec.name}", data=batch, suite=suite))
+            index_columns = [*ENTITY_COLUMNS.get(spec.name, ()),
+                             *(["valid_from"] if "valid_from" in spec.column_names else [])]
+            result = definition.run(result_format={
+                "result_format": "COMPLETE", "unexpected_index_column_names": index_columns,
+                "partial_unexpected_count": examples})
+            evaluated += len(result.results)
+            for r in result.results:
+                if r.success:
+                    continue
+                kwargs = r.expectation_config.kwargs
+                column = kwargs.get("column") or (f"{kwargs.get('column_A')}/{kwargs.get('column_B')}"
+                                                  if "column_A" in kwargs else "*")
+                details = r.result or {}
+                failing = details.get("unexpected_index_list") or []
+                problems.append(RawProblem(
+                    spec.name, r.expectation_config.type, column,
+                    int(details.get("unexpected_count") or len(failing)),
+                    tuple(_describe_row(spec.name, row) for row in failing[:examples])))
+    finally:
+        _dispose(datasource)
     return RawValidation(world_id, tuple(problems), evaluated, rows)
 
 
@@ -168,6 +182,12 @@ def _describe_row(table: str, row: Mapping[str, Any]) -> str:
     entity = "/".join(str(row.get(c)) for c in ENTITY_COLUMNS.get(table, ()))
     day = row.get("valid_from")
     return f"{entity} (valid_from {day})" if day is not None else entity
+
+
+def _dispose(datasource: Any) -> None:
+    """Close the connections GX opened (its datasource and its execution engine each hold a pooled engine)."""
+    datasource.get_execution_engine().close()
+    datasource.get_engine().dispose()
 
 
 def _quiet(context: Any) -> None:
