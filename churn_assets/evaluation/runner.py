@@ -24,9 +24,17 @@ from typing import Any, Protocol
 
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.exposure import RunExposure
-from churn_assets.evaluation.results import ResultsStore, RunKey, RunWriter, code_version, experiment_hash
+from churn_assets.evaluation.results import (
+    IDENTITY_VERSION,
+    ResultsStore,
+    RunKey,
+    RunWriter,
+    code_version,
+    experiment_hash,
+    package_versions,
+)
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, Outcome, score
-from churn_assets.freshness.scenario import Scenario
+from churn_assets.freshness.scenario import Scenario, ScenarioPlan
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
@@ -66,11 +74,13 @@ class ArmLike(Protocol):
 
 @dataclass(frozen=True)
 class RunSpec:
-    """The identity of a run: its scenario and what it was asked on (hashed) — never how long it took."""
+    """The identity of a run: its scenario, its plan and what it was asked on (hashed) — never how long it
+    took. `plan` None: a run outside a stored scenario (unit tests), its plan fields then read None."""
 
     scenario: Scenario
     world_config_hash: str
     task_set_hash: str
+    plan: ScenarioPlan | None = None
 
     @property
     def scenario_key(self) -> str:
@@ -78,12 +88,16 @@ class RunSpec:
 
     def experiment(self) -> dict[str, Any]:
         s = self.scenario
+        plan = self.plan
         return {
+            "identity_version": IDENTITY_VERSION,
             "world_id": s.world_id, "world_config_hash": self.world_config_hash, "arm": s.arm,
             "policy_id": s.policy_id, "policy_params": {"policy": s.policy},
+            "effective_ttls": None if plan is None else dict(sorted(plan.effective_ttls.items())),
+            "planned_vintage": None if plan is None else _day_json(plan.served_vintage),
             "t_prime": s.t_prime.isoformat(), "t": s.t.isoformat(), "task_set_hash": self.task_set_hash,
             "agent_id": s.agent_id, "model_settings": dict(s.model_settings or {}),
-            "saas_profile": s.saas_profile,
+            "saas_profile": s.saas_profile, "packages": package_versions(),
         }
 
     def key(self, code: str | None = None) -> RunKey:
@@ -111,6 +125,7 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
         "task_id": task.task_id, "template": t.template_id, "task_tier": t.task_tier, "intent": t.intent,
         "question_text": task.question_text, "answer": scored.answer, "answer_text": answer.text,
         "verdict": scored.verdict, "gold_at_t": scored.gold_at_anchor, "gold_served": scored.served_gold,
+        "served_degenerate": scored.served_degenerate,
         "served_vintage": _day_json(scored.served_vintage), "planned_vintage": _day_json(planned),
         "gold_planned": planned_gold, "exposed": exposed, "classes_stale": stale_classes,
         "cost_units": answer.cost_units, "routes": answer.routes, "parse_error": answer.parse_error,
@@ -144,7 +159,7 @@ def evaluate(
         if cat is not None:  # recorded already, or the catalog was unreachable when the run finished
             cat.complete(spec.scenario, key, run_dir, summary, store.read_timings(key))
         return summary
-    writer = store.open_run(key)
+    writer = store.open_run(key, spec.experiment())
     if cat is not None:
         cat.start(spec.scenario, key, run_dir)
     try:
@@ -206,12 +221,14 @@ def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, pla
         by_tier.setdefault(str(r["task_tier"]), Counter())[r["verdict"]] += 1
     return {
         "scenario_key": spec.scenario_key, "experiment_hash": key.experiment_hash, "code_version": key.code_version,
-        "experiment": spec.experiment(), "tasks": n,
+        "identity_version": IDENTITY_VERSION, "experiment": spec.experiment(), "tasks": n,
         "verdicts": {v: counts.get(v, 0) for v in VERDICTS},
         "stale_answers": sum(counts.get(v, 0) for v in STALE_VERDICTS),
         "accuracy": round(counts.get("correct", 0) / n, 4) if n else None,
         "exposure": exposure.exposure if exposure else None,
+        "degenerate_exposure": exposure.degenerate_exposure if exposure else None,
         "prediction": round(exposure.prediction, 2) if exposure else None,
+        "prediction_interval_90": list(exposure.interval()) if exposure else None,
         "mean_cost_units": round(statistics.fmean(r["cost_units"] for r in rows), 3) if n else None,
         "route_mix": dict(sorted(routes.items())),
         "planned_vintage": _day_json(planned),

@@ -12,6 +12,11 @@ In order of precedence:
 - `mixed_vintage_error`: wrong at T, right against the served vintage, whose classes were served as of
   several days (e.g. assignments as of T-1 joined with prices as of T-5, or a staged table with a live
   read at T).
+- `unattributed_error`: wrong at T, and equal to a served gold that carries no information (`None`: the
+  served data does not know the entity or has no answer; or the empty value of a window the served data
+  cannot reach: a count "in the last 7 days" served from data 29 days old is 0 by construction). Stale data
+  and an empty answer give the same value there, so it is not counted as stale (nor as a reasoning error);
+  exposure counts such tasks apart in the same way (`evaluation/exposure.py`).
 - `reasoning_error`: anything else wrong.
 
 The served vintage is the data time of the tables the answer actually read, per entity class (from its
@@ -23,10 +28,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from churn_assets.tasks.answers import AnswerParseError, AnswerType, Value
 from churn_assets.tasks.gold import GoldResolver, complete_vintage
 from churn_assets.tasks.task_set import Task
+from churn_assets.tasks.templates import Template
 from churn_assets.world.calendar import Day
 from churn_assets.world.fold import uniform_vintage
 
@@ -34,9 +41,11 @@ CORRECT = "correct"
 FRESHNESS_ERROR = "freshness_error"
 MIXED_VINTAGE_ERROR = "mixed_vintage_error"
 REASONING_ERROR = "reasoning_error"
+UNATTRIBUTED_ERROR = "unattributed_error"
 PARSE_FAILURE = "parse_failure"
 TRANSPORT_FAILURE = "transport_failure"
-VERDICTS = (CORRECT, FRESHNESS_ERROR, MIXED_VINTAGE_ERROR, REASONING_ERROR, PARSE_FAILURE, TRANSPORT_FAILURE)
+VERDICTS = (CORRECT, FRESHNESS_ERROR, MIXED_VINTAGE_ERROR, UNATTRIBUTED_ERROR, REASONING_ERROR, PARSE_FAILURE,
+            TRANSPORT_FAILURE)
 STALE_VERDICTS = (FRESHNESS_ERROR, MIXED_VINTAGE_ERROR)  # "stale answers" in every comparison
 
 
@@ -49,8 +58,10 @@ def verdict(
     *,
     transport_failed: bool = False,
     parse_failed: bool = False,
+    served_degenerate: bool = False,
 ) -> str:
-    """The verdict of one answer; `served_days` are the data times of the classes it read."""
+    """The verdict of one answer; `served_days` are the data times of the classes it read, `served_degenerate`
+    whether the served gold carries no information (`served_gold_is_degenerate`)."""
     if transport_failed:
         return TRANSPORT_FAILURE
     if parse_failed:
@@ -58,8 +69,24 @@ def verdict(
     if answer_type.equal(answer, gold_at_anchor):
         return CORRECT
     if answer_type.equal(answer, served_gold) and not answer_type.equal(served_gold, gold_at_anchor):
+        if served_degenerate:
+            return UNATTRIBUTED_ERROR
         return FRESHNESS_ERROR if len(set(served_days)) == 1 else MIXED_VINTAGE_ERROR
     return REASONING_ERROR
+
+
+def served_gold_is_degenerate(template: Template, params: Mapping[str, Any], anchor: Day,
+                              vintage: Mapping[str, Day], served_gold: Value) -> bool:
+    """Whether a served gold carries no information: `None` (the served data does not know the entity or has
+    no answer), or a question counting the events of a window ("in the last N days") whose counted class was
+    served as of a day before the window began (its served answer is the empty value by construction). The
+    counted class of a window question is its first class (`tasks/templates.py`)."""
+    if served_gold is None:
+        return True
+    if template.changes_in == "window":
+        window_start = anchor - dt.timedelta(days=int(params["days"]) - 1)
+        return vintage.get(template.classes[0], anchor) < window_start
+    return False
 
 
 @dataclass(frozen=True)
@@ -87,6 +114,7 @@ class Scored:
     gold_at_anchor: Value
     served_gold: Value
     served_vintage: dict[str, Day]  # the classes the answer read -> their data time
+    served_degenerate: bool = False  # the served gold carries no information (`served_gold_is_degenerate`)
 
     @property
     def stale(self) -> bool:
@@ -99,7 +127,9 @@ def score(resolver: GoldResolver, task: Task, outcome: Outcome) -> Scored:
     anchor = dt.date.fromisoformat(task.anchor)
     read = dict(outcome.read_days)
     gold_t = resolver.gold(t, task.params, anchor=anchor, vintage=uniform_vintage(anchor))
-    served = resolver.gold(t, task.params, anchor=anchor, vintage=complete_vintage(read, anchor)) if read else gold_t
+    vintage = complete_vintage(read, anchor)
+    served = resolver.gold(t, task.params, anchor=anchor, vintage=vintage) if read else gold_t
+    degenerate = served_gold_is_degenerate(t, task.params, anchor, vintage, served)
     answer: Value = None
     parse_failed = not outcome.question_parsed
     if outcome.has_value:
@@ -110,5 +140,5 @@ def score(resolver: GoldResolver, task: Task, outcome: Outcome) -> Scored:
         except AnswerParseError:
             parse_failed = True
     v = verdict(t.answer, answer, gold_t, served, read.values(),
-                transport_failed=outcome.transport_failed, parse_failed=parse_failed)
-    return Scored(task.task_id, v, answer, gold_t, served, read)
+                transport_failed=outcome.transport_failed, parse_failed=parse_failed, served_degenerate=degenerate)
+    return Scored(task.task_id, v, answer, gold_t, served, read, degenerate)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from churn_assets.evaluation.results import SUMMARY_FILE, TASKS_FILE, ResultsError, canonical
-from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, verdict
+from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, served_gold_is_degenerate, verdict
 from churn_assets.tasks.answers import AnswerParseError, Value
 from churn_assets.tasks.gold import GoldError, GoldResolver, complete_vintage
 from churn_assets.tasks.task_set import Task
@@ -153,12 +153,15 @@ def verify_row(resolver: GoldResolver, task: Task, row: Mapping[str, Any]) -> li
         return out
     if not parse_failed and row.get("answer") != _as_stored(answer):
         out.append(Disagreement(tid, "answer", row.get("answer"), _as_stored(answer)))
+    degenerate = served_gold_is_degenerate(t, task.params, anchor, complete_vintage(served, anchor), gold_served)
     expected = verdict(t.answer, answer, gold_t, gold_served, served.values(),
-                       transport_failed=row.get("transport_error") is not None, parse_failed=parse_failed)
+                       transport_failed=row.get("transport_error") is not None, parse_failed=parse_failed,
+                       served_degenerate=degenerate)
     if row.get("verdict") != expected:
         out.append(Disagreement(tid, "verdict", row.get("verdict"), expected))
     if row.get("exposed") is not None:
-        exposed = not t.answer.equal(gold_t, gold_planned)
+        exposed = not t.answer.equal(gold_t, gold_planned) and not served_gold_is_degenerate(
+            t, task.params, anchor, planned, gold_planned)
         if row["exposed"] != exposed:
             out.append(Disagreement(tid, "exposed", row["exposed"], exposed))
     return out
@@ -202,7 +205,8 @@ def _verify_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         expected["exposure"] = sum(1 for r in rows if r.get("exposed"))
     verdicts = summary.get("verdicts") or {}
     for field, value in expected.items():
-        stored = verdicts.get(field.split(".", 1)[1]) if field.startswith("verdicts.") else summary.get(field)
+        # A verdict a run's code did not have yet (`unattributed_error`) reads as none of it.
+        stored = verdicts.get(field.split(".", 1)[1], 0) if field.startswith("verdicts.") else summary.get(field)
         if stored != value:
             out.append(Disagreement(None, field, stored, value))
     planned = summary.get("planned_vintage")

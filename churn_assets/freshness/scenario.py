@@ -162,6 +162,10 @@ class ScenarioInput:
         return cls(str(asset), str(world), None if day is None else dt.date.fromisoformat(day))
 
 
+# The plan's own format: a stored plan of another version is planned again (the planner is deterministic).
+PLAN_VERSION = 2  # 2: effective TTLs
+
+
 @dataclass(frozen=True)
 class ScenarioPlan:
     """A scenario's plan (see the module doc); `registry_hash` names the registry it was made from."""
@@ -170,6 +174,9 @@ class ScenarioPlan:
     served_vintage: dict[str, Day]  # every class -> data day served at T (the arm's planned vintage)
     inputs: tuple[ScenarioInput, ...]  # in dependency order: world-level first, then by day
     registry_hash: str
+    # Cached class -> the TTL it runs under (None: the policy is not TTL-driven); {} for an arm that serves
+    # no staged cache. Part of the experiment's identity: re-tiering a class changes it.
+    effective_ttls: dict[str, int | None] = field(default_factory=dict)
 
     def days(self, t_prime: Day, t: Day) -> list[Day]:
         """T', T and every refresh day, in calendar order."""
@@ -177,6 +184,8 @@ class ScenarioPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "plan_version": PLAN_VERSION,
+            "effective_ttls": dict(self.effective_ttls),
             "registry_hash": self.registry_hash,
             "refresh_days": {c: [d.isoformat() for d in days] for c, days in self.refresh_days.items()},
             "served_vintage": {c: d.isoformat() for c, d in self.served_vintage.items()},
@@ -184,10 +193,14 @@ class ScenarioPlan:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ScenarioPlan:
+    def from_json(cls, d: Mapping[str, Any]) -> ScenarioPlan | None:
+        """The stored plan; None for a plan of another format version (to be planned again)."""
+        if d.get("plan_version") != PLAN_VERSION:
+            return None
         return cls({c: [dt.date.fromisoformat(x) for x in days] for c, days in d["refresh_days"].items()},
                    {c: dt.date.fromisoformat(x) for c, x in d["served_vintage"].items()},
-                   tuple(ScenarioInput.from_json(i) for i in d["inputs"]), str(d["registry_hash"]))
+                   tuple(ScenarioInput.from_json(i) for i in d["inputs"]), str(d["registry_hash"]),
+                   dict(d["effective_ttls"]))
 
 
 def plan_scenario(scenario: Scenario, reads: ArmReads, registry: Registry, *,
@@ -199,10 +212,13 @@ def plan_scenario(scenario: Scenario, reads: ArmReads, registry: Registry, *,
     inputs: list[ScenarioInput] = [ScenarioInput(LEDGER, world), *(ScenarioInput(a, world) for a in WAREHOUSE),
                                    ScenarioInput(DBT_BUILD, world)]
     plan: dict[str, list[Day]] = {}
+    ttls: dict[str, int | None] = {}
     if reads.vintage is not None:
         served = reads.vintage(t_prime, t)
     else:
-        plan = refresh_days(registry, t_prime, t, scenario.parsed_policy, rates=rates, calendar_days=calendar_days)
+        policy = scenario.parsed_policy
+        plan = refresh_days(registry, t_prime, t, policy, rates=rates, calendar_days=calendar_days)
+        ttls = policy.effective_ttls(registry, rates, calendar_days)
         served = vintage_of(registry, plan, t)
         for d in sorted({t_prime, t, *(d for ds in plan.values() for d in ds)}):
             inputs += [ScenarioInput(OPERATIONAL_STORE, world, d), ScenarioInput(CONTRACT_DOCUMENTS, world, d)]
@@ -215,4 +231,4 @@ def plan_scenario(scenario: Scenario, reads: ArmReads, registry: Registry, *,
         inputs += [i for i in cached if i.asset not in index_assets]
     inputs += [ScenarioInput(asset, world, days_of[when]) for asset, when in reads.day_inputs]
     inputs.append(ScenarioInput(TASK_SET, world, t))
-    return ScenarioPlan(plan, served, tuple(dict.fromkeys(inputs)), registry.content_hash)
+    return ScenarioPlan(plan, served, tuple(dict.fromkeys(inputs)), registry.content_hash, ttls)

@@ -479,6 +479,10 @@ def template_problems() -> list[str]:
                 problems.append(f"{where}: moving kind {tag} is not an event kind")
         if any(p not in t.params or p not in _SCOPE_PREFIX for p in t.scope):
             problems.append(f"{where}: scope {t.scope} must name entity params of the text")
+        if t.changes_in == "window" and not any(t.classes[0] in EVENT_KINDS[m.split(":")[0]].classes
+                                                  for m in t.moving_kinds if m.split(":")[0] in EVENT_KINDS):
+            problems.append(f"{where}: a window question counts the events of its first class "
+                            f"({t.classes[0]}), which none of its moving kinds changes")
         needs = {"any": set(), "window": {"days"}, "span": {"day1", "day2"}}.get(t.changes_in)
         if needs is None or not needs <= set(t.params):
             problems.append(f"{where}: changes_in {t.changes_in!r} is unknown or lacks its params")

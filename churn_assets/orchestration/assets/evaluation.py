@@ -70,7 +70,7 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     config = require_world(state, world)
-    spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks))
+    spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
     agent = None  # the deterministic agent
     if scenario.agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import agent_for_scenario
