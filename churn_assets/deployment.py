@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BeforeValidator, Field
 
 from churn_assets.errors import UserFacingError
 from churn_assets.world.config import WorldConfig
+from churn_assets.world.validation import IsoDay, StrictModel, none_is, parse
 
 DEPLOYMENT_RESOURCE = "deployment.yaml"
 
@@ -57,23 +59,42 @@ class Calendar:
 
 
 @dataclass(frozen=True)
+class TaskSettings:
+    """The `tasks` section: the task count and seed of every `task_set` partition (issue 10)."""
+
+    count: int = 180
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class DeploymentConfig:
     calendar: Calendar
-    data: dict[str, Any]
+    data: dict[str, Any]  # the file as read
+    tasks: TaskSettings
+
+
+# --- the file's schema: a new deployment-wide section is a new field here ----------------------------------
+
+
+class CalendarSection(StrictModel):
+    start: IsoDay
+    days: Annotated[int, Field(ge=1, le=3650, description="an integer 1..3650")]
+
+
+class TasksSection(StrictModel):
+    count: Annotated[int, Field(ge=1, le=10_000, description="an integer 1..10000")] = TaskSettings.count
+    seed: Annotated[int, Field(ge=0, description="an integer >= 0")] = TaskSettings.seed
+
+
+class DeploymentFile(StrictModel):
+    calendar: CalendarSection
+    tasks: Annotated[TasksSection, BeforeValidator(none_is(dict))] = TasksSection()
 
 
 def parse_deployment(data: Any, where: str) -> DeploymentConfig:
-    if not isinstance(data, dict) or not isinstance(data.get("calendar"), dict):
-        raise DeploymentConfigError(f"{where}: needs a `calendar` mapping")
-    cal = data["calendar"]
-    try:
-        start = dt.date.fromisoformat(str(cal.get("start")))
-    except ValueError:
-        raise DeploymentConfigError(f"{where}: calendar.start must be an ISO day YYYY-MM-DD") from None
-    days = cal.get("days")
-    if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= 3650:
-        raise DeploymentConfigError(f"{where}: calendar.days must be an integer 1..3650")
-    return DeploymentConfig(calendar=Calendar(start=start, days=days), data=data)
+    checked = parse(DeploymentFile, data, lambda message: DeploymentConfigError(f"{where}: {message}"))
+    return DeploymentConfig(calendar=Calendar(start=checked.calendar.start, days=checked.calendar.days),
+                            data=data, tasks=TaskSettings(count=checked.tasks.count, seed=checked.tasks.seed))
 
 
 def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
@@ -100,22 +121,6 @@ def deployment() -> DeploymentConfig:
     return load_deployment()
 
 
-@dataclass(frozen=True)
-class TaskSettings:
-    """The `tasks` section: the task count and seed of every `task_set` partition (issue 10)."""
-
-    count: int = 180
-    seed: int = 0
-
-
 def task_settings(config: DeploymentConfig | None = None) -> TaskSettings:
-    """The deployment's task settings (defaults when the section is absent); refuses bad values."""
-    section = (config or deployment()).data.get("tasks") or {}
-    if not isinstance(section, dict):
-        raise DeploymentConfigError("deployment config: `tasks` must be a mapping")
-    count, seed = section.get("count", 180), section.get("seed", 0)
-    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
-        raise DeploymentConfigError("deployment config: tasks.count must be an integer 1..10000")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise DeploymentConfigError("deployment config: tasks.seed must be an integer >= 0")
-    return TaskSettings(count=count, seed=seed)
+    """The deployment's task settings (defaults when the section is absent; checked when the file was read)."""
+    return (config or deployment()).tasks

@@ -25,9 +25,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
 
 from churn_assets.errors import UserFacingError
+from churn_assets.world.validation import StrictModel, fail, one_of, parse
 
 KEYS_ENV = "CHURNBENCH_SAAS_API_KEYS"
 KEYS_FILE_ENV = "CHURNBENCH_SAAS_KEYS_FILE"
@@ -74,17 +77,17 @@ class ApiKey:
 
 
 def plan_for(profile: str, overrides: Mapping[str, Any] | None = None) -> Plan:
+    """The plan of `profile`, with a key's own `rate_per_minute`, `latency_ms` or `burst` if it has them."""
     if profile not in PROFILES:
         raise SaasConfigError(f"unknown SaaS profile {profile!r} (known: {', '.join(PROFILES)})")
+    given = parse(PlanOverrides, dict(overrides or {}),
+                  lambda message: SaasConfigError(f"profile {profile}: {message}")).given()
     plan = PROFILES[profile]
-    overrides = overrides or {}
-    rate = float(overrides.get("rate_per_minute", plan.rate_per_minute))
-    latency = float(overrides.get("latency_ms", plan.latency_ms))
-    burst_default = plan.burst if "rate_per_minute" not in overrides else max(1, int(rate))
-    burst = int(overrides.get("burst", burst_default))
-    if rate < 0 or latency < 0 or burst < 1:
-        raise SaasConfigError(f"profile {profile}: rate_per_minute and latency_ms must be >= 0, burst >= 1")
-    return replace(plan, rate_per_minute=rate, latency_ms=latency, burst=burst)
+    rate = float(given.get("rate_per_minute", plan.rate_per_minute))
+    # A new rate brings its own bucket size (a minute's quota), unless the key sets `burst` too.
+    burst_default = plan.burst if "rate_per_minute" not in given else max(1, int(rate))
+    return replace(plan, rate_per_minute=rate, latency_ms=float(given.get("latency_ms", plan.latency_ms)),
+                   burst=int(given.get("burst", burst_default)))
 
 
 def parse_keys(text: str, where: str) -> list[ApiKey]:
@@ -93,22 +96,63 @@ def parse_keys(text: str, where: str) -> list[ApiKey]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise SaasConfigError(f"{where}: not valid JSON ({e.msg})") from None
-    entries = data.get("keys") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise SaasConfigError(f"{where}: expected {{\"keys\": [{{\"id\": ..., \"key\": ..., \"profile\": ...}}]}}")
-    keys: list[ApiKey] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or len(entry["key"]) < 16:
-            raise SaasConfigError(f"{where}: keys[{i}] needs a `key` string of at least 16 characters")
-        key_id = str(entry.get("id") or f"key{i}")
-        if key_id in seen:
-            raise SaasConfigError(f"{where}: key id {key_id!r} appears twice")
-        seen.add(key_id)
-        overrides = {k: entry[k] for k in ("rate_per_minute", "latency_ms", "burst") if k in entry}
-        plan = plan_for(str(entry.get("profile", DEFAULT_PROFILE)), overrides)
-        keys.append(ApiKey(key_id, entry["key"].encode(), plan))
-    return keys
+    # Never quote a value in the message: the values are secrets.
+    checked = parse(KeysFile, data, lambda message: SaasConfigError(f"{where}: {message}"), show_input=False)
+    return [ApiKey(entry.id or "", entry.key.encode(), plan_for(entry.profile, entry.given()))
+            for entry in checked.keys]
+
+
+# --- the keys' schema ---------------------------------------------------------------------------------------
+
+NonNegative = Annotated[float | None, Field(ge=0, description="a number >= 0")]
+
+
+class PlanOverrides(StrictModel):
+    """A key's own limits, over its profile's."""
+
+    rate_per_minute: NonNegative = None
+    latency_ms: NonNegative = None
+    burst: Annotated[int | None, Field(ge=1, description="an integer >= 1")] = None
+
+    def given(self) -> dict[str, float]:
+        """The limits this key sets (an absent or null one is the profile's)."""
+        values = {name: getattr(self, name) for name in PlanOverrides.model_fields}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+class KeyEntry(PlanOverrides):
+    # Any JSON scalar names a key (as before: `str(id)`); none or "" is `key<i>`.
+    id: Annotated[str | None, BeforeValidator(lambda v: None if v in (None, "") else str(v)),
+                  Field(description="a key id")] = None
+    key: Annotated[str, Field(min_length=16, description="a string of at least 16 characters")]
+    profile: Annotated[str, BeforeValidator(one_of(PROFILES, "SaaS profile")),
+                       Field(description="a profile name")] = DEFAULT_PROFILE
+
+
+KEYS_SHAPE = '{"keys": [{"id": ..., "key": ..., "profile": ...}]}'
+
+
+class KeysFile(StrictModel):
+    keys: Annotated[list[KeyEntry], Field(min_length=1, description=f"a non-empty list, as in {KEYS_SHAPE}")]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shaped(cls, data: Any) -> Any:
+        """Something else than `{"keys": ...}` is shown the shape (not "keys is missing")."""
+        if not isinstance(data, dict) or "keys" not in data:
+            raise fail(f"expected {KEYS_SHAPE}")
+        return data
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> KeysFile:
+        """A key without an id is `key<i>` (its place in the list); every id names one key."""
+        seen: set[str] = set()
+        for i, entry in enumerate(self.keys):
+            entry.id = entry.id or f"key{i}"
+            if entry.id in seen:
+                raise fail(f"key id {entry.id!r} appears twice")
+            seen.add(entry.id)
+        return self
 
 
 def load_keys(keys_file: str | Path | None = None, env: Mapping[str, str] | None = None) -> list[ApiKey]:

@@ -53,6 +53,18 @@ def test_bad_override_is_one_line(tmp_path: Path) -> None:
     assert "unknown key" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_bad_value_and_bad_file_are_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "churn_assets", "generate", "--set", "rates_per_day.hires=-1",
+                           "--out", str(tmp_path / "w")], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr == "churnbench: error: world config: rates_per_day.hires must be a number >= 0 (got -1)\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("calendar:\n  dayz: 3\n")
+    result = CliRunner().invoke(main, ["generate", "--config", str(bad), "--out", str(tmp_path / "w")])
+    assert result.exit_code == 1
+    assert f"world config {bad}: unknown key 'calendar.dayz'" in result.output and "Traceback" not in result.output
+
+
 def test_v1_reference_loads_unverified() -> None:
     ref = Path(__file__).resolve().parents[2] / "shared" / "reference" / "churnbench-v1-ledger-head.jsonl"
     result = CliRunner().invoke(main, ["ledger", "verify", str(ref)])

@@ -9,16 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BeforeValidator, Field, model_validator
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 from churn_assets.grounding.traces import SOURCE_STORES
 from churn_assets.world.events import ENTITY_CLASSES
+from churn_assets.world.validation import StrictModel, fail, none_is, one_of, parse
 
 FRESHNESS_TIERS = ("hot", "warm", "cold", "live")
+LIVE = "live"  # the tier read at T: never cached, so it has no TTL and no staged location
 REGISTRY_RESOURCE = "registry.yaml"
 
 
@@ -119,68 +122,114 @@ def load_registry(path: str | Path | None = None) -> Registry:
 
 
 def parse_registry(data: Any, where: str = "registry") -> Registry:
-    def fail(msg: str) -> RegistryError:
-        return RegistryError(f"registry {where}: {msg}")
+    """The registry that `data` (the parsed YAML) describes; `RegistryError` naming `where` and the class."""
+    checked = parse(RegistryFile, data, lambda message: RegistryError(f"registry {where}: {message}"),
+                    label=_label)
+    tier_ttls = {tier: entry.ttl_days for tier, entry in checked.freshness_tiers.items()}
+    classes = {name: _entity_class(name, entry, tier_ttls) for name, entry in checked.entity_classes.items()}
+    return Registry(classes, tier_ttls)
 
-    if not isinstance(data, dict) or not isinstance(data.get("entity_classes"), dict):
-        raise fail("needs a mapping 'entity_classes'")
-    tiers_raw = data.get("freshness_tiers") or {}
-    tier_ttls: dict[str, int | None] = {}
-    for tier, spec in tiers_raw.items():
-        if tier not in FRESHNESS_TIERS:
-            raise fail(f"unknown freshness tier {tier!r} (known: {', '.join(FRESHNESS_TIERS)})")
-        ttl = (spec or {}).get("ttl_days")
-        if tier == "live":
-            if ttl is not None:
+
+def _entity_class(name: str, entry: ClassEntry, tier_ttls: dict[str, int | None]) -> EntityClass:
+    tier = entry.freshness_tier
+    ttl = None if tier == LIVE else (entry.ttl_days if entry.ttl_days is not None else tier_ttls[tier])
+    return EntityClass(name, tier, ttl, Source(entry.source.store, entry.source.relation), entry.staged.table,
+                       entry.staged.index, tuple(entry.measures))
+
+
+# --- the file's schema --------------------------------------------------------------------------------------
+
+TTL_RULE = "an integer >= 0"
+TtlDays = Annotated[int, Field(ge=0, description=TTL_RULE)]
+Location = Annotated[str | None, Field(min_length=1, description="a non-empty name")]
+
+
+class TierEntry(StrictModel):
+    ttl_days: Annotated[int | None, Field(ge=0, description=TTL_RULE)] = None  # None: the live tier
+
+
+class SourceEntry(StrictModel):
+    store: Annotated[str, BeforeValidator(one_of(SOURCE_STORES, "source store")), Field(description="a store name")]
+    relation: Annotated[str, Field(min_length=1, description="a relation (table, collection, endpoint)")]
+
+
+class StagedEntry(StrictModel):
+    table: Location = None  # <world>_staging.<table>
+    index: Location = None  # an index asset (contract_terms -> vector_index)
+
+    @property
+    def locations(self) -> list[str]:
+        return [loc for loc in (self.table, self.index) if loc is not None]
+
+
+class ClassEntry(StrictModel):
+    freshness_tier: Annotated[str, Field(description="a tier name")]
+    # Absent: the tier's TTL. The default is not validated, so an explicit null is refused like any non-integer.
+    ttl_days: TtlDays = None  # type: ignore[assignment]
+    source: SourceEntry
+    staged: Annotated[StagedEntry, BeforeValidator(none_is(dict)), Field(default_factory=StagedEntry)]
+    measures: Annotated[list[str], BeforeValidator(none_is(list)),
+                        Field(default_factory=list, description="a list of names")]
+
+    @model_validator(mode="after")
+    def _staged_unless_live(self) -> ClassEntry:
+        live = self.freshness_tier == LIVE
+        if live and self.ttl_days is not None:
+            raise fail("a live class is read at T and takes no ttl_days")
+        if live and self.staged.locations:
+            raise fail("a live class is never staged")
+        if not live and not self.staged.locations:
+            raise fail("a cached class needs a staged table or index")
+        return self
+
+
+ClassName = Annotated[str, BeforeValidator(one_of(ENTITY_CLASSES, "entity class",
+                                                  ": classes can be re-tiered, not renamed"))]
+TierName = Annotated[str, BeforeValidator(one_of(FRESHNESS_TIERS, "freshness tier"))]
+
+
+class RegistryFile(StrictModel):
+    freshness_tiers: Annotated[dict[TierName, Annotated[TierEntry, BeforeValidator(none_is(dict))]],
+                               BeforeValidator(none_is(dict)), Field(default_factory=dict)]
+    entity_classes: Annotated[dict[ClassName, ClassEntry],
+                              Field(description="a mapping of class name to its entry")]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RegistryFile:
+        """What no single entry can check: tiers' TTLs, declared tiers, one owner per location and measure."""
+        for tier, entry in self.freshness_tiers.items():
+            if tier == LIVE and entry.ttl_days is not None:
                 raise fail("tier live is read at T and takes no ttl_days")
-        elif not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
-            raise fail(f"tier {tier}: ttl_days must be an integer >= 0 (got {ttl!r})")
-        tier_ttls[tier] = ttl
+            if tier != LIVE and entry.ttl_days is None:
+                raise fail(f"tier {tier}: ttl_days must be {TTL_RULE} (got None)")
+        _check_classes(self.entity_classes, tuple(self.freshness_tiers))
+        missing = [c for c in ENTITY_CLASSES if c not in self.entity_classes]
+        if missing:
+            raise fail(f"every entity class needs an entry; missing: {', '.join(missing)}")
+        return self
 
-    classes: dict[str, EntityClass] = {}
-    measure_owner: dict[str, str] = {}
+
+def _check_classes(classes: dict[str, ClassEntry], declared: tuple[str, ...]) -> None:
+    """Each class's tier is one the file declares; each staged location and measure has one owner."""
     staged_owner: dict[str, str] = {}
-    for name, spec in data["entity_classes"].items():
-        if name not in ENTITY_CLASSES:
-            raise fail(f"unknown entity class {name!r}: classes can be re-tiered, not renamed "
-                       f"(known: {', '.join(ENTITY_CLASSES)})")
-        if not isinstance(spec, dict):
-            raise fail(f"class {name}: must be a mapping")
-        tier = spec.get("freshness_tier")
-        if tier not in tier_ttls:
-            raise fail(f"class {name}: unknown freshness tier {tier!r} (known: {', '.join(tier_ttls)})")
-        ttl = spec.get("ttl_days", tier_ttls[tier])
-        if tier == "live":
-            ttl = None
-        elif not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
-            raise fail(f"class {name}: ttl_days must be an integer >= 0 (got {ttl!r})")
-        src = spec.get("source") or {}
-        if src.get("store") not in SOURCE_STORES:
-            raise fail(f"class {name}: unknown source store {src.get('store')!r} "
-                       f"(known: {', '.join(SOURCE_STORES)})")
-        if not isinstance(src.get("relation"), str) or not src["relation"]:
-            raise fail(f"class {name}: source needs a relation (table, collection, endpoint)")
-        staged = spec.get("staged") or {}
-        table, index = staged.get("table"), staged.get("index")
-        if tier == "live" and (table or index):
-            raise fail(f"class {name}: a live class is never staged")
-        if tier != "live" and not (table or index):
-            raise fail(f"class {name}: a cached class needs a staged table or index")
-        for loc in (table, index):
-            if loc:
-                if loc in staged_owner:
-                    raise fail(f"staged location {loc!r} belongs to both {staged_owner[loc]} and {name}")
-                staged_owner[loc] = name
-        measures = spec.get("measures") or []
-        if not isinstance(measures, list) or not all(isinstance(m, str) for m in measures):
-            raise fail(f"class {name}: measures must be a list of names")
-        for m in measures:
+    measure_owner: dict[str, str] = {}
+    for name, entry in classes.items():
+        if entry.freshness_tier not in declared:
+            raise fail(f"class {name}: unknown freshness tier {entry.freshness_tier!r} "
+                       f"(known: {', '.join(declared)})")
+        for loc in entry.staged.locations:
+            if loc in staged_owner:
+                raise fail(f"staged location {loc!r} belongs to both {staged_owner[loc]} and {name}")
+            staged_owner[loc] = name
+        for m in entry.measures:
             if m in measure_owner:
                 raise fail(f"measure {m!r} is registered on both {measure_owner[m]} and {name}")
             measure_owner[m] = name
-        classes[name] = EntityClass(name, tier, ttl, Source(src["store"], src["relation"]), table, index,
-                                    tuple(measures))
-    missing = [c for c in ENTITY_CLASSES if c not in classes]
-    if missing:
-        raise fail(f"every entity class needs an entry; missing: {', '.join(missing)}")
-    return Registry(classes, tier_ttls)
+
+
+def _label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+    """Name the class or tier an error is in ("class prices: ttl_days ..."), as the registry always has."""
+    kinds = {"entity_classes": "class", "freshness_tiers": "tier"}
+    if len(loc) >= 2 and loc[0] in kinds and "[key]" not in loc:
+        return f"{kinds[loc[0]]} {loc[1]}: ", loc[2:]
+    return "", loc

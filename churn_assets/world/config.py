@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -77,20 +75,15 @@ def load_config(
 ) -> WorldConfig:
     """Defaults, then the file at `path` (a partial config merged over the defaults), then overrides.
 
-    `overrides` are `section.key=value` strings with YAML values (`rates_per_day.hires=2.5`).
+    `overrides` are `section.key=value` strings with YAML values (`rates_per_day.hires=2.5`): each path is
+    resolved against the schema, the value set in the data, and the result validated by the schema.
     """
     data = default_config_data()
     if path is not None:
         p = Path(path)
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except FileNotFoundError:
-            raise WorldConfigError(f"world config {p}: file not found") from None
-        except (yaml.YAMLError, ValueError) as e:
-            raise WorldConfigError(f"world config {p}: not valid YAML ({e})") from None
-        if not isinstance(loaded, dict):
-            raise WorldConfigError(f"world config {p}: top level must be a mapping")
-        _merge(data, loaded, where=str(p))
+        _merge(data, _read_file(p))
+        # Checked before the overrides apply, so that a mistake in the file is reported with the file's name.
+        validate_config(data, where=f"world config {p}")
     for item in overrides or []:
         key, sep, raw = item.partition("=")
         if not sep:
@@ -111,83 +104,66 @@ def load_config(
 
 def config_from_data(data: dict[str, Any]) -> WorldConfig:
     """A config from a complete mapping (as stored in a manifest or the state folder)."""
-    return validate_config(copy.deepcopy(data))
+    return validate_config(data)
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any], where: str, prefix: str = "") -> None:
+def _read_file(p: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise WorldConfigError(f"world config {p}: file not found") from None
+    except (yaml.YAMLError, ValueError) as e:
+        raise WorldConfigError(f"world config {p}: not valid YAML ({e})") from None
+    if not isinstance(loaded, dict):
+        raise WorldConfigError(f"world config {p}: top level must be a mapping")
+    return loaded
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    """`extra` over `base`, section by section; which keys may exist is the schema's to say."""
     for key, value in extra.items():
-        dotted = f"{prefix}{key}"
-        if key not in base:
-            raise WorldConfigError(f"world config {where}: unknown key {dotted!r}")
-        if isinstance(base[key], dict):
-            if not isinstance(value, dict):
-                raise WorldConfigError(f"world config {where}: {dotted!r} must be a mapping")
-            _merge(base[key], value, where, prefix=f"{dotted}.")
+        if isinstance(base.get(key), dict) and isinstance(value, dict):
+            _merge(base[key], value)
         else:
             base[key] = value
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
+    """Set the leaf `dotted` names: every part but the last a section of the schema, the last one of its keys.
+    `data` holds every section (it starts from the defaults and a merged file has been validated)."""
+    from churn_assets.world.config_model import WorldModel
+    from churn_assets.world.validation import section_model
+
+    model, node = WorldModel, data
     parts = dotted.split(".")
     for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
+        section = section_model(model, part)
+        if section is None:
             raise WorldConfigError(f"override {dotted!r}: unknown section {part!r}")
-        node = node[part]
-    if parts[-1] not in node or isinstance(node[parts[-1]], dict):
+        model, node = section, node[part]
+    if parts[-1] not in model.model_fields or section_model(model, parts[-1]) is not None:
         raise WorldConfigError(f"override {dotted!r}: unknown key")
     node[parts[-1]] = value
 
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+def validate_config(data: dict[str, Any], where: str = "world config") -> WorldConfig:
+    """`data` checked by the schema (`config_model.WorldModel`); errors name `where` and the key.
+
+    The config's data is the schema's values in `data`'s own key order, so it is the mapping the hash has
+    always been computed from (integers given for float fields become floats, days stay text; see
+    `config_model`) and it is stored in the order it came in. `data` itself is not changed.
+    """
+    # Imported here: the CLI imports this module at start-up, and pydantic with its first model costs
+    # 150-250 ms (docs/decisions.md 71); only a command that reads a config pays it.
+    from churn_assets.world.config_model import WorldModel
+    from churn_assets.world.validation import parse
+
+    model = parse(WorldModel, data, lambda message: WorldConfigError(f"{where}: {message}"))
+    return WorldConfig(_in_order_of(data, model.model_dump()))
 
 
-def validate_config(data: dict[str, Any]) -> WorldConfig:
-    """Check types and ranges; normalise numbers so equal configs hash equally."""
-    def need(cond: bool, key: str, what: str) -> None:
-        if not cond:
-            raise WorldConfigError(f"world config: {key} {what}")
-
-    need(isinstance(data.get("name"), str) and bool(_NAME_RE.match(data["name"])), "name",
-         "must be lower-case letters, digits or _ (max 31), starting with a letter")
-    need(isinstance(data.get("seed"), int) and data["seed"] >= 0, "seed", "must be a non-negative integer")
-    cal = data["calendar"]
-    try:
-        dt.date.fromisoformat(str(cal["start"]))
-    except ValueError:
-        raise WorldConfigError("world config: calendar.start must be an ISO day YYYY-MM-DD") from None
-    cal["start"] = str(cal["start"])
-    need(isinstance(cal.get("days"), int) and 1 <= cal["days"] <= 3650, "calendar.days", "must be 1..3650")
-
-    for section in ("reference_data", "rates_per_day", "consumption", "drift", "activity_weight"):
-        need(isinstance(data.get(section), dict), section, "must be a mapping")
-    for key, value in data["rates_per_day"].items():
-        need(isinstance(value, int | float) and value >= 0, f"rates_per_day.{key}", "must be a number >= 0")
-        data["rates_per_day"][key] = float(value)
-    ref = data["reference_data"]
-    for key in ("vendors", "business_units", "cost_centers", "products", "users", "initial_licenses",
-                "contracts"):
-        need(isinstance(ref.get(key), int) and ref[key] >= 1, f"reference_data.{key}",
-             "must be an integer >= 1")
-    need(ref["initial_licenses"] <= ref["users"], "reference_data.initial_licenses", "must be <= users")
-    need(ref["contracts"] >= ref["vendors"], "reference_data.contracts",
-         "must be >= vendors (every vendor starts with a contract)")
-    lo, hi = ref["list_price_usd"]
-    need(0 < lo <= hi, "reference_data.list_price_usd", "must be [low, high] with 0 < low <= high")
-    ref["list_price_usd"] = [float(lo), float(hi)]
-    need(0 <= ref["api_product_share"] <= 1, "reference_data.api_product_share", "must be in [0, 1]")
-    for key in ("freed_seat_reassign_probability", "new_hire_license_probability",
-                "contract_renewal_probability", "ticket_start_probability", "ticket_resolve_probability",
-                "vendor_rename_share", "shelfware_share", "shelfware_usage"):
-        value = data["drift"].get(key)
-        need(isinstance(value, int | float) and 0 <= value <= 1, f"drift.{key}", "must be in [0, 1]")
-        data["drift"][key] = float(value)
-    aw = data["activity_weight"]
-    need(aw.get("distribution") == "pareto", "activity_weight.distribution", "must be 'pareto'")
-    need(isinstance(aw.get("alpha"), int | float) and aw["alpha"] > 0, "activity_weight.alpha", "must be > 0")
-    aw["alpha"] = float(aw["alpha"])
-    aw["max"] = float(aw["max"])
-    cons = data["consumption"]
-    need(isinstance(cons.get("events_per_day"), int) and cons["events_per_day"] >= 0,
-         "consumption.events_per_day", "must be an integer >= 0")
-    return WorldConfig(data)
+def _in_order_of(given: Any, validated: Any) -> Any:
+    """`validated`'s values with `given`'s key order (every key of the schema is required: same keys)."""
+    if isinstance(given, dict) and isinstance(validated, dict):
+        return {key: _in_order_of(given[key], validated[key]) for key in given}
+    return validated
