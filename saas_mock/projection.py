@@ -128,12 +128,14 @@ class PostgresTruthSource:
         schema = truth_schema(world_id)
 
         def query(conn: Any) -> TenantHead | None:
-            exists = conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."ledger"',)).fetchone()
+            # to_regclass parses a qualified name: psycopg quotes it, and it is sent as a value.
+            ledger = sql.Identifier(schema, "ledger")
+            exists = conn.execute("SELECT to_regclass(%s)", (ledger.as_string(conn),)).fetchone()
             if exists is None or exists[0] is None:
                 return None
             row = conn.execute(sql.SQL(
                 "SELECT world_id, format_version, event_count, head_hash, first_day::text, last_day::text, "
-                "world_config FROM {} LIMIT 1").format(sql.Identifier(schema, "ledger"))).fetchone()
+                "world_config FROM {} LIMIT 1").format(ledger)).fetchone()
             if row is None or not row[2]:
                 return None
             start, end = _calendar(row[6], row[4], row[5])

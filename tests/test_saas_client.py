@@ -236,3 +236,34 @@ def test_counters_add_up_under_threads(make: Callable[..., SaasClient], sleeps: 
     assert_adds_up(stats, sleeps)
     span = stats - SaasStats(calls=40, requests=40)
     assert span.calls == 60
+
+
+def test_503_waits_exactly_retry_after_other_5xx_back_off(
+        make: Callable[..., SaasClient], sleeps: list[float]) -> None:
+    # RFC 9110: Retry-After comes with 429 and 503; a 500 carrying one is still backed off.
+    handler, _ = scripted(status(503, **{"Retry-After": "4"}), status(500, **{"Retry-After": "9"}), ok())
+    client = make(handler, backoff_base_s=0.5)
+    assert client.get("/v1/x") == {"ok": True}
+    assert sleeps == [4.0, 1.0]  # the server's word, then backoff(1)
+    assert client.stats == SaasStats(calls=1, requests=3, retries=2, errors_retried=2, wait_seconds=5.0)
+    assert_adds_up(client.stats, sleeps)
+
+    handler, seen = scripted(status(503, **{"Retry-After": str(int(MAX_RETRY_AFTER_S) + 1)}))
+    down = make(handler)
+    with pytest.raises(TransportError, match="503 status 503; the server asks to wait 121 s") as raised:
+        down.get("/v1/x")
+    assert (raised.value.attempts, raised.value.last_status, len(seen)) == (1, 503, 1)
+    assert down.stats == SaasStats(calls=1, requests=1, failures=1)
+
+
+def test_the_last_attempt_draws_no_jitter(make: Callable[..., SaasClient], sleeps: list[float]) -> None:
+    # A call that runs out of retries waits before each retry only: the seeded jitter sequence the next
+    # call waits by is the one a fresh client with the same seed would draw.
+    handler, _ = scripted(status(500), status(500), status(500), status(500), ok())
+    client = make(handler, max_retries=2, jitter=0.5, seed=3)
+    with pytest.raises(TransportError):
+        client.get("/v1/x")
+    client.get("/v1/x")  # one more 500, then ok
+    fresh = make(handler, max_retries=2, jitter=0.5, seed=3)
+    assert sleeps == [fresh.backoff(0), fresh.backoff(1), fresh.backoff(0)]
+    assert client.stats.failures == 1 and client.stats.retries == 3

@@ -1,5 +1,8 @@
 """The staged caches' SQL, built without a database: what each partition copies, and the text is valid SQL.
 
+The builders return `psycopg.sql` compositions; `text` renders them as psycopg sends them (the rendering
+needs no connection for these names and literals).
+
 Semantics against the real marts (equality with the source as of d, no date after d) are tested in
 tests/integration/test_staged_caches.py.
 """
@@ -12,6 +15,7 @@ import re
 import pytest
 import sqlglot
 import yaml
+from psycopg import sql
 
 from churn_assets.grounding.registry import load_registry, parse_registry
 from churn_assets.grounding.staging import (
@@ -46,6 +50,10 @@ USER_COLUMNS = [
     SourceColumn("offboarded_on", "date"), SourceColumn("valid_from", "date"), SourceColumn("valid_to", "date"),
 ]
 DAY = "CAST(%(day)s AS date)"
+
+
+def text(statement: sql.Composable) -> str:
+    return statement.as_string(None)
 
 
 def parses(statement: str) -> None:
@@ -113,7 +121,7 @@ def test_a_staged_table_from_another_store_is_refused() -> None:
 
 
 def test_as_of_select_keeps_history_up_to_the_day_and_opens_later_ends() -> None:
-    statement = as_of_select(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE)
+    statement = text(as_of_select(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE))
     parses(statement)
     items = select_items(statement)
     # Every source column, in source order, under its own name.
@@ -129,7 +137,7 @@ def test_as_of_select_keeps_history_up_to_the_day_and_opens_later_ends() -> None
 
 def test_every_other_date_after_the_day_reads_as_null() -> None:
     by_name = dict(zip([c.name for c in USER_COLUMNS],
-                       select_items(as_of_select(USER_STATUS, USER_COLUMNS, SOURCE)), strict=True))
+                       select_items(text(as_of_select(USER_STATUS, USER_COLUMNS, SOURCE))), strict=True))
     assert by_name["offboarded_on"] == f'CASE WHEN "offboarded_on" <= {DAY} THEN "offboarded_on" END AS "offboarded_on"'
     assert by_name["hired_on"].startswith('CASE WHEN "hired_on" <=')
     assert by_name["is_active"] == '"is_active"' and by_name["cost_center_id"] == '"cost_center_id"'
@@ -137,7 +145,7 @@ def test_every_other_date_after_the_day_reads_as_null() -> None:
     spec = StagedSpec("prices", "prices", "fct_price")
     columns = [SourceColumn("valid_from", "date"), SourceColumn("valid_to", "date"),
                SourceColumn("changed_at", "timestamp with time zone")]
-    assert select_items(as_of_select(spec, columns, SOURCE))[2].startswith('CASE WHEN "changed_at" <=')
+    assert select_items(text(as_of_select(spec, columns, SOURCE)))[2].startswith('CASE WHEN "changed_at" <=')
 
 
 def test_a_source_that_is_not_scd2_is_refused() -> None:
@@ -155,30 +163,30 @@ def test_a_source_that_is_not_scd2_is_refused() -> None:
 
 
 def test_the_staged_table_has_the_source_columns_then_refresh_day() -> None:
-    create, index, comment = create_table_sql(USER_STATUS, USER_COLUMNS, STAGING)
-    for statement in (create, index, comment, meta_table_sql(STAGING)):
+    create, index, comment = map(text, create_table_sql(USER_STATUS, USER_COLUMNS, STAGING))
+    for statement in (create, index, comment, text(meta_table_sql(STAGING))):
         parses(statement)
     assert create.startswith(f'CREATE TABLE "{STAGING}"."user_status" (')
     columns = create[create.index("(") + 1:-1].split(", ")
     assert columns == [f'"{c.name}" {c.sql_type}' for c in USER_COLUMNS] + ['"refresh_day" date NOT NULL']
     assert index.endswith(f'ON "{STAGING}"."user_status" ("refresh_day")')
-    meta = meta_table_sql(STAGING)
+    meta = text(meta_table_sql(STAGING))
     assert f'"{STAGING}"."{META_TABLE}"' in meta and 'PRIMARY KEY (staged_table, "refresh_day")' in meta
 
 
 def test_a_write_replaces_exactly_one_refresh_day() -> None:
-    delete, insert = write_sql(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE, STAGING)
+    delete, insert = map(text, write_sql(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE, STAGING))
     parses(delete)
     parses(insert)
     assert delete == f'DELETE FROM "{STAGING}"."assignments" WHERE "refresh_day" = {DAY}'
     assert insert.startswith(f'INSERT INTO "{STAGING}"."assignments" ("assignment_key", "license_id", ')
     assert '"source_seq", "refresh_day") SELECT s.*, ' + DAY in insert
-    assert as_of_select(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE) in insert
+    assert text(as_of_select(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE)) in insert
 
 
 def test_the_content_hash_ignores_refresh_day_and_the_server_locale() -> None:
-    staged = partition_hash_sql(ASSIGNMENT_COLUMNS, STAGING, "assignments")
-    source = source_hash_sql(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE)
+    staged = text(partition_hash_sql(ASSIGNMENT_COLUMNS, STAGING, "assignments"))
+    source = text(source_hash_sql(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE))
     for statement in (staged, source):
         parses(statement)
         assert 'ORDER BY r::text COLLATE "C"' in statement and statement.startswith("SELECT count(*), md5(")
@@ -188,10 +196,19 @@ def test_the_content_hash_ignores_refresh_day_and_the_server_locale() -> None:
 
 
 def test_diff_and_late_dates_read_one_partition() -> None:
-    diff = diff_sql(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE, STAGING, limit=5)
+    diff = text(diff_sql(ASSIGNMENTS, ASSIGNMENT_COLUMNS, SOURCE, STAGING, limit=5))
     parses(diff)
     assert diff.count("EXCEPT ALL") == 2 and diff.count("LIMIT 5") == 2
-    late = late_dates_sql(["hired_on", "offboarded_on", "valid_from", "valid_to"], STAGING, "user_status")
+    late = text(late_dates_sql(["hired_on", "offboarded_on", "valid_from", "valid_to"], STAGING, "user_status"))
     parses(late)
     assert late.count("FILTER (WHERE") == 4 and f'"offboarded_on" > {DAY}' in late
     assert late.endswith(f'WHERE "refresh_day" = {DAY}')
+
+
+def test_the_content_hash_statement_is_pinned() -> None:
+    # Recorded hashes are compared with recomputed ones (the partition check, the scenario materializer):
+    # the statement that computes them must not drift. This is the text the hand-quoted builder made.
+    columns = [SourceColumn("user_id", "text"), SourceColumn('odd"name', "date")]
+    assert text(partition_hash_sql(columns, STAGING, "user_status")) == (
+        "SELECT count(*), md5(coalesce(string_agg(r::text, E'\\n' ORDER BY r::text COLLATE \"C\"), '')) FROM "
+        f'(SELECT "user_id", "odd""name" FROM "{STAGING}"."user_status" WHERE "refresh_day" = {DAY}) AS r')

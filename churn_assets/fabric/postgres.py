@@ -26,6 +26,7 @@ from churn_assets.errors import UserFacingError
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg import sql
 
 LAYERS: tuple[str, ...] = ("truth", "raw", "analytics", "staging")
 MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer identifiers silently: refuse them instead
@@ -117,11 +118,19 @@ def dbt_connection_env(url: str) -> dict[str, str]:
     return env
 
 
-def ident(*parts: str) -> Any:
-    """A quoted (possibly qualified) identifier for `psycopg.sql` composition."""
+def ident(*parts: str) -> sql.Identifier:
+    """`psycopg.sql.Identifier(*parts)`: a quoted (possibly qualified) identifier for `psycopg.sql` composition,
+    the one way SQL names are quoted in this project (psycopg imported on first use, not with this module)."""
     from psycopg import sql
 
     return sql.Identifier(*parts)
+
+
+def relation_exists(conn: psycopg.Connection[Any], schema: str, name: str) -> bool:
+    """Whether `schema.name` is a relation (table, view, index...), as `to_regclass` resolves it."""
+    # to_regclass parses a qualified name: psycopg quotes it for the server, and it is sent as a value.
+    row = conn.execute("SELECT to_regclass(%s)", (ident(schema, name).as_string(conn),)).fetchone()
+    return row is not None and row[0] is not None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -179,10 +188,12 @@ class LoadResult:
         return sum(self.row_counts.values())
 
 
-def _create_table_sql(schema: str, spec: TableSpec) -> Any:
+def _create_table_sql(schema: str, spec: TableSpec) -> sql.Composed:
     from psycopg import sql
 
-    cols = [sql.SQL("{} {}{}").format(ident(c.name), sql.SQL(c.sql_type), sql.SQL("" if c.nullable else " NOT NULL"))
+    # `sql_type` is a type expression written in this package's table specs (`numeric(12,2)`), not a name.
+    cols = [sql.SQL("{} {}{}").format(ident(c.name), sql.SQL(c.sql_type),  # type: ignore[arg-type]
+                                      sql.SQL("" if c.nullable else " NOT NULL"))
             for c in spec.columns]
     if spec.primary_key:
         cols.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(ident(c) for c in spec.primary_key)))
@@ -218,8 +229,7 @@ def schema_exists(conn: psycopg.Connection[Any], schema: str) -> bool:
 
 def read_load_key(conn: psycopg.Connection[Any], schema: str, meta_table: str) -> str | None:
     """The `load_key` stored in a layer's meta table, or None when the layer was never loaded."""
-    exists = conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{meta_table}"',)).fetchone()
-    if exists is None or exists[0] is None:
+    if not relation_exists(conn, schema, meta_table):
         return None
     from psycopg import sql
 

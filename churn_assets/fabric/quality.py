@@ -256,16 +256,17 @@ def fold_measures(records: Iterable[Mapping[str, Any]], days: Sequence[dt.date],
     return out
 
 
+# `{schema}` is the world's analytics schema (an `sql.Identifier`); `%(day)s` and `%(unallocated)s` are bound.
 _PARITY_SQL: dict[str, str] = {
-    "active_users": "SELECT user_id FROM {schema}.active_users_as_of WHERE as_of_day = %s",
+    "active_users": "SELECT user_id FROM {schema}.active_users_as_of WHERE as_of_day = %(day)s",
     "assigned_licenses": ("SELECT license_id, user_id FROM {schema}.assignments_as_of "
-                          "WHERE as_of_day = %s AND holder_active"),
-    "open_tickets": "SELECT ticket_id FROM {schema}.tickets_as_of WHERE as_of_day = %s AND is_open",
+                          "WHERE as_of_day = %(day)s AND holder_active"),
+    "open_tickets": "SELECT ticket_id FROM {schema}.tickets_as_of WHERE as_of_day = %(day)s AND is_open",
     "spend_by_cost_center": (
         "SELECT cost_center_id, monthly_spend_usd::float8 FROM {schema}.spend_by_cost_center_as_of "
-        "WHERE as_of_day = %s UNION ALL "
-        "SELECT '" + UNALLOCATED + "', unallocated_usd::float8 FROM {schema}.spend_summary_as_of "
-        "WHERE as_of_day = %s"),
+        "WHERE as_of_day = %(day)s UNION ALL "
+        "SELECT %(unallocated)s::text, unallocated_usd::float8 FROM {schema}.spend_summary_as_of "
+        "WHERE as_of_day = %(day)s"),
 }
 
 
@@ -274,13 +275,13 @@ def warehouse_measures(conn: psycopg.Connection[Any], world_id: str, days: Seque
     """The parity measures read from the world's as-of views on each of `days`."""
     from psycopg import sql
 
-    schema = sql.Identifier(schema_name(world_id, "analytics")).as_string(conn)
+    schema = ident(schema_name(world_id, "analytics"))
+    queries = {measure: sql.SQL(_PARITY_SQL[measure]).format(schema=schema) for measure in measures}
     out: dict[dt.date, Measures] = {}
     for day in days:
         values: Measures = {}
         for measure in measures:
-            query = _PARITY_SQL[measure].format(schema=schema)
-            rows = conn.execute(query.encode(), (day,) * query.count("%s")).fetchall()
+            rows = conn.execute(queries[measure], {"day": day, "unallocated": UNALLOCATED}).fetchall()
             if measure in ("active_users", "open_tickets"):
                 values[measure] = {r[0] for r in rows}
             else:

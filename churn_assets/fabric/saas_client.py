@@ -7,12 +7,17 @@
     client.prices(world, as_of=...)
     client.stats                                                              # counters so far
 
-Retried: 429 (after `Retry-After` when the server sends it, else the backoff), 5xx, timeouts and
-connection errors, up to `max_retries` retries per call with waits `backoff_base * 2**n` (capped at
-`backoff_max`). After the last retry the call raises `TransportError`: the evaluation scores that as a
-`transport_failure`, never as a wrong answer (ARCHITECTURE.md section 6). Not retried: 401/403
+Retried: 429 and 503 (after `Retry-After` when the server sends it, else the backoff), other 5xx, timeouts
+and connection errors, up to `max_retries` retries per call with waits `backoff_base * 2**n` (capped at
+`backoff_max`, optionally jittered). A server asking to wait longer than `MAX_RETRY_AFTER_S` is treated as
+down: the call fails at once. After the last retry the call raises `TransportError`: the evaluation scores
+that as a `transport_failure`, never as a wrong answer (ARCHITECTURE.md section 6). Not retried: 401/403
 (`SaasAuthError`), 404 (`SaasNotFound`: the tenant, user or product does not exist as of the day; an
 answer, not a failure) and other 4xx (`SaasRequestError`, a bug in the caller).
+
+The retry loop is tenacity's (`Retrying`: stop, wait, sleep and the hooks below); the policy is this module's:
+what is retryable (`_Retryable`), the wait (`Retry-After`, else `backoff`, seeded so reruns wait alike), the
+cap, the counters and the error raised when retries run out. The sleep is injected (tests record it).
 
 Counters (`SaasStats`), which results report (section 10, "SaaS mock"): `calls` (API calls made),
 `requests` (HTTP attempts), `retries`, `throttled` (429s absorbed, i.e. followed by a retry),
@@ -29,9 +34,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
+import tenacity
 
 from churn_assets.errors import UserFacingError
 
@@ -42,6 +48,7 @@ DEFAULT_BACKOFF_BASE_S = 0.25
 DEFAULT_BACKOFF_MAX_S = 30.0
 MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer pause is treated as down: fail the call instead
 PAGE_SIZE = 500
+RETRY_AFTER_STATUSES = (429, 503)  # the answers whose `Retry-After` says when to come back (RFC 9110, 10.2.3)
 
 
 class SaasError(UserFacingError):
@@ -168,49 +175,69 @@ class SaasClient:
         clean = {k: str(v) for k, v in (params or {}).items() if v is not None}
         what = f"GET {path}"
         self._count(calls=1)
-        last_status: int | None = None
-        last_problem = ""
-        for attempt in range(self.max_retries + 1):
-            self._count(requests=1)
-            retry_after: float | None = None
-            try:
-                response = self._http.get(path, params=clean)
-            except httpx.TimeoutException as e:
-                last_problem, last_status = f"timed out ({type(e).__name__})", None
-            except httpx.TransportError as e:
-                last_problem, last_status = f"connection failed ({type(e).__name__}: {e})", None
-            else:
-                status = response.status_code
-                last_status = status
-                if status < 400:
-                    self.profile = response.headers.get("X-SaaS-Profile", self.profile)
-                    return response.json()
-                detail = _detail(response)
-                if status in (401, 403):
-                    raise SaasAuthError(f"{what}: {status} {detail} (check CHURNBENCH_SAAS_API_KEY or the "
-                                        "state folder's services/saas-keys.json)")
-                if status == 404:
-                    raise SaasNotFound(f"{what}: {detail}")
-                if status == 429:
-                    last_problem = f"429 rate limited ({detail})"
-                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                elif status >= 500:
-                    last_problem = f"{status} {detail}"
-                else:
-                    raise SaasRequestError(f"{what}: {status} {detail}", status=status)
-            if attempt == self.max_retries:
-                break
-            wait = retry_after if retry_after is not None else self.backoff(attempt)
-            if wait > MAX_RETRY_AFTER_S:
-                last_problem += f"; the server asks to wait {wait:.0f} s, more than {MAX_RETRY_AFTER_S:.0f} s"
-                break
-            self._count(retries=1, throttled=int(last_status == 429), errors_retried=int(last_status != 429),
-                        wait_seconds=wait)
-            self._sleep(wait)
+        # One controller per call (cheap): it reads max_retries as the call starts.
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            wait=self._wait,
+            stop=tenacity.stop_after_attempt(self.max_retries + 1) | _stop_when_asked_to_wait_too_long,
+            before_sleep=self._count_retry,
+            sleep=lambda seconds: self._sleep(float(seconds)),  # tenacity passes a float subclass
+            retry_error_callback=lambda state: self._give_up(what, state),
+        )
+        return retrying(self._attempt, path, clean, what)
+
+    def _attempt(self, path: str, params: dict[str, str], what: str) -> Any:
+        """One HTTP request: its JSON, a typed error that is not retried, or `_Retryable`."""
+        self._count(requests=1)
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"timed out ({type(e).__name__})", None, None) from e
+        except httpx.TransportError as e:
+            raise _Retryable(f"connection failed ({type(e).__name__}: {e})", None, None) from e
+        status = response.status_code
+        if status < 400:
+            self.profile = response.headers.get("X-SaaS-Profile", self.profile)
+            return response.json()
+        detail = _detail(response)
+        if status in (401, 403):
+            raise SaasAuthError(f"{what}: {status} {detail} (check CHURNBENCH_SAAS_API_KEY or the "
+                                "state folder's services/saas-keys.json)")
+        if status == 404:
+            raise SaasNotFound(f"{what}: {detail}")
+        if status < 500 and status != 429:
+            raise SaasRequestError(f"{what}: {status} {detail}", status=status)
+        problem = f"429 rate limited ({detail})" if status == 429 else f"{status} {detail}"
+        retry_after = parse_retry_after(response.headers.get("Retry-After")) if status in RETRY_AFTER_STATUSES \
+            else None
+        raise _Retryable(problem, status, retry_after)
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """Seconds before the next attempt: the server's `Retry-After` exactly, else the backoff."""
+        failed = _failure(state)
+        if failed.retry_after is not None:
+            return failed.retry_after
+        if state.attempt_number > self.max_retries:
+            # tenacity asks for the wait before it checks the stop; no retry follows this attempt, and
+            # drawing a jittered wait here would move the seeded sequence the next calls wait by.
+            return 0.0
+        return self.backoff(state.attempt_number - 1)
+
+    def _count_retry(self, state: tenacity.RetryCallState) -> None:
+        """Before each wait: one retry, absorbing a 429 (`throttled`) or an error (`errors_retried`)."""
+        throttled = _failure(state).status == 429
+        self._count(retries=1, throttled=int(throttled), errors_retried=int(not throttled),
+                    wait_seconds=state.upcoming_sleep)
+
+    def _give_up(self, what: str, state: tenacity.RetryCallState) -> NoReturn:
+        """Retries exhausted (or the server asks for too long a pause): count the failure, raise."""
+        failed = _failure(state)
+        problem = failed.problem
+        if state.attempt_number <= self.max_retries:  # stopped by the cap, not by the attempts
+            problem += f"; the server asks to wait {state.upcoming_sleep:.0f} s, more than {MAX_RETRY_AFTER_S:.0f} s"
         self._count(failures=1)
-        attempts = attempt + 1
-        raise TransportError(f"{what} failed after {attempts} attempt(s): {last_problem}",
-                             attempts=attempts, last_status=last_status)
+        raise TransportError(f"{what} failed after {state.attempt_number} attempt(s): {problem}",
+                             attempts=state.attempt_number, last_status=failed.status)
 
     # -- endpoints --------------------------------------------------------------------------------
 
@@ -253,6 +280,30 @@ class SaasClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Retryable(Exception):
+    """An attempt that may be retried: what went wrong, the HTTP status (None without an answer), and the
+    server's `Retry-After` in seconds (None when it sent none)."""
+
+    def __init__(self, problem: str, status: int | None, retry_after: float | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _failure(state: tenacity.RetryCallState) -> _Retryable:
+    """The failure of the attempt just made (the retry predicate lets only `_Retryable` through)."""
+    failed = state.outcome.exception() if state.outcome is not None else None
+    if not isinstance(failed, _Retryable):
+        raise AssertionError(f"tenacity retried a non-retryable outcome: {failed!r}")
+    return failed
+
+
+def _stop_when_asked_to_wait_too_long(state: tenacity.RetryCallState) -> bool:
+    # tenacity computes the wait before the stop, so `upcoming_sleep` is the wait that would follow.
+    return state.upcoming_sleep > MAX_RETRY_AFTER_S
 
 
 def _detail(response: httpx.Response) -> str:

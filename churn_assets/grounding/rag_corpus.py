@@ -31,10 +31,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from churn_assets.fabric.postgres import ident, relation_exists
 from churn_assets.grounding.chunks import Chunk, chunk_documents, content_hash, identifiers_in
 from churn_assets.grounding.embeddings import Encoder
 from churn_assets.grounding.traces import DataIntegrityError
 from churn_assets.grounding.vector_index import (
+    EMBEDDINGS_TABLE,
+    RAG_BUILDS_TABLE,
+    RAG_RECORDS_TABLE,
+    RAG_TABLES,
     VectorIndexError,
     content_version,
     copy_rows,
@@ -44,8 +49,6 @@ from churn_assets.grounding.vector_index import (
     query_vector,
     register_vector,
     staging_schema,
-    staging_sql,
-    table_exists,
 )
 from churn_assets.world.calendar import Day
 from churn_assets.world.state import (
@@ -66,35 +69,8 @@ if TYPE_CHECKING:
 WINDOWS_DAYS: tuple[int, ...] = (7, 30, 90)
 KINDS: tuple[str, ...] = ("user", "license", "product", "vendor", "cost_center", "ticket", "contract_chunk",
                           "consumption")
-RECORDS_TABLE = "rag_corpus_records"
-BUILDS_TABLE = "rag_corpus_builds"
-
-RAG_DDL = """
-CREATE TABLE IF NOT EXISTS {schema}.rag_corpus_records (
-    day date NOT NULL,
-    record_id text NOT NULL,
-    kind text NOT NULL,
-    entity_id text NOT NULL,
-    refs text[] NOT NULL,
-    content_hash text NOT NULL,
-    PRIMARY KEY (day, record_id)
-);
-COMMENT ON TABLE {schema}.rag_corpus_records IS
-    'The classic-RAG corpus as built on each day (data time = day); record texts and embeddings by content_hash.';
-CREATE TABLE IF NOT EXISTS {schema}.rag_corpus_builds (
-    day date PRIMARY KEY,
-    model text NOT NULL,
-    records integer NOT NULL,
-    unique_texts integer NOT NULL,
-    embedded integer NOT NULL,
-    encoder_calls integer NOT NULL,
-    kinds jsonb NOT NULL,
-    content_version text NOT NULL,
-    source_version text
-);
-COMMENT ON TABLE {schema}.rag_corpus_builds IS
-    'One row per built RAG corpus day (written last): the day''s records are complete.';
-"""
+# The corpus' tables (`RAG_TABLES`) are defined with the rest of the vector store's (`vector_index.TABLE_DDL`):
+# one store, one STORE_VERSION, one embeddings table.
 
 
 @dataclass(frozen=True)
@@ -330,12 +306,14 @@ def build_rag_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, sta
                      source_version: str | None = None) -> CorpusBuild:
     """Serialise the world as of `day` (`state`: a fold as of `day`; `documents`: {contract id: Markdown}
     of that day), embed the texts not embedded before, and replace the day's records."""
+    from psycopg import sql
+
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     records = corpus_records(state, day, chunk_documents(documents, day))
     seconds["serialise"] = time.perf_counter() - started
 
-    schema = ensure_tables(conn, world_id, RAG_DDL)
+    schema = ensure_tables(conn, world_id, RAG_TABLES)
     embedded = embed_missing(conn, schema, {r.content_hash: r.text for r in records}, encoder)
     seconds["embed"] = embedded.seconds
 
@@ -345,12 +323,12 @@ def build_rag_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, sta
     build = CorpusBuild(world_id, day, encoder.model_id, len(records), embedded.unique, embedded.embedded,
                         embedded.encoder_calls, kinds, version, source_version)
     with day_lock(conn, f"{schema} rag_corpus {day.isoformat()}"):
-        conn.execute(staging_sql("DELETE FROM {schema}.rag_corpus_records WHERE day = %s", schema), (day,))
-        copy_rows(conn, schema, RECORDS_TABLE, ("day", "record_id", "kind", "entity_id", "refs", "content_hash"),
+        conn.execute(sql.SQL("DELETE FROM {} WHERE day = %s").format(ident(schema, RAG_RECORDS_TABLE)), (day,))
+        copy_rows(conn, schema, RAG_RECORDS_TABLE, ("day", "record_id", "kind", "entity_id", "refs", "content_hash"),
                   [(day, r.record_id, r.kind, r.entity_id, list(r.refs), r.content_hash) for r in records])
-        conn.execute(staging_sql(
+        conn.execute(sql.SQL(
             """
-            INSERT INTO {schema}.rag_corpus_builds
+            INSERT INTO {}
                 (day, model, records, unique_texts, embedded, encoder_calls, kinds, content_version,
                  source_version)
             VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)
@@ -358,7 +336,7 @@ def build_rag_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, sta
                 unique_texts = EXCLUDED.unique_texts, embedded = EXCLUDED.embedded,
                 encoder_calls = EXCLUDED.encoder_calls, kinds = EXCLUDED.kinds,
                 content_version = EXCLUDED.content_version, source_version = EXCLUDED.source_version
-            """, schema),
+            """).format(ident(schema, RAG_BUILDS_TABLE)),
             (day, build.model, build.records, build.unique_texts, build.embedded, build.encoder_calls,
              json.dumps(kinds), version, source_version))
     seconds["store"] = time.perf_counter() - started
@@ -367,19 +345,24 @@ def build_rag_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, sta
 
 def corpus_days(conn: psycopg.Connection[Any], world_id: str) -> list[Day]:
     """The days the RAG corpus of `world_id` has a complete build for."""
+    from psycopg import sql
+
     schema = staging_schema(world_id)
-    if not table_exists(conn, schema, BUILDS_TABLE):
+    if not relation_exists(conn, schema, RAG_BUILDS_TABLE):
         return []
-    return [r[0] for r in conn.execute(staging_sql("SELECT day FROM {schema}.rag_corpus_builds ORDER BY day", schema))]
+    query = sql.SQL("SELECT day FROM {} ORDER BY day").format(ident(schema, RAG_BUILDS_TABLE))
+    return [r[0] for r in conn.execute(query)]
 
 
 def corpus_build_of(conn: psycopg.Connection[Any], world_id: str, day: Day) -> CorpusBuild | None:
+    from psycopg import sql
+
     schema = staging_schema(world_id)
-    if not table_exists(conn, schema, BUILDS_TABLE):
+    if not relation_exists(conn, schema, RAG_BUILDS_TABLE):
         return None
-    row = conn.execute(staging_sql(
+    row = conn.execute(sql.SQL(
         "SELECT model, records, unique_texts, embedded, encoder_calls, kinds, content_version, source_version "
-        "FROM {schema}.rag_corpus_builds WHERE day = %s", schema), (day,)).fetchone()
+        "FROM {} WHERE day = %s").format(ident(schema, RAG_BUILDS_TABLE)), (day,)).fetchone()
     if row is None:
         return None
     return CorpusBuild(world_id, day, *row)
@@ -406,6 +389,8 @@ def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query:
     With `match_identifiers`, records naming more of the entity ids the query names rank first (cosine
     ranks within each group); `kinds` restricts the record kinds searched.
     """
+    from psycopg import sql
+
     if k <= 0:
         return []
     build = corpus_build_of(conn, world_id, day)
@@ -420,17 +405,18 @@ def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query:
     register_vector(conn)
     vector = query_vector(query, encoder)
     named = list(identifiers_in(query)) if (match_identifiers and isinstance(query, str)) else []
-    rows = conn.execute(staging_sql(
+    schema = staging_schema(world_id)
+    rows = conn.execute(sql.SQL(
         """
         SELECT r.record_id, r.kind, r.entity_id, e.content, r.refs, 1 - (e.embedding <=> %(q)s) AS score,
                cardinality(ARRAY(SELECT unnest(r.refs) INTERSECT SELECT unnest(%(named)s::text[]))) AS matched,
                r.day, r.content_hash
-        FROM {schema}.rag_corpus_records r
-        JOIN {schema}.embeddings e ON e.content_hash = r.content_hash AND e.model = %(model)s
+        FROM {records} r
+        JOIN {embeddings} e ON e.content_hash = r.content_hash AND e.model = %(model)s
         WHERE r.day = %(day)s AND (%(kinds)s::text[] IS NULL OR r.kind = ANY(%(kinds)s::text[]))
         ORDER BY matched DESC, e.embedding <=> %(q)s, r.record_id
         LIMIT %(k)s
-        """, staging_schema(world_id)),
+        """).format(records=ident(schema, RAG_RECORDS_TABLE), embeddings=ident(schema, EMBEDDINGS_TABLE)),
         {"q": vector, "named": named, "model": encoder.model_id, "day": day,
          "kinds": list(kinds) if kinds is not None else None, "k": k},
     ).fetchall()

@@ -31,17 +31,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, LiteralString
 
 import numpy as np
 
 from churn_assets.errors import UserFacingError
-from churn_assets.fabric.postgres import ident, parse_schema_name, schema_name
+from churn_assets.fabric.postgres import ident, parse_schema_name, relation_exists, schema_name
 from churn_assets.grounding.chunks import Chunk, chunk_documents, identifiers_in
 from churn_assets.grounding.embeddings import CountingEncoder, Encoder
 
@@ -53,26 +52,31 @@ EMBEDDINGS_TABLE = "embeddings"
 CHUNKS_TABLE = "vector_index_chunks"
 BUILDS_TABLE = "vector_index_builds"
 INDEX_TABLES = (EMBEDDINGS_TABLE, CHUNKS_TABLE, BUILDS_TABLE)
+RAG_RECORDS_TABLE = "rag_corpus_records"  # the RAG corpus' tables (`rag_corpus.py`): same store, same version
+RAG_BUILDS_TABLE = "rag_corpus_builds"
+RAG_TABLES = (RAG_RECORDS_TABLE, RAG_BUILDS_TABLE)
 META_TABLE = "vector_store_meta"
 ENCODE_BATCH = 256  # texts per encoder call: each batch is stored as soon as it is embedded
 # Bump when a table of this module or `rag_corpus.py` changes: older tables are dropped and rebuilt (they
 # are caches of the documents and the ledger; the partitions are then materialized again).
 STORE_VERSION = 1
 
-EMBEDDINGS_DDL = """
-CREATE TABLE IF NOT EXISTS {schema}.embeddings (
+# The DDL of every table of the store (this module's and the RAG corpus'): `{table}` is the table, qualified by
+# the world's staging schema, filled in by `ensure_tables` with `sql.Identifier`.
+_EMBEDDINGS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
     content_hash text NOT NULL,
     model text NOT NULL,
     content text NOT NULL,
     embedding vector NOT NULL,
     PRIMARY KEY (content_hash, model)
 );
-COMMENT ON TABLE {schema}.embeddings IS
+COMMENT ON TABLE {table} IS
     'Every text embedded for the vector index or the RAG corpus, once per content hash (SHA-256 of content) and model.';
 """
 
-INDEX_DDL = """
-CREATE TABLE IF NOT EXISTS {schema}.vector_index_chunks (
+_CHUNKS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
     day date NOT NULL,
     contract_id text NOT NULL,
     chunk_no integer NOT NULL,
@@ -80,9 +84,12 @@ CREATE TABLE IF NOT EXISTS {schema}.vector_index_chunks (
     content_hash text NOT NULL,
     PRIMARY KEY (day, contract_id, chunk_no)
 );
-COMMENT ON TABLE {schema}.vector_index_chunks IS
+COMMENT ON TABLE {table} IS
     'The contract chunks of the vector index as of each day (a vector_index partition); embeddings by content_hash.';
-CREATE TABLE IF NOT EXISTS {schema}.vector_index_builds (
+"""
+
+_BUILDS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
     day date PRIMARY KEY,
     model text NOT NULL,
     documents integer NOT NULL,
@@ -93,9 +100,44 @@ CREATE TABLE IF NOT EXISTS {schema}.vector_index_builds (
     content_version text NOT NULL,
     source_version text
 );
-COMMENT ON TABLE {schema}.vector_index_builds IS
+COMMENT ON TABLE {table} IS
     'One row per built vector_index day (written last): the day''s chunks are complete.';
 """
+
+_RAG_RECORDS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    day date NOT NULL,
+    record_id text NOT NULL,
+    kind text NOT NULL,
+    entity_id text NOT NULL,
+    refs text[] NOT NULL,
+    content_hash text NOT NULL,
+    PRIMARY KEY (day, record_id)
+);
+COMMENT ON TABLE {table} IS
+    'The classic-RAG corpus as built on each day (data time = day); record texts and embeddings by content_hash.';
+"""
+
+_RAG_BUILDS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    day date PRIMARY KEY,
+    model text NOT NULL,
+    records integer NOT NULL,
+    unique_texts integer NOT NULL,
+    embedded integer NOT NULL,
+    encoder_calls integer NOT NULL,
+    kinds jsonb NOT NULL,
+    content_version text NOT NULL,
+    source_version text
+);
+COMMENT ON TABLE {table} IS
+    'One row per built RAG corpus day (written last): the day''s records are complete.';
+"""
+
+TABLE_DDL: dict[str, LiteralString] = {
+    EMBEDDINGS_TABLE: _EMBEDDINGS_DDL, CHUNKS_TABLE: _CHUNKS_DDL, BUILDS_TABLE: _BUILDS_DDL,
+    RAG_RECORDS_TABLE: _RAG_RECORDS_DDL, RAG_BUILDS_TABLE: _RAG_BUILDS_DDL,
+}
 
 
 class VectorIndexError(UserFacingError):
@@ -113,12 +155,6 @@ class IndexNotBuiltError(VectorIndexError):
 
 def staging_schema(world_id: str) -> str:
     return schema_name(world_id, STAGING)
-
-
-def staging_sql(template: str, schema: str) -> Any:
-    from psycopg import sql
-
-    return sql.SQL(template).format(schema=ident(schema))
 
 
 def ensure_vector_extension(conn: psycopg.Connection[Any]) -> None:
@@ -144,46 +180,55 @@ def register_vector(conn: psycopg.Connection[Any]) -> None:
     _register(conn)
 
 
-def ensure_tables(conn: psycopg.Connection[Any], world_id: str, *ddl: str) -> str:
-    """Create the staging schema, the embedding store and the tables of `ddl` when missing; the schema.
+def ensure_tables(conn: psycopg.Connection[Any], world_id: str, tables: Sequence[str]) -> str:
+    """Create the staging schema, the embedding store and `tables` (names of `TABLE_DDL`) when missing; the
+    schema.
 
     Tables of an older `STORE_VERSION` are dropped first (all of them: they reference each other).
     """
     from psycopg import sql
 
+    unknown = [t for t in tables if t not in TABLE_DDL]
+    if unknown:
+        raise ValueError(f"no DDL for vector store table(s) {', '.join(unknown)} (known: {', '.join(TABLE_DDL)})")
     schema = staging_schema(world_id)
     ensure_vector_extension(conn)
-    statements = (EMBEDDINGS_DDL, *ddl)
-    tables = [m.group(1) for st in statements for m in re.finditer(r"CREATE TABLE IF NOT EXISTS \{schema\}\.(\w+)", st)]
-    if _store_version(conn, schema) == STORE_VERSION and all(table_exists(conn, schema, t) for t in tables):
+    wanted = list(dict.fromkeys([EMBEDDINGS_TABLE, *tables]))
+    if _store_version(conn, schema) == STORE_VERSION and all(relation_exists(conn, schema, t) for t in wanted):
         return schema  # the usual case: no DDL, no lock
+    meta = ident(schema, META_TABLE)
     with conn.transaction():
         # Concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalogue: one creator at a time.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{schema} vector tables",))
-        conn.execute(staging_sql("CREATE SCHEMA IF NOT EXISTS {schema}", schema))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident(schema)))
         if _store_version(conn, schema) != STORE_VERSION:
             for table in VECTOR_TABLES:
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(ident(schema, table)))
-            conn.execute(staging_sql("CREATE TABLE {schema}.vector_store_meta (version integer NOT NULL)", schema))
-            conn.execute(staging_sql("INSERT INTO {schema}.vector_store_meta VALUES (%s)", schema), (STORE_VERSION,))
-        for statement in statements:
-            conn.execute(staging_sql(statement, schema))
+            conn.execute(sql.SQL("CREATE TABLE {} (version integer NOT NULL)").format(meta))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(meta), (STORE_VERSION,))
+        for table in wanted:
+            conn.execute(sql.SQL(TABLE_DDL[table]).format(table=ident(schema, table)))
     return schema
 
 
 def _store_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
-    if not table_exists(conn, schema, META_TABLE):
+    from psycopg import sql
+
+    if not relation_exists(conn, schema, META_TABLE):
         return None
-    row = conn.execute(staging_sql("SELECT max(version) FROM {schema}.vector_store_meta", schema)).fetchone()
+    row = conn.execute(sql.SQL("SELECT max(version) FROM {}").format(ident(schema, META_TABLE))).fetchone()
     return None if row is None else row[0]
 
 
 def stored_hashes(conn: psycopg.Connection[Any], schema: str, model: str, hashes: Sequence[str]) -> set[str]:
     """The hashes among `hashes` that already have an embedding for `model`."""
+    from psycopg import sql
+
     if not hashes:
         return set()
     rows = conn.execute(
-        staging_sql("SELECT content_hash FROM {schema}.embeddings WHERE model = %s AND content_hash = ANY(%s)", schema),
+        sql.SQL("SELECT content_hash FROM {} WHERE model = %s AND content_hash = ANY(%s)").format(
+            ident(schema, EMBEDDINGS_TABLE)),
         (model, list(hashes))).fetchall()
     return {r[0] for r in rows}
 
@@ -191,6 +236,8 @@ def stored_hashes(conn: psycopg.Connection[Any], schema: str, model: str, hashes
 def store_embeddings(conn: psycopg.Connection[Any], schema: str, model: str, hashes: Sequence[str],
                      contents: Sequence[str], vectors: np.ndarray) -> None:
     """Insert embeddings (skipping hashes another build stored meanwhile), in one transaction."""
+    from psycopg import sql
+
     register_vector(conn)
     with conn.transaction():
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS _new_embeddings "
@@ -200,9 +247,10 @@ def store_embeddings(conn: psycopg.Connection[Any], schema: str, model: str, has
             copy.set_types(["text", "text", "vector"])
             for h, c, v in zip(hashes, contents, vectors, strict=True):
                 copy.write_row((h, c, v))
-        conn.execute(staging_sql("INSERT INTO {schema}.embeddings (content_hash, model, content, embedding) "
-                          "SELECT content_hash, %s, content, embedding FROM _new_embeddings "
-                          "ON CONFLICT (content_hash, model) DO NOTHING", schema), (model,))
+        conn.execute(sql.SQL("INSERT INTO {} (content_hash, model, content, embedding) "
+                             "SELECT content_hash, %s, content, embedding FROM _new_embeddings "
+                             "ON CONFLICT (content_hash, model) DO NOTHING").format(ident(schema, EMBEDDINGS_TABLE)),
+                     (model,))
 
 
 @dataclass(frozen=True)
@@ -295,7 +343,7 @@ def build_vector_index(conn: psycopg.Connection[Any], world_id: str, day: dt.dat
     chunks = chunk_documents(documents, day)
     seconds["chunk"] = time.perf_counter() - started
 
-    schema = ensure_tables(conn, world_id, INDEX_DDL)
+    schema = ensure_tables(conn, world_id, INDEX_TABLES)
     texts = {c.content_hash: c.text for c in chunks}
     embedded = embed_missing(conn, schema, texts, encoder)
     seconds["embed"] = embedded.seconds
@@ -311,13 +359,15 @@ def build_vector_index(conn: psycopg.Connection[Any], world_id: str, day: dt.dat
 
 def write_day(conn: psycopg.Connection[Any], schema: str, build: IndexBuild, chunks: Sequence[Chunk]) -> None:
     """Replace the day's chunk list and build row, in one transaction."""
+    from psycopg import sql
+
     with day_lock(conn, f"{schema} vector_index {build.day.isoformat()}"):
-        conn.execute(staging_sql("DELETE FROM {schema}.vector_index_chunks WHERE day = %s", schema), (build.day,))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE day = %s").format(ident(schema, CHUNKS_TABLE)), (build.day,))
         copy_rows(conn, schema, CHUNKS_TABLE, ("day", "contract_id", "chunk_no", "section", "content_hash"),
                   [(build.day, c.contract_id, c.chunk_no, c.section, c.content_hash) for c in chunks])
-        conn.execute(staging_sql(
+        conn.execute(sql.SQL(
             """
-            INSERT INTO {schema}.vector_index_builds
+            INSERT INTO {}
                 (day, model, documents, chunks, unique_chunks, embedded, encoder_calls, content_version,
                  source_version)
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
@@ -325,7 +375,7 @@ def write_day(conn: psycopg.Connection[Any], schema: str, build: IndexBuild, chu
                 chunks = EXCLUDED.chunks, unique_chunks = EXCLUDED.unique_chunks, embedded = EXCLUDED.embedded,
                 encoder_calls = EXCLUDED.encoder_calls, content_version = EXCLUDED.content_version,
                 source_version = EXCLUDED.source_version
-            """, schema),
+            """).format(ident(schema, BUILDS_TABLE)),
             (build.day, build.model, build.documents, build.chunks, build.unique_chunks, build.embedded,
              build.encoder_calls, build.content_version, build.source_version))
 
@@ -335,28 +385,31 @@ def write_day(conn: psycopg.Connection[Any], schema: str, build: IndexBuild, chu
 # ---------------------------------------------------------------------------------------------------
 
 
-def table_exists(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{table}"',)).fetchone()
-    return row is not None and row[0] is not None
+# The index's name for it (its callers and tests use it); one implementation, in fabric.postgres.
+table_exists = relation_exists
 
 
 def built_days(conn: psycopg.Connection[Any], world_id: str) -> list[dt.date]:
     """The days the vector index of `world_id` has a complete build for, in calendar order."""
+    from psycopg import sql
+
     schema = staging_schema(world_id)
-    if not table_exists(conn, schema, BUILDS_TABLE):
+    if not relation_exists(conn, schema, BUILDS_TABLE):
         return []
-    rows = conn.execute(staging_sql("SELECT day FROM {schema}.vector_index_builds ORDER BY day", schema))
+    rows = conn.execute(sql.SQL("SELECT day FROM {} ORDER BY day").format(ident(schema, BUILDS_TABLE)))
     return [r[0] for r in rows]
 
 
 def build_of(conn: psycopg.Connection[Any], world_id: str, day: dt.date) -> IndexBuild | None:
     """The stored build of `day`, or None when the day was never built."""
+    from psycopg import sql
+
     schema = staging_schema(world_id)
-    if not table_exists(conn, schema, BUILDS_TABLE):
+    if not relation_exists(conn, schema, BUILDS_TABLE):
         return None
-    row = conn.execute(staging_sql(
+    row = conn.execute(sql.SQL(
         "SELECT model, documents, chunks, unique_chunks, embedded, encoder_calls, content_version, source_version "
-        "FROM {schema}.vector_index_builds WHERE day = %s", schema), (day,)).fetchone()
+        "FROM {} WHERE day = %s").format(ident(schema, BUILDS_TABLE)), (day,)).fetchone()
     if row is None:
         return None
     return IndexBuild(world_id, day, *row)
@@ -364,10 +417,12 @@ def build_of(conn: psycopg.Connection[Any], world_id: str, day: dt.date) -> Inde
 
 def day_chunks(conn: psycopg.Connection[Any], world_id: str, day: dt.date) -> list[tuple[str, int, str]]:
     """(contract id, chunk no, content hash) of every chunk of a built day, in document order."""
+    from psycopg import sql
+
     _require_build(conn, world_id, day, None)
-    return [tuple(r) for r in conn.execute(staging_sql(
-        "SELECT contract_id, chunk_no, content_hash FROM {schema}.vector_index_chunks WHERE day = %s "
-        "ORDER BY contract_id, chunk_no", staging_schema(world_id)), (day,))]
+    return [tuple(r) for r in conn.execute(sql.SQL(
+        "SELECT contract_id, chunk_no, content_hash FROM {} WHERE day = %s ORDER BY contract_id, chunk_no").format(
+        ident(staging_schema(world_id), CHUNKS_TABLE)), (day,))]
 
 
 def _require_build(conn: psycopg.Connection[Any], world_id: str, day: dt.date, model: str | None) -> IndexBuild:
@@ -414,6 +469,8 @@ def search(conn: psycopg.Connection[Any], world_id: str, day: dt.date, query: st
     `match_identifiers`, chunks of the contracts whose ids the question names rank first (by cosine),
     then every other chunk (by cosine). Ties break by contract id and position, so results are stable.
     """
+    from psycopg import sql
+
     if k <= 0:
         return []
     _require_build(conn, world_id, day, encoder.model_id)
@@ -421,16 +478,16 @@ def search(conn: psycopg.Connection[Any], world_id: str, day: dt.date, query: st
     vector = query_vector(query, encoder)
     named = list(identifiers_in(query)) if (match_identifiers and isinstance(query, str)) else []
     schema = staging_schema(world_id)
-    rows = conn.execute(staging_sql(
+    rows = conn.execute(sql.SQL(
         """
         SELECT m.contract_id, m.chunk_no, m.section, e.content, m.content_hash,
                1 - (e.embedding <=> %(q)s) AS score, m.contract_id = ANY(%(named)s::text[]) AS named
-        FROM {schema}.vector_index_chunks m
-        JOIN {schema}.embeddings e ON e.content_hash = m.content_hash AND e.model = %(model)s
+        FROM {chunks} m
+        JOIN {embeddings} e ON e.content_hash = m.content_hash AND e.model = %(model)s
         WHERE m.day = %(day)s AND (%(contract)s::text IS NULL OR m.contract_id = %(contract)s)
         ORDER BY named DESC, e.embedding <=> %(q)s, m.contract_id, m.chunk_no
         LIMIT %(k)s
-        """, schema),
+        """).format(chunks=ident(schema, CHUNKS_TABLE), embeddings=ident(schema, EMBEDDINGS_TABLE)),
         {"q": vector, "named": named, "model": encoder.model_id, "day": day, "contract": contract_id, "k": k},
     ).fetchall()
     return [ChunkHit(day, r[0], r[1], r[2], r[3], r[4], float(r[5]), bool(r[6])) for r in rows]
@@ -441,7 +498,7 @@ def search(conn: psycopg.Connection[Any], world_id: str, day: dt.date, query: st
 # ---------------------------------------------------------------------------------------------------
 
 # Every table this module and `rag_corpus.py` create in a world's staging schema.
-VECTOR_TABLES = (CHUNKS_TABLE, BUILDS_TABLE, "rag_corpus_records", "rag_corpus_builds", EMBEDDINGS_TABLE, META_TABLE)
+VECTOR_TABLES = (CHUNKS_TABLE, BUILDS_TABLE, *RAG_TABLES, EMBEDDINGS_TABLE, META_TABLE)
 
 
 def worlds_with_vectors(conn: psycopg.Connection[Any]) -> set[str]:
@@ -464,7 +521,7 @@ def drop_world_vectors(conn: psycopg.Connection[Any], world_id: str) -> list[str
     dropped = []
     with conn.transaction():
         for table in VECTOR_TABLES:
-            if table_exists(conn, schema, table):
+            if relation_exists(conn, schema, table):
                 conn.execute(sql.SQL("DROP TABLE {} CASCADE").format(ident(schema, table)))
                 dropped.append(table)
     return dropped

@@ -73,7 +73,7 @@ def _read_partition(ctx: ReadContext, table: str, day: Day) -> Partition:
                               "builds it)")
         columns = tuple(r[0] for r in conn.execute(
             "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped "
-            "AND attname <> %s ORDER BY attnum", (f'"{schema}"."{table}"', REFRESH_DAY)).fetchall())
+            "AND attname <> %s ORDER BY attnum", (ident(schema, table).as_string(conn), REFRESH_DAY)).fetchall())
         found = conn.execute(psql.SQL("SELECT {day}, ROW({cols})::text, {cols} FROM {table} WHERE {day} = %s").format(
             day=ident(REFRESH_DAY), cols=psql.SQL(", ").join(ident(c) for c in columns),
             table=ident(schema, table)), (day,)).fetchall()
