@@ -1,0 +1,159 @@
+"""Calibration of the exposure predictor against measured exposure (issue 19).
+
+    python bench/calibrate_predictor.py [--seeds 42,7,11] [--gaps 1-35] [--out docs/figures] [--json]
+
+For each seed's default world (T = 2024-04-27, the default 180-task set at T), each gap (T' = T - gap) and each
+policy (tiered, off), it computes the exposure oracle (tasks whose gold at T differs from gold under the served
+vintage, informative served gold only) and the prediction (`evaluation/exposure.py`: per-task answer-change rates
+measured on the ledger before T' only, and a 90% interval from resampled measured days). Nothing is fitted on
+the evaluated cells. It prints a table per cell and the summary (cells inside the interval, mean absolute error,
+mean bias), and writes `predictor_calibration.csv`, `.json` and `.png` into `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+T = dt.date(2024, 4, 27)
+DEFAULT_SEEDS = (42, 7, 11)
+
+
+def parse_gaps(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def calibrate(seeds: list[int], gaps: list[int], echo: Any = print) -> list[dict[str, Any]]:
+    from churn_assets.evaluation.exposure import run_exposure
+    from churn_assets.freshness.planning import served_vintage
+    from churn_assets.freshness.policies import Off, Tiered
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.tasks.generator import generate_task_set
+    from churn_assets.tasks.gold import GoldResolver
+    from churn_assets.world.config import load_config
+    from churn_assets.world.ledger import load_ledger
+    from churn_assets.world.simulator import generate_ledger
+
+    registry = load_registry()
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        started = time.perf_counter()
+        config = load_config(seed=seed)
+        with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
+            generate_ledger(config, Path(tmp))
+            records = load_ledger(Path(tmp)).records
+        start = dt.date.fromisoformat(records[0]["at"])
+        resolver = GoldResolver(records)
+        tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
+        for gap in gaps:
+            t_prime = T - dt.timedelta(days=gap)
+            for policy in (Tiered(), Off()):
+                vintage = served_vintage(registry, t_prime, T, policy)
+                run = run_exposure(records, tasks, anchor=T, t_prime=t_prime, vintage=vintage, start=start,
+                                   resolver=resolver)
+                lo, hi = run.interval()
+                rows.append({"seed": seed, "world": config.world_id, "gap": gap, "t_prime": t_prime.isoformat(),
+                             "policy": policy.policy_id, "exposure": run.exposure,
+                             "degenerate_exposure": run.degenerate_exposure,
+                             "prediction": round(run.prediction, 2), "interval_lo": lo, "interval_hi": hi,
+                             "inside": lo <= run.exposure <= hi})
+        echo(f"seed {seed}: {len(gaps) * 2} cells in {time.perf_counter() - started:.0f} s")
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    return {"cells": n, "inside": sum(r["inside"] for r in rows),
+            "hit_rate": round(sum(r["inside"] for r in rows) / n, 3) if n else None,
+            "mean_absolute_error": round(sum(abs(r["prediction"] - r["exposure"]) for r in rows) / n, 2) if n else None,
+            "mean_bias": round(sum(r["prediction"] - r["exposure"] for r in rows) / n, 2) if n else None}
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({r["seed"] for r in rows})
+    policies = ["tiered", "off"]
+    fig, axes = plt.subplots(len(policies), len(seeds), figsize=(4.2 * len(seeds), 6.4), sharex=True, squeeze=False)
+    for i, policy in enumerate(policies):
+        for j, seed in enumerate(seeds):
+            ax = axes[i][j]
+            cells = sorted((r for r in rows if r["seed"] == seed and r["policy"] == policy), key=lambda r: r["gap"])
+            gaps = [r["gap"] for r in cells]
+            ax.fill_between(gaps, [r["interval_lo"] for r in cells], [r["interval_hi"] for r in cells],
+                            color="tab:blue", alpha=0.2, label="predicted 90% interval")
+            ax.plot(gaps, [r["prediction"] for r in cells], color="tab:blue", label="prediction")
+            inside = [r for r in cells if r["inside"]]
+            outside = [r for r in cells if not r["inside"]]
+            ax.scatter([r["gap"] for r in inside], [r["exposure"] for r in inside], s=14, color="black",
+                       label="measured exposure")
+            ax.scatter([r["gap"] for r in outside], [r["exposure"] for r in outside], s=22, color="tab:red",
+                       marker="x", label="measured, outside the interval")
+            hits = sum(r["inside"] for r in cells)
+            ax.set_title(f"seed {seed}, {policy}: {hits}/{len(cells)} inside", fontsize=10)
+            if i == len(policies) - 1:
+                ax.set_xlabel("gap T - T' (days)")
+            if j == 0:
+                ax.set_ylabel("exposed tasks (of 180)")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    s = summary(rows)
+    fig.suptitle(f"Exposure predictor against measured exposure (T = {T}; default world per seed): "
+                 f"{s['inside']}/{s['cells']} inside the 90% interval, mean absolute error {s['mean_absolute_error']}",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    parser.add_argument("--gaps", default="1-35")
+    parser.add_argument("--out", type=Path, default=Path("docs/figures"))
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    rows = calibrate(seeds, parse_gaps(args.gaps), echo=lambda m: print(m, file=sys.stderr, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / "predictor_calibration.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    result = {"t": T.isoformat(), "seeds": seeds, "summary": summary(rows),
+              "per_seed": {s: summary([r for r in rows if r["seed"] == s]) for s in seeds}, "cells": rows}
+    (args.out / "predictor_calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(rows, args.out / "predictor_calibration.png")
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "cells"}, indent=1))
+    else:
+        for r in rows:
+            print(f"seed {r['seed']:>3} gap {r['gap']:>2} {r['policy']:<6} exposure {r['exposure']:>3} "
+                  f"prediction {r['prediction']:>6.1f} [{r['interval_lo']:>3}, {r['interval_hi']:>3}]"
+                  f"{'' if r['inside'] else '  OUTSIDE'}")
+        s = result["summary"]
+        print(f"{s['inside']}/{s['cells']} cells inside the 90% interval ({100 * s['hit_rate']:.0f}%), mean absolute "
+              f"error {s['mean_absolute_error']}, mean bias {s['mean_bias']:+}")
+        for seed, ps in result["per_seed"].items():
+            print(f"  seed {seed}: {ps['inside']}/{ps['cells']}, MAE {ps['mean_absolute_error']}, "
+                  f"bias {ps['mean_bias']:+}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
