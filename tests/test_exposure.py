@@ -108,6 +108,18 @@ def test_exposure_compares_gold_at_t_with_the_planned_vintage() -> None:
     assert 0 <= lo <= hi <= len(tasks)
     fresh = run_exposure(WORLD, tasks, anchor=anchor, t_prime=D("2024-01-19"), vintage=uniform_vintage(anchor))
     assert (fresh.exposure, fresh.prediction, fresh.interval()) == (0, 0.0, (0, 0))
+    assert fresh.history_days is None and not fresh.short_history  # nothing served stale: nothing predicted
+
+
+def test_a_prediction_says_how_many_days_it_rests_on() -> None:
+    """The hand-made ledger starts 01-01: rates at T' = 01-19 rest on 18 measured days, at T' = 01-05 on 4,
+    which is reported as too short a history (the figure fixture's T' = T - 28 of a 30-day world is one day)."""
+    tasks = [_task("t1_list_price", {"product": "prd_0002"})]
+    anchor = D("2024-01-20")
+    runs = {t_prime: run_exposure(WORLD, tasks, anchor=anchor, t_prime=D(t_prime),
+                                  vintage={**uniform_vintage(anchor), "prices": D(t_prime)})
+            for t_prime in ("2024-01-19", "2024-01-05")}
+    assert [(r.history_days, r.short_history) for r in runs.values()] == [(18, False), (4, True)]
 
 
 def test_a_degenerate_served_gold_is_exposure_apart() -> None:

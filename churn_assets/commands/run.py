@@ -96,7 +96,17 @@ def _line(s: dict[str, Any]) -> str:
     return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
             f"freshness {v['freshness_error']:3d}  "
             f"mixed {v['mixed_vintage_error']:3d}  reasoning {v['reasoning_error']:3d}  parse {v['parse_failure']:2d}  "
-            f"transport {v['transport_failure']:2d}  exposure {s['exposure']}  prediction {s['prediction']}")
+            f"transport {v['transport_failure']:2d}  unattributed {v['unattributed_error']:2d}  "
+            f"exposure {s['exposure']}  prediction {s['prediction']} {_interval(s)}")
+
+
+def _interval(s: dict[str, Any]) -> str:
+    """The prediction's 90% interval; `*` when it rests on too short a history (`exposure.MIN_HISTORY_DAYS`)."""
+    from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS
+
+    lo_hi, history = s.get("prediction_interval_90"), s.get("prediction_history_days")
+    short = "*" if history is not None and history < MIN_HISTORY_DAYS else ""
+    return f"[{lo_hi[0]}-{lo_hi[1]}]{short}" if lo_hi else ""
 
 
 @click.command()
@@ -183,7 +193,10 @@ def paper_cells() -> list[tuple[str, str, str]]:
 
 def _json_run(r: dict[str, Any]) -> dict[str, Any]:
     return {"arm": r["arm"], "policy": r["policy"], "t_prime": r["t_prime"], "t": r["t"], **r["verdicts"],
-            "stale_answers": r["stale_answers"], "exposure": r["exposure"], "prediction": r["prediction"],
+            "stale_answers": r["stale_answers"], "exposure": r["exposure"],
+            "degenerate_exposure": r["degenerate_exposure"], "prediction": r["prediction"],
+            "prediction_interval_90": r["prediction_interval_90"],
+            "prediction_history_days": r["prediction_history_days"],
             "accuracy": r["accuracy"], "mean_cost": r["mean_cost_units"], "mean_latency_ms": r["mean_latency_ms"],
             "route_mix": r["route_mix"], "saas_calls": r["saas"].get("calls"), "saas_429s": r["saas"].get("throttled"),
             "results": r["results"]}
@@ -201,7 +214,7 @@ def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float) -> 
         click.echo(f"{label:14}{row[0]:>18}{row[1]:>14}")
     click.echo("D+1 is a control: with T' = T - 1 nothing is refreshed under the staleness rule, so on = off.\n")
     click.echo(f"{'arm (D+28)':32}{'acc':>7}{'ok':>5}{'fresh':>6}{'mixed':>6}{'reas':>5}{'parse':>6}{'trans':>6}"
-               f"{'expo':>6}{'pred':>7}{'cost':>7}{'lat ms':>8}  routes")
+               f"{'unat':>5}{'expo':>6}{'pred (90%)':>15}{'cost':>7}{'lat ms':>8}  routes")
     for r in runs:
         if r["window"] != "D+28":
             continue
@@ -210,5 +223,10 @@ def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float) -> 
         routes = ", ".join(f"{k} {n}" for k, n in sorted(r["route_mix"].items(), key=lambda kv: -kv[1])[:3])
         click.echo(f"{name:32}{100 * (r['accuracy'] or 0):6.1f}%{v['correct']:5d}{v['freshness_error']:6d}"
                    f"{v['mixed_vintage_error']:6d}{v['reasoning_error']:5d}{v['parse_failure']:6d}"
-                   f"{v['transport_failure']:6d}{r['exposure']:6d}{r['prediction']:7.1f}{r['mean_cost_units']:7.2f}"
+                   f"{v['transport_failure']:6d}{v['unattributed_error']:5d}{r['exposure']:6d}"
+                   f"{r['prediction']:6.1f} {_interval(r):>8}{r['mean_cost_units']:7.2f}"
                    f"{(r['mean_latency_ms'] or 0):8.1f}  {routes}")
+    if any(_interval(r).endswith("*") for r in runs):
+        from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS
+
+        click.echo(f"* the prediction rests on fewer than {MIN_HISTORY_DAYS} measured days before T'.")

@@ -90,7 +90,7 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
              policies: tuple[str, ...], verbose: bool) -> None:
     """Exposure (tasks whose gold at T differs from gold under the served vintage) and its prediction."""
     from churn_assets.deployment import task_settings
-    from churn_assets.evaluation.exposure import change_rates, run_exposure
+    from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS, change_rates, run_exposure
     from churn_assets.freshness.planning import measured_change_rates, served_vintage
     from churn_assets.freshness.policies import parse_policy
     from churn_assets.freshness.scenario import check_days
@@ -127,6 +127,9 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
         lo, hi = run.interval()
         click.echo(f"{policy.policy_id:>10}: exposure {run.exposure:3d}, prediction {run.prediction:6.1f} "
                    f"(90% interval {lo}-{hi}), degenerate {run.degenerate_exposure} (served: {served})")
+        if run.short_history:
+            click.echo(f"{'':12}the prediction rests on {run.history_days} measured day(s) before T' (fewer than "
+                       f"{MIN_HISTORY_DAYS}): too short a history to trust")
         if verbose:
             for template_id, (exposed, predicted, count) in run.by_template().items():
                 if exposed or predicted >= 0.05:

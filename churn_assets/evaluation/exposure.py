@@ -21,8 +21,11 @@ For a scenario (anchor T, cache build day T') and an arm's planned vintage map:
     (`Template.change_window`: a count "in the last 7 days" served 29 days old misses 7 days of events).
   Only the days on which a change event of c touches the task's entities (its `depends_on` keys and moving
   kinds) are evaluated; on the others the answer cannot move. A degenerate task predicts 0 (it is not
-  exposure). A run's prediction is the sum over its tasks; its 90% interval is that of the Poisson-binomial
-  distribution of the count of exposed tasks (`poisson_binomial_interval`).
+  exposure). A run's prediction is the sum over its tasks; its 90% interval comes from resampling the
+  measured days (`AnswerChangeRates.interval`: tasks share day-level shocks, so the Poisson-binomial interval
+  of independent tasks, `poisson_binomial_interval`, is far too narrow). A prediction rests on the days
+  measured before T' (`RunExposure.history_days`); with fewer than `MIN_HISTORY_DAYS` it is shown as such (a
+  T' one day after the ledger's start measures one day and predicts from it alone).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ from churn_assets.world.fold import uniform_vintage, walk_ledger
 from churn_assets.world.state import STATE_CLASSES, WorldState
 
 ONE_DAY = dt.timedelta(days=1)
+# Below this many measured days before T' a prediction is reported as resting on too short a history: two
+# weeks see every weekday twice, and the calibration (bench/calibrate_predictor.py) starts at 80+ days.
+MIN_HISTORY_DAYS = 14
 
 
 class ExposureError(UserFacingError, ValueError):
@@ -80,6 +86,12 @@ class RunExposure:
     # The 90% interval of the predicted count (`AnswerChangeRates.interval`: measured days resampled, which
     # keeps the common shocks tasks share); None: no prediction (nothing served stale).
     interval_90: tuple[int, int] | None = None
+    history_days: int | None = None  # days the answer-change rates were measured on; None: no prediction
+
+    @property
+    def short_history(self) -> bool:
+        """The prediction rests on fewer than `MIN_HISTORY_DAYS` measured days."""
+        return self.history_days is not None and self.history_days < MIN_HISTORY_DAYS
 
     @property
     def exposure(self) -> int:
@@ -408,10 +420,11 @@ def run_exposure(
         probability = 0.0 if degenerate or rates is None else rates.probability(task, served, anchor, t_prime)
         out.append(TaskExposure(task.task_id, t.template_id, t.task_tier, g_t, g_s, differs and not degenerate,
                                 probability, degenerate, differs))
-    interval = None
+    interval = history = None
     if rates is not None:
         interval = rates.interval(tasks, served, anchor, t_prime, skip={x.task_id for x in out if x.degenerate})
-    return RunExposure(anchor, t_prime, dict(served), tuple(out), interval)
+        history = len(rates.measured_days(t_prime))
+    return RunExposure(anchor, t_prime, dict(served), tuple(out), interval, history)
 
 
 def with_probabilities(run: RunExposure, probabilities: Iterable[float]) -> RunExposure:

@@ -229,6 +229,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, pla
         "degenerate_exposure": exposure.degenerate_exposure if exposure else None,
         "prediction": round(exposure.prediction, 2) if exposure else None,
         "prediction_interval_90": list(exposure.interval()) if exposure else None,
+        "prediction_history_days": exposure.history_days if exposure else None,
         "mean_cost_units": round(statistics.fmean(r["cost_units"] for r in rows), 3) if n else None,
         "route_mix": dict(sorted(routes.items())),
         "planned_vintage": _day_json(planned),
