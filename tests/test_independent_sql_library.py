@@ -75,7 +75,7 @@ def test_composition_takes_the_closure_in_file_order() -> None:
     for name, f in states.items():
         resolved[name] = _with_refs(f, resolved)
     [q] = _parse("-- template: q\nSELECT count(*) FROM c\n", "template", "t.sql")
-    lib = Library(resolved, {"q": _with_refs(q, resolved)})
+    lib = Library(resolved, {"q": _with_refs(q, resolved)}, {})
     text = lib.query_text("q")
     assert text.index("a AS (") < text.index("b AS (") < text.index("c AS (")
     assert lib.classes_read("q") == {"prices"}

@@ -69,18 +69,8 @@ class SqlGold:
     """Gold for many tasks of one world by SQL over its truth schema, on one open connection."""
 
     def __init__(self, conn: psycopg.Connection[Any], world_id: str) -> None:
-        from churn_assets.fabric.postgres import ident, schema_name
-        from churn_assets.fabric.truth import EVENTS, truth_head
-
-        head = truth_head(conn, world_id)
-        if head is None:
-            raise SqlGoldError(f"world {world_id} has no truth layer ({schema_name(world_id, 'truth')}); run "
-                               f"`churnbench project --world {world_id}`")
-        if head.format_version < 2:
-            raise SqlGoldError(f"world {world_id} has a format-{head.format_version} ledger: the SQL gold reads "
-                               "format-2 payloads only (docs/decisions.md)")
-        self.conn, self.world_id, self.head_hash = conn, world_id, head.head_hash
-        self._events = ident(schema_name(world_id, "truth"), EVENTS.name)
+        self._events, self.head_hash = truth_events(conn, world_id)
+        self.conn, self.world_id = conn, world_id
         self._answers: dict[tuple[Any, ...], Any] = {}
         self.queries = 0  # statements run (a figure for the differential's report)
 
@@ -124,24 +114,51 @@ class SqlGold:
             raise SqlGoldError(f"template {tmpl.template_id}: its query needs {', '.join(missing)}, which the "
                                "task's parameters do not give")
         query = sql.SQL(text).format(events=self._events, **{k: sql.Literal(v) for k, v in values.items()})
-        import psycopg
-
-        try:
-            with self.conn.transaction():
-                # The planner cannot estimate rows filtered by jsonb payload fields and picks nested loops over
-                # CTE scans (a spend query took 400 ms); hash joins over these few thousand rows take 6 ms.
-                self.conn.execute("SET LOCAL enable_nestloop = off")
-                row = self.conn.execute(query).fetchone()
-        except (psycopg.DataError, psycopg.ProgrammingError, psycopg.IntegrityError) as e:
-            # A payload that does not cast (a truth row edited in the database) or a query bug: name the task.
-            raise SqlGoldError(f"template {tmpl.template_id} {dict(params)}: the SQL gold failed on "
-                               f"{self.world_id}'s truth schema: {str(e).splitlines()[0]}") from e
+        rows = run_query(self.conn, query, f"template {tmpl.template_id} {dict(params)}", self.world_id)
+        row = rows[0] if rows else None
         self.queries += 1
         value = _python_value(row[0]) if row is not None else None
         if isinstance(value, list):
             value = [str(v) for v in value]
         self._answers[key] = value
         return value
+
+
+def run_query(conn: psycopg.Connection[Any], query: Any, what: str, world_id: str) -> list[tuple[Any, ...]]:
+    """Every row of a composed library query, in a transaction of its own."""
+    return run_with_columns(conn, query, what, world_id)[1]
+
+
+def run_with_columns(conn: psycopg.Connection[Any], query: Any, what: str, world_id: str
+                     ) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """(column names, rows) of a composed library query, in a transaction of its own."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            # The planner cannot estimate rows filtered by jsonb payload fields and picks nested loops over
+            # CTE scans (a spend query took 400 ms); hash joins over these few thousand rows take 6 ms.
+            conn.execute("SET LOCAL enable_nestloop = off")
+            cursor = conn.execute(query)
+            return [c.name for c in cursor.description or ()], cursor.fetchall()
+    except (psycopg.DataError, psycopg.ProgrammingError, psycopg.IntegrityError) as e:
+        # A payload that does not cast (a truth row edited in the database) or a query bug: name the query.
+        raise SqlGoldError(f"{what}: the SQL failed on {world_id}'s truth schema: {str(e).splitlines()[0]}") from e
+
+
+def truth_events(conn: psycopg.Connection[Any], world_id: str) -> tuple[Any, str | None]:
+    """The `events` table of a world's format-2 truth schema (as a SQL identifier) and the ledger head it holds."""
+    from churn_assets.fabric.postgres import ident, schema_name
+    from churn_assets.fabric.truth import EVENTS, truth_head
+
+    head = truth_head(conn, world_id)
+    if head is None:
+        raise SqlGoldError(f"world {world_id} has no truth layer ({schema_name(world_id, 'truth')}); run "
+                           f"`churnbench project --world {world_id}`")
+    if head.format_version < 2:
+        raise SqlGoldError(f"world {world_id} has a format-{head.format_version} ledger: the SQL gold reads "
+                           "format-2 payloads only (docs/decisions.md)")
+    return ident(schema_name(world_id, "truth"), EVENTS.name), head.head_hash
 
 
 def _placeholders(text: str) -> list[str]:

@@ -2,11 +2,13 @@
 
 `sql/states.sql` holds the class states (each a named SELECT that becomes a CTE of that name; a fragment
 with a `-- class:` line reads the truth table at its class's served day), `sql/templates.sql` one query per
-template over them. A template's query gets exactly the CTEs it names, directly or through other CTEs, in
+template over them, `sql/stores.sql` the content of each store built by the fold (for the store-parity
+checks), over the same states. A template's query gets exactly the CTEs it names, directly or through other CTEs, in
 file order; the classes it reads are the `class:` fragments among them, so the classes a SQL answer depends
 on are visible in its text and tested against the template's declared classes.
 
-Format of a fragment: a header line `-- name: <cte>` (or `-- template: <template id>`), optional attribute
+Format of a fragment: a header line `-- name: <cte>` (or `-- template: <template id>`, `-- store: <query>`),
+optional attribute
 lines right after it (`-- class: <entity class>`, `-- span: true`), then SQL. Other comment lines are
 documentation and are dropped. Placeholders are `{name}` (psycopg.sql.SQL.format), filled with literals.
 """
@@ -20,7 +22,7 @@ from importlib import resources
 
 from churn_assets.world.events import ENTITY_CLASSES
 
-_HEADER = re.compile(r"^--\s*(name|template):\s*(\S+)\s*$")
+_HEADER = re.compile(r"^--\s*(name|template|store):\s*(\S+)\s*$")
 _ATTRIBUTE = re.compile(r"^--\s*(class|span):\s*(\S+)\s*$")
 _WORD = re.compile(r"\b[a-z_][a-z0-9_]*\b")
 DAY = "{day}"  # a class fragment's served day; rewritten to `{day__<class>}` so one map fills every class
@@ -93,6 +95,7 @@ def _read(name: str) -> str:
 class Library:
     states: dict[str, Fragment]  # in file order: a fragment names only fragments before it
     templates: dict[str, Fragment]
+    stores: dict[str, Fragment]
 
     def closure(self, fragment: Fragment) -> list[Fragment]:
         """The state fragments `fragment` needs, directly or not, in file (dependency) order."""
@@ -110,7 +113,9 @@ class Library:
 
     def query_text(self, template_id: str) -> str:
         """The whole query of a template: `WITH <its CTEs> <its SELECT>`, placeholders unfilled."""
-        fragment = self.templates[template_id]
+        return self.compose(self.templates[template_id])
+
+    def compose(self, fragment: Fragment) -> str:
         ctes = self.closure(fragment)
         if not ctes:
             return fragment.body
@@ -136,9 +141,12 @@ def library() -> Library:
         if ahead:  # file order is dependency order, so no cycle can be written
             raise LibraryError(f"states.sql: fragment {f.name} names {', '.join(ahead)}, defined at or after it")
         states[f.name] = _with_refs(f, states)
-    templates: dict[str, Fragment] = {}
-    for f in _parse(_read("templates.sql"), "template", "templates.sql"):
-        if f.name in templates:
-            raise LibraryError(f"templates.sql: template {f.name} has two queries")
-        templates[f.name] = _with_refs(f, states)
-    return Library(states, templates)
+    queries: dict[str, dict[str, Fragment]] = {"template": {}, "store": {}}
+    for kind, file in (("template", "templates.sql"), ("store", "stores.sql")):
+        for f in _parse(_read(file), kind, file):
+            if f.name in queries[kind]:
+                raise LibraryError(f"{file}: {kind} {f.name} has two queries")
+            if f.name in states:  # it could not name the state it shadows
+                raise LibraryError(f"{file}: {kind} {f.name} has the name of a state fragment")
+            queries[kind][f.name] = _with_refs(f, states)
+    return Library(states, queries["template"], queries["store"])

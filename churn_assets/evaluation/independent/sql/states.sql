@@ -75,7 +75,10 @@ WHERE kind IN ('ticket_opened', 'ticket_status_changed', 'ticket_resolved') AND 
 
 -- Users user_status knows: hired on or before its day; active when their last status event is a hire.
 -- name: users
-SELECT DISTINCT ON (entity_id) entity_id AS user_id, kind = 'user_hired' AS active
+SELECT DISTINCT ON (entity_id) entity_id AS user_id, kind = 'user_hired' AS active,
+       max(at) FILTER (WHERE kind = 'user_hired') OVER (PARTITION BY entity_id) AS hired_on,
+       CASE WHEN kind = 'user_offboarded' THEN at END AS offboarded_on,
+       CASE WHEN kind = 'user_offboarded' THEN payload ->> 'reason' END AS offboard_reason
 FROM user_status_events
 ORDER BY entity_id, seq DESC
 
@@ -96,10 +99,12 @@ FROM cost_center_membership_events
 WHERE kind IN ('user_hired', 'user_moved_cost_center')
 ORDER BY entity_id, seq DESC
 
+-- A license's current holding began with its last holding event (`since`; a freed license has none).
 -- name: holdings
 SELECT DISTINCT ON (entity_id) entity_id AS license_id,
        CASE kind WHEN 'license_assigned' THEN payload ->> 'user_id'
-                 WHEN 'license_reassigned' THEN payload ->> 'to_user_id' END AS holder
+                 WHEN 'license_reassigned' THEN payload ->> 'to_user_id' END AS holder,
+       CASE WHEN kind <> 'license_unassigned' THEN at END AS since
 FROM assignments_events
 WHERE kind IN ('license_assigned', 'license_unassigned', 'license_reassigned')
 ORDER BY entity_id, seq DESC
@@ -107,16 +112,19 @@ ORDER BY entity_id, seq DESC
 -- Every license purchased by the class's day, with its holder then (NULL: nobody holds it).
 -- name: licenses
 SELECT p.entity_id AS license_id, p.payload ->> 'product_id' AS product_id,
-       p.payload ->> 'contract_id' AS contract_id, h.holder
+       p.payload ->> 'contract_id' AS contract_id, p.at AS purchased_on,
+       (p.payload ->> 'unit_price_usd')::numeric AS unit_price, h.holder, h.since
 FROM assignments_events p
 LEFT JOIN holdings h ON h.license_id = p.entity_id
 WHERE p.kind = 'license_purchased'
 
 -- A product's list price is that of its listing or its last price change (monthly, per seat).
 -- name: products
-SELECT l.entity_id AS product_id, l.payload ->> 'vendor_id' AS vendor_id, lp.list_price
+SELECT l.entity_id AS product_id, l.payload ->> 'vendor_id' AS vendor_id, lp.list_price, lp.price_since,
+       l.payload ->> 'name' AS name, l.payload ->> 'license_model' AS license_model
 FROM prices_events l
-JOIN (SELECT DISTINCT ON (entity_id) entity_id, (payload ->> 'list_price_usd')::numeric AS list_price
+JOIN (SELECT DISTINCT ON (entity_id) entity_id, (payload ->> 'list_price_usd')::numeric AS list_price,
+             at AS price_since
       FROM prices_events
       WHERE kind IN ('product_listed', 'price_changed')
       ORDER BY entity_id, seq DESC) lp ON lp.entity_id = l.entity_id
@@ -169,11 +177,13 @@ FROM utilization_events
 WHERE at BETWEEN {first} AND {anchor}
 GROUP BY entity_id
 
+-- A ticket's status is its last status event's; `updated_on` that event's day.
 -- name: tickets
 SELECT o.entity_id AS ticket_id, o.at AS opened_on, o.payload ->> 'user_id' AS user_id,
-       o.payload ->> 'product_id' AS product_id, o.payload ->> 'priority' AS priority, s.status
+       o.payload ->> 'product_id' AS product_id, o.payload ->> 'priority' AS priority, s.status,
+       s.at AS updated_on, CASE WHEN s.status = 'resolved' THEN s.at END AS resolved_on
 FROM tickets_events o
-JOIN (SELECT DISTINCT ON (entity_id) entity_id, payload ->> 'status' AS status
+JOIN (SELECT DISTINCT ON (entity_id) entity_id, payload ->> 'status' AS status, at
       FROM tickets_events ORDER BY entity_id, seq DESC) s ON s.entity_id = o.entity_id
 WHERE o.kind = 'ticket_opened'
 
@@ -183,7 +193,7 @@ WHERE o.kind = 'ticket_opened'
 
 -- Licenses held by active users (assignments x user_status): a holder user_status does not know is absent.
 -- name: held_by_active
-SELECT l.license_id, l.product_id, l.contract_id, l.holder
+SELECT l.license_id, l.product_id, l.contract_id, l.holder, l.since
 FROM licenses l
 JOIN active_users u ON u.user_id = l.holder
 
