@@ -202,19 +202,29 @@ def saas_problems(client: SaasClient, truth: StoreTruth, *, window_days: int = 3
            for p in products},
         **{f"entitlements {u}": (lambda u=u: client.entitlements(world, u, as_of=day)) for u in asked},
     }
+    def call(name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except SaasNotFound as e:  # the vendor does not know what the truth knows on the day
+            problems.append(f"{where}, {name}: 404 ({e})")
+            return None
+
+    # In parallel: the API's latency is per request (50 ms by default), the rate limit allows a minute's burst.
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {name: pool.submit(fn) for name, fn in calls.items()}
+        futures = {name: pool.submit(call, name, fn) for name, fn in calls.items()}
         answers = {name: f.result() for name, f in futures.items()}
 
     expected_prices = {p["product_id"]: {"product_id": p["product_id"], "name": p["name"], "vendor_id": p["vendor_id"],
                                          "license_model": p["license_model"], "list_price_usd": float(p["list_price"]),
                                          "currency": "USD", "price_valid_from": p["price_since"]} for p in products}
     problems += diff_records(f"{where}, /prices", expected_prices,
-                             {p["product_id"]: p for p in answers["prices"]})
+                             {p["product_id"]: p for p in answers["prices"] or []})
     problems += diff_records(f"{where}, /tickets", {t["ticket_id"]: t for t in truth.rows("ticket_facts")},
-                             {t["ticket_id"]: t for t in answers["tickets"]})
+                             {t["ticket_id"]: t for t in answers["tickets"] or []})
     for pid, want in saas_expected_utilization(truth, window_days).items():
         got = answers[f"utilization {pid}"]
+        if got is None:
+            continue
         what = f"{where}, /products/{pid}/utilization"
         if got.get("served_day") != day:
             problems.append(f"{what}: served_day {got.get('served_day')!r}")
@@ -227,6 +237,8 @@ def saas_problems(client: SaasClient, truth: StoreTruth, *, window_days: int = 3
                                                                     "since")})
     for user_id in asked:
         u, got = user_rows[user_id], answers[f"entitlements {user_id}"]
+        if got is None:
+            continue
         want = {"status": "active" if u["active"] else "offboarded", "cost_center_id": u["cost_center_id"],
                 "hired_on": u["hired_on"], "offboarded_on": u["offboarded_on"], "served_day": day}
         what = f"{where}, /entitlements/{user_id}"
@@ -303,21 +315,27 @@ def _money(text: str | None) -> float | None:
     return None if text is None else float(text.replace(",", ""))
 
 
+# The corpus' tables in `<world>_staging` (grounding/rag_corpus.py writes them; record texts live in the
+# embeddings table by content hash). Named here rather than imported: the check reads the store as stored.
+CORPUS_RECORDS, CORPUS_BUILDS, EMBEDDINGS = "rag_corpus_records", "rag_corpus_builds", "embeddings"
+
+
 def _stored_records(conn: psycopg.Connection[Any], world_id: str, day: Day) -> dict[str, tuple[str, str, str]] | None:
     """record id -> (kind, entity id, text) of the corpus built on `day`; None when there is no build."""
     from psycopg import sql
 
-    from churn_assets.grounding.rag_corpus import BUILDS_TABLE, RECORDS_TABLE
-    from churn_assets.grounding.vector_index import staging_schema, table_exists
+    from churn_assets.fabric.postgres import schema_name
 
-    schema = staging_schema(world_id)
-    if not table_exists(conn, schema, BUILDS_TABLE) or conn.execute(sql.SQL(
-            "SELECT 1 FROM {} WHERE day = %s").format(sql.Identifier(schema, BUILDS_TABLE)), (day,)).fetchone() is None:
+    schema = schema_name(world_id, "staging")
+    builds = sql.Identifier(schema, CORPUS_BUILDS)
+    found = conn.execute("SELECT to_regclass(%s)", (builds.as_string(conn),)).fetchone()
+    if found is None or found[0] is None or conn.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE day = %s").format(builds), (day,)).fetchone() is None:
         return None
     rows = conn.execute(sql.SQL(
         "SELECT DISTINCT ON (r.record_id) r.record_id, r.kind, r.entity_id, e.content FROM {} r "
         "JOIN {} e ON e.content_hash = r.content_hash WHERE r.day = %s ORDER BY r.record_id").format(
-        sql.Identifier(schema, RECORDS_TABLE), sql.Identifier(schema, "embeddings")), (day,)).fetchall()
+        sql.Identifier(schema, CORPUS_RECORDS), sql.Identifier(schema, EMBEDDINGS)), (day,)).fetchall()
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
 
