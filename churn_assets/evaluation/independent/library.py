@@ -3,14 +3,14 @@
 `sql/states.sql` holds the class states (each a named SELECT that becomes a CTE of that name; a fragment
 with a `-- class:` line reads the truth table at its class's served day), `sql/templates.sql` one query per
 template over them, `sql/stores.sql` the content of each store built by the fold (for the store-parity
-checks), over the same states. A template's query gets exactly the CTEs it names, directly or through other CTEs, in
+checks), over the same states. A query gets exactly the CTEs it names, directly or through other CTEs, in
 file order; the classes it reads are the `class:` fragments among them, so the classes a SQL answer depends
 on are visible in its text and tested against the template's declared classes.
 
 Format of a fragment: a header line `-- name: <cte>` (or `-- template: <template id>`, `-- store: <query>`),
-optional attribute
-lines right after it (`-- class: <entity class>`, `-- span: true`), then SQL. Other comment lines are
-documentation and are dropped. Placeholders are `{name}` (psycopg.sql.SQL.format), filled with literals.
+optional attribute lines right after it (`-- class: <entity class>`, `-- span: true`), then SQL. Other comment
+lines are documentation and are dropped. Placeholders are `{name}` (psycopg.sql.SQL.format), filled with
+literals.
 """
 
 from __future__ import annotations
