@@ -6,6 +6,7 @@ sections 3 and 10).
   is fixed by config, not by how far the wall clock has moved.
 - `world_day_partitions`: world x day, for everything that is "a world as of a day".
 - `scenario_partitions`: one dynamic partition per defined scenario (the `eval_run` asset).
+- `sweep_partitions`: one dynamic partition per launched sweep (the `sweep_report` asset).
 
 Mappings:
 
@@ -27,6 +28,7 @@ from churn_assets.world.calendar import Day
 
 WORLD_PARTITIONS_NAME = "world"
 SCENARIO_PARTITIONS_NAME = "scenario"
+SWEEP_PARTITIONS_NAME = "sweep"
 WORLD_DIMENSION = "world"
 DAY_DIMENSION = "day"
 
@@ -34,6 +36,7 @@ CALENDAR = deployment().calendar
 
 world_partitions = dg.DynamicPartitionsDefinition(name=WORLD_PARTITIONS_NAME)
 scenario_partitions = dg.DynamicPartitionsDefinition(name=SCENARIO_PARTITIONS_NAME)
+sweep_partitions = dg.DynamicPartitionsDefinition(name=SWEEP_PARTITIONS_NAME)
 
 # end_date is exclusive in Dagster. Note: Dagster never shows day partitions later than the wall clock,
 # so a calendar must lie in the past (the default, 2024, does).

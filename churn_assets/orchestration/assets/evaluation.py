@@ -24,7 +24,7 @@ from churn_assets.orchestration.assets.operational import operational_store
 from churn_assets.orchestration.assets.staging import STAGED_ASSETS
 from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
-from churn_assets.orchestration.materialize import Session
+from churn_assets.orchestration.materialize import MISSING_INPUTS, Session
 from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenario_inputs import missing_inputs, scenario_plan
@@ -63,8 +63,10 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     missing = missing_inputs(session, plan)
     if missing:
         listed = "\n  ".join(str(m) for m in missing)
-        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing "
-                         f"(`churnbench run` builds them first):\n  {listed}")
+        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing; under "
+                         "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
+                         f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
+                         f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
     world = scenario.world_id
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     config = require_world(state, world)
