@@ -35,11 +35,17 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.option("--gaps", help="Comma-separated gaps T - T' in days instead of the preset's.")
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Cells evaluated at once (worker processes).")
+@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default=None,
+              help="The agent (llm: the CHURNBENCH_LLM_* endpoint); default: the preset's.")
+@click.option("--llm-budget", "llm_budget", type=click.FloatRange(min=0), default=None,
+              help="With --agent llm: stop starting cells once the spend plus a cell's estimate passes this (USD).")
+@click.option("--llm-max-concurrent", type=click.IntRange(1, 8), default=2, show_default=True,
+              help="With --agent llm: cells talking to the endpoint at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep's report data as one JSON object.")
 @click.pass_context
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
-          workers: int, as_json: bool) -> None:
+          workers: int, agent: str | None, llm_budget: float | None, llm_max_concurrent: int, as_json: bool) -> None:
     """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
     (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
     `sweep_report` partition. `churnbench sweep list|show|rm` manage sweeps."""
@@ -54,12 +60,13 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
     from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
 
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
-    spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps))
+    spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent)
     paths = StatePaths.resolve()
     echo = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     started = time.perf_counter()
     with open_session(paths) as session:
-        record = run_sweep(session, defs_for(str(paths.root)), spec, echo=echo, workers=workers)
+        record = run_sweep(session, defs_for(str(paths.root)), spec, echo=echo, workers=workers,
+                           llm_budget_usd=llm_budget, llm_max_concurrent=llm_max_concurrent)
     folder = sweep_report_dir(paths, record.sweep_id)
     if as_json:
         data = json.loads((folder / "report.json").read_text())
@@ -67,7 +74,8 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         click.echo(json.dumps(data, indent=1, default=str))
     else:
         click.echo(f"report: {folder / 'report.md'}")
-    if record.status_counts()["failed"]:
+    counts = record.status_counts()
+    if counts["failed"] or counts["skipped"]:
         raise SystemExit(1)
 
 

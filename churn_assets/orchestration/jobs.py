@@ -44,6 +44,10 @@ class SweepConfig(dg.Config):
                        "location's environment); empty: the preset's.")
     saas_profile: str = Field("", description="The SaaS API's plan (default, reference); empty: the preset's.")
     parallelism: int = Field(1, ge=1, le=8, description="Cells evaluated at once (worker processes).")
+    llm_budget_usd: float | None = Field(None, ge=0, description="With agent llm: stop starting cells once the "
+                                         "reported spend plus a cell's estimate would pass this (US dollars).")
+    llm_max_concurrent: int = Field(2, ge=1, le=8, description="With agent llm: cells (each one model call at a "
+                                    "time) talking to the endpoint at once.")
 
 
 def sweep_spec_of(config: SweepConfig) -> "SweepSpec":
@@ -78,15 +82,17 @@ def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: 
         spec = sweep_spec_of(config)
         session = Session(paths, state.service_urls(), context.instance)
         record = run_sweep(session, asset_defs_for(str(paths.root)), spec, echo=context.log.info,
-                           workers=config.parallelism)
+                           workers=config.parallelism, llm_budget_usd=config.llm_budget_usd,
+                           llm_max_concurrent=config.llm_max_concurrent)
     except UserFacingError as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
     counts = record.status_counts()
     context.add_output_metadata({"sweep_id": record.sweep_id, "cells_done": counts["done"],
                                  "cells_failed": counts["failed"]})
-    if counts["failed"]:
-        raise dg.Failure(description=f"sweep {record.sweep_id}: {counts['failed']} cell(s) failed (the others and "
-                                     "the report are done; see the run log and the report)", allow_retries=False)
+    if counts["failed"] or counts["skipped"]:
+        raise dg.Failure(description=f"sweep {record.sweep_id}: {counts['failed']} cell(s) failed, "
+                                     f"{counts['skipped']} skipped at the LLM budget cap (the others and the report "
+                                     "are done; see the run log and the report)", allow_retries=False)
     return record.sweep_id
 
 

@@ -13,14 +13,18 @@ from typing import Any
 from churn_assets.state import StatePaths, atomic_write_text
 from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec
 
-DONE, FAILED, PENDING = "done", "failed", "pending"
+DONE, FAILED, PENDING, SKIPPED = "done", "failed", "pending", "skipped"  # skipped: past the LLM budget cap
 
 
-def scenario_key_of(cell: Cell) -> str:
+def scenario_key_of(cell: Cell, model_settings: dict[str, Any] | None = None) -> str:
+    """The scenario key of a cell; an LLM cell's agent is its agent id (`llm-xxxxxx`), whose settings it needs."""
     from churn_assets.arms.registry import define_scenario
+    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 
+    llm = cell.agent.startswith("llm-")
     return define_scenario(cell.world_id, cell.arm, cell.policy, cell.t_prime, cell.t,
-                           saas_profile=cell.saas_profile).key
+                           agent_id=cell.agent if llm else DETERMINISTIC_AGENT, saas_profile=cell.saas_profile,
+                           model_settings=model_settings if llm else None).key
 
 
 @dataclass
@@ -39,10 +43,14 @@ class SweepRecord:
     def sweep_id(self) -> str:
         return self.spec.sweep_id
 
+    def key_of(self, cell: Cell) -> str:
+        """The cell's scenario key (an LLM sweep's model settings are in its spec's options)."""
+        return scenario_key_of(cell, self.spec.options.get("model_settings"))
+
     def status_counts(self) -> dict[str, int]:
-        counts = {DONE: 0, FAILED: 0, PENDING: 0}
+        counts = {DONE: 0, FAILED: 0, PENDING: 0, SKIPPED: 0}
         for cell in self.cells:
-            counts[self.outcomes.get(scenario_key_of(cell), {}).get("status", PENDING)] += 1
+            counts[self.outcomes.get(self.key_of(cell), {}).get("status", PENDING)] += 1
         return counts
 
     def to_json(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ rerun see how far it got; a rerun reuses every finished cell.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Callable
@@ -26,17 +27,19 @@ from typing import Any
 from churn_assets.errors import UserFacingError
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.partitions import SWEEP_PARTITIONS_NAME
+from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.orchestration.sweep_records import (
     DONE,
     FAILED,
+    SKIPPED,
     SweepRecord,
     list_sweeps,
     load_sweep,
-    scenario_key_of,
     sweep_file,
     sweep_report_dir,
 )
-from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec, resolve_worlds
+from churn_assets.sweeps.llm_budget import BudgetGuard, estimate
+from churn_assets.sweeps.spec import LLM, Cell, SweepError, SweepSpec, resolve_worlds
 
 Echo = Callable[[str], None]
 SWEEP_TAG = "churnbench/sweep"
@@ -47,6 +50,16 @@ def _now() -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
+
+
+def with_llm_settings(spec: SweepSpec) -> tuple[SweepSpec, Any]:
+    """An LLM sweep's spec with the endpoint's model settings and agent id in its options (so a sweep with
+    other settings is another sweep), and the settings (from CHURNBENCH_LLM_*: a clear error when unset)."""
+    from churn_assets.arms.agents.llm import LlmSettings
+
+    settings = LlmSettings.from_env()
+    options = {**spec.options, "model_settings": settings.to_json(), "agent_id": settings.agent_id}
+    return dataclasses.replace(spec, options=options), settings
 
 
 def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Echo) -> SweepRecord:
@@ -68,6 +81,9 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
             echo(f"world {w.world_id}: materializing its ledger")
             materialize(session, definitions, ["ledger"], [w.world_id])
     evaluated, exposure = spec_cells(spec, worlds, {name: a.fixed_policy for name, a in ARMS.items()})
+    if spec.agent == LLM:
+        agent_id = str(spec.options["agent_id"])
+        evaluated = [dataclasses.replace(c, agent=agent_id) for c in evaluated]
     path = sweep_file(session.paths, spec.sweep_id)
     record = load_sweep(session.paths, spec.sweep_id) if path.exists() else SweepRecord(spec, evaluated, exposure)
     record.cells, record.exposure_cells = evaluated, exposure
@@ -103,18 +119,24 @@ def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo) ->
     record.save(session.paths)
 
 
-def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1) -> None:
+def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
+                   llm: Any = None, budget: BudgetGuard | None = None) -> None:
     """Every evaluated cell through `run_scenario`, the record saved after each; a failed cell is recorded and
-    the next one runs."""
-    from churn_assets.orchestration.scenario_runs import run_scenario
-
+    the next one runs. `llm`: the `LlmSettings` of an LLM sweep; `budget`: its spend cap (a cell that would take
+    the spend past it is skipped, and so is every later one)."""
     total = len(record.cells)
     for n, cell in enumerate(record.cells, 1):
-        key = scenario_key_of(cell)
+        key = record.key_of(cell)
+        if budget is not None and not budget.allows_next():
+            record.outcomes[key] = {"status": SKIPPED, "error": f"not started: {budget.describe()}",
+                                    "cell": cell.to_json()}
+            echo(f"[{n}/{total}] {key}: skipped ({budget.describe()})")
+            record.save(session.paths)
+            continue
         started = time.perf_counter()
         try:
             summary = run_scenario(session, definitions, cell.world_id, cell.arm, cell.t_prime, cell.t, cell.policy,
-                                   cell.saas_profile, lambda _m: None, tags={SWEEP_TAG: record.sweep_id})
+                                   cell.saas_profile, lambda _m: None, llm=llm, tags={SWEEP_TAG: record.sweep_id})
         except UserFacingError as e:
             record.outcomes[key] = {"status": FAILED, "error": " ".join(str(e).split()), "cell": cell.to_json()}
             echo(f"[{n}/{total}] {key}: FAILED: {record.outcomes[key]['error']}")
@@ -122,20 +144,22 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
             record.outcomes[key] = outcome_of(cell, summary, time.perf_counter() - started)
             verb = "reused" if summary.get("reused") else "evaluated"
             echo(f"[{n}/{total}] {key}: {verb}, stale {summary['stale_answers']}, exposure {summary['exposure']}")
+            if budget is not None:
+                budget.add(summary.get("llm_usage"))
+                echo(f"  {budget.describe()}")
         record.save(session.paths)
 
 
 def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
     keep = ("scenario_key", "experiment_hash", "code_version", "tasks", "verdicts", "stale_answers", "accuracy",
             "exposure", "degenerate_exposure", "prediction", "prediction_interval_90", "mean_cost_units",
-            "route_mix", "planned_vintage", "results", "reused", "inputs_built")
+            "route_mix", "planned_vintage", "results", "reused", "inputs_built", "llm_usage")
     return {"status": DONE, "cell": cell.to_json(), "seconds": round(seconds, 1),
             **{k: summary.get(k) for k in keep}}
 
 
 def record_refresh_rows(session: Session, record: SweepRecord) -> None:
-    """Rows each evaluated cell's planned refreshes copied over (T', T]: staged partitions' row counts and the
-    vector index's chunks, read from the stores' meta tables (what was written, not an estimate)."""
+    """Rows each evaluated cell's planned refreshes copy over (T', T] (`grounding/refresh_cost.py`)."""
     from churn_assets.fabric.postgres import connection
     from churn_assets.grounding.refresh_cost import refresh_rows
     from churn_assets.orchestration.scenarios import stored_plan
@@ -148,22 +172,38 @@ def record_refresh_rows(session: Session, record: SweepRecord) -> None:
             if plan is None:
                 continue
             cell = Cell.from_json(outcome["cell"])
-            outcome["refresh_rows"] = refresh_rows(conn, cell.world_id, plan.refresh_days, cell.t_prime)
+            outcome["refresh_rows"] = refresh_rows(conn, cell.world_id, plan.refresh_days, cell.t_prime,
+                                                   session.paths.contracts_root(cell.world_id))
             outcome["refreshes"] = sum(len([d for d in days if d > cell.t_prime])
                                        for days in plan.refresh_days.values())
     record.save(session.paths)
 
 
 def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo = print, workers: int = 1,
-              report: bool = True) -> SweepRecord:
-    """Register, compute, evaluate and report a sweep (see the module doc)."""
+              report: bool = True, llm_budget_usd: float | None = None, llm_max_concurrent: int = 2) -> SweepRecord:
+    """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
+    takes its settings from CHURNBENCH_LLM_*, prints its estimate before any cell starts, stops starting cells
+    at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once."""
     started = time.perf_counter()
+    llm = budget = None
+    if spec.agent == LLM:
+        spec, llm = with_llm_settings(spec)
+        workers = min(workers, llm_max_concurrent)
     record = register_sweep(session, definitions, spec, echo)
+    if llm is not None:
+        from churn_assets.deployment import task_settings
+
+        est = estimate(llm, len(record.cells), task_settings().count, today=spec.t)
+        echo(est.describe())
+        budget = BudgetGuard(llm_budget_usd, est.per_cell_typical_usd())
+        for outcome in record.outcomes.values():  # what earlier launches of this sweep spent counts too
+            if outcome.get("status") == DONE and not outcome.get("reused"):
+                budget.add(outcome.get("llm_usage"))
     record.started, record.finished = _now(), ""
     counts = f"{len(record.cells)} evaluated cell(s), {len(record.exposure_cells)} exposure-only"
     echo(f"sweep {record.sweep_id}: {counts}")
     compute_exposure_cells(session, record, echo)
-    evaluate_cells(session, definitions, record, echo, workers=workers)
+    evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget)
     record_refresh_rows(session, record)
     record.finished = _now()
     record.save(session.paths)
@@ -196,11 +236,12 @@ class Removal:
 
 def plan_removal(session: Session, sweep_id: str) -> Removal:
     record = load_sweep(session.paths, sweep_id)
-    mine = {scenario_key_of(c): c for c in record.cells}
+    mine = {record.key_of(c): c for c in record.cells}
     others: set[str] = set()
     for other in list_sweeps(session.paths):
         if other != sweep_id:
-            others |= {scenario_key_of(c) for c in load_sweep(session.paths, other).cells}
+            other_record = load_sweep(session.paths, other)
+            others |= {other_record.key_of(c) for c in other_record.cells}
     gone = sorted(k for k in mine if k not in others)
     folders = [session.paths.results_dir(mine[k].world_id) / k for k in gone]
     folders = [f for f in folders if f.exists()]

@@ -87,6 +87,7 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
     evaluated = [c for c in cells if c["kind"] == "evaluated"]
     done = [c for c in evaluated if c["status"] == "done"]
     failed = [c for c in evaluated if c["status"] == "failed"]
+    skipped = [c for c in evaluated if c["status"] == "skipped"]
     reused = sum(1 for c in done if c.get("reused"))
 
     if options.get("parity_gaps"):
@@ -130,7 +131,8 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
 
     head = [f"# Sweep `{sweep_id}`", "", spec.get("description") or "", "",
             f"- cells evaluated: {len(done)} done ({reused} reused from earlier runs), {len(failed)} failed, "
-            f"{len(evaluated) - len(done) - len(failed)} pending",
+            f"{len(skipped)} skipped (LLM budget cap), {len(evaluated) - len(done) - len(failed) - len(skipped)} "
+            "pending",
             f"- exposure-only cells: {sum(1 for c in cells if c['kind'] == 'exposure-only')}",
             f"- started {record.get('started') or '-'}, finished {record.get('finished') or '(running)'}",
             f"- files: `{folder}` (cells.csv, served_ages.csv, report.json, the PNGs below)", ""]

@@ -21,8 +21,8 @@ from churn_assets.errors import UserFacingError
 from churn_assets.world.calendar import Day
 from churn_assets.world.config import WorldConfig, load_config
 
-DETERMINISTIC = "deterministic"
-AGENTS = (DETERMINISTIC, "llm")
+DETERMINISTIC, LLM = "deterministic", "llm"
+AGENTS = (DETERMINISTIC, LLM)
 
 
 class SweepError(UserFacingError, ValueError):

@@ -78,6 +78,13 @@ OLD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("finished_at", "timestamptz"),
 )
 
+# What revision 0002 adds (issue 19), written out here as DDL so the comparison does not reuse the script.
+ADDED_IN_0002: tuple[tuple[str, str], ...] = (
+    ("unattributed_error", "integer"),
+    ("degenerate_exposure", "integer"),
+    ("identity_version", "integer NOT NULL DEFAULT 1"),
+)
+
 
 def old_ensure_catalog(conn: psycopg.Connection[Any], columns: tuple[tuple[str, str], ...] = OLD_COLUMNS) -> None:
     ident, table = sql.Identifier, sql.Identifier("churnbench", "results_runs")
@@ -199,8 +206,9 @@ def key(experiment_hash: str, code_version: str = "git-new") -> RunKey:
 
 
 def test_a_new_catalog_is_the_table_the_old_ddl_made(database: str) -> None:
+    """A new catalog at head is the old DDL's table with the columns of the later revisions appended."""
     with connection(database, autocommit=True) as conn:
-        old_ensure_catalog(conn)
+        old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002)
     old = definition(database)
     with connection(database, autocommit=True) as conn:
         conn.execute(b"DROP SCHEMA churnbench CASCADE")
@@ -247,9 +255,18 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     assert len(before) == len(OLD_ROWS) and recorded_revisions(database) is None
 
     catalog = RunCatalog(database)
-    listed = catalog.runs()  # a read adopts it: stamped at the baseline, nothing else changed
+    listed = catalog.runs()  # a read adopts it: stamped at the baseline, then upgraded to head
     assert recorded_revisions(database) == [HEAD_REVISION]
-    assert all_rows(database) == before and definition(database) == old_definition
+    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1}
+    assert all_rows(database) == [{**b, **added} for b in before]
+    after = definition(database)
+    last = len(old_definition["columns"])
+    assert after["columns"][:last] == old_definition["columns"]
+    assert after["columns"][last:] == [(last + 1, "unattributed_error", "integer", False, "", None),
+                                       (last + 2, "degenerate_exposure", "integer", False, "", None),
+                                       (last + 3, "identity_version", "integer", True, "", "1")]
+    assert {k: v for k, v in after.items() if k != "columns"} == {
+        k: v for k, v in old_definition.items() if k != "columns"}
     assert [(r.run_id, r.experiment_hash, r.status, r.attempts) for r in listed] == [
         (b["run_id"], b["experiment_hash"], b["status"], b["attempts"]) for b in before]
     done = next(r for r in listed if r.status == "complete")

@@ -1,0 +1,165 @@
+"""The sweep and the scenario-inputs sensor, driven the way the UI drives them: a running `churnbench ui` (its
+webserver and daemon), the Launchpad's run config and launch mutation over GraphQL, run status polled until it
+ends, materializations read back over GraphQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from churn_assets.deployment import DEPLOYMENT_ENV
+from churn_assets.services import free_port
+
+from .test_ui import graphql, wait_for_asset_nodes, wait_until_answering
+
+pytestmark = pytest.mark.integration
+
+LOCATION = "churnbench"  # workspace.yaml
+RUN_TIMEOUT_S = 900
+TASKS = 20
+WORLD_NAME = "uisweep"  # its own world: the UI's runs use 20 tasks, the in-process tests 180
+
+LAUNCH = """
+mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename
+  ... on LaunchRunSuccess { run { runId } }
+  ... on RunConfigValidationInvalid { errors { message } }
+  ... on PythonError { message }
+  ... on InvalidSubsetError { message }
+} }"""
+
+
+def gql(port: int, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql",
+                                     data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        data = json.loads(response.read())
+    assert "errors" not in data, data
+    return data["data"]
+
+
+def wait_for_run(port: int, run_id: str) -> str:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = gql(port, "query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
+                     {"id": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            return status
+        time.sleep(2)
+    raise AssertionError(f"run {run_id} did not end within {RUN_TIMEOUT_S} s")
+
+
+def run_log(port: int, run_id: str) -> str:
+    data = gql(port, "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { "
+                     "__typename ... on MessageEvent { message } ... on ExecutionStepFailureEvent { "
+                     "error { message } } } } } }", {"id": run_id})
+    return "\n".join(f"{e.get('message') or ''} {(e.get('error') or {}).get('message', '')}"
+                     for e in data["logsForRun"]["events"])
+
+
+def materialized_partitions(port: int, asset: str) -> set[str]:
+    data = gql(port, "query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode { "
+                     "assetMaterializations(limit: 200) { partition } } } }", {"k": {"path": [asset]}})
+    return {m["partition"] for m in data["assetNodeOrError"]["assetMaterializations"]}
+
+
+@pytest.fixture(scope="module")
+def ui(state_dir: Path, tmp_path_factory: pytest.TempPathFactory, churnbench_exe: str,
+       cli_env: Callable[..., dict[str, str]]) -> Iterator[int]:
+    """`churnbench ui` on the session's state folder, with a deployment of 20 tasks per task set."""
+    folder = tmp_path_factory.mktemp("ui-sweep")
+    packaged = yaml.safe_load((Path(__file__).parents[2] / "churn_assets" / "deployment.yaml").read_text())
+    packaged["tasks"]["count"] = TASKS
+    deployment = folder / "deployment.yaml"
+    deployment.write_text(yaml.safe_dump(packaged))
+    port = free_port()
+    log = folder / "ui.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([churnbench_exe, "ui", "--port", str(port)],
+                                env=cli_env(state_dir, **{DEPLOYMENT_ENV: str(deployment)}),
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until_answering(port, proc, log)
+        wait_for_asset_nodes(port, proc, log)
+        yield port
+    finally:
+        import signal
+
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_the_ui_lists_the_jobs_and_sensors(ui: int) -> None:
+    data = graphql(ui, "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } "
+                       "sensors { name sensorState { status } } } } } }")
+    [repo] = data["data"]["repositoriesOrError"]["nodes"]  # type: ignore[index]
+    assert {"sweep", "build_scenario"} <= {j["name"] for j in repo["jobs"]}
+    sensors = {s["name"]: s["sensorState"]["status"] for s in repo["sensors"]}
+    assert sensors["scenario_inputs"] == "RUNNING"
+
+
+def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui: int) -> None:
+    config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"]}
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
+                           "jobName": "sweep"},
+              "runConfigData": {"ops": {"run_sweep_cells": {"config": config}}}}
+    launched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    status = wait_for_run(ui, run_id)
+    log = run_log(ui, run_id)
+    assert status == "SUCCESS", log[-4000:]
+    assert log.count("evaluated, stale") == 4
+    cells = {p for p in materialized_partitions(ui, "eval_run") if WORLD_NAME in p}
+    assert len(cells) == 4
+    reports = materialized_partitions(ui, "sweep_report")
+    assert any(r.startswith("smoke-") for r in reports)
+
+    relaunched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    assert wait_for_run(ui, relaunched["run"]["runId"]) == "SUCCESS"
+    assert run_log(ui, relaunched["run"]["runId"]).count(": reused, stale") == 4
+
+
+def test_an_eval_run_launched_with_missing_inputs_gets_them(ui: int, state_dir: Path) -> None:
+    """A scenario defined (not built) and launched as an `eval_run` partition: the launch fails listing what is
+    missing, the `scenario_inputs` sensor launches `build_scenario`, and the partition ends materialized."""
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.scenarios import register_scenario
+    from churn_assets.state import StatePaths
+    from churn_assets.world.config import load_config
+
+    world = load_config(days=30, overrides=[f"name={WORLD_NAME}"]).world_id
+    scenario = define_scenario(world, "naive", "tiered", dt.date(2024, 1, 20), dt.date(2024, 1, 21))
+    with open_session(StatePaths.resolve(state_dir)) as session:
+        key = register_scenario(session.paths, session.instance, scenario)
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
+                           "jobName": "__ASSET_JOB", "assetSelection": [{"path": ["eval_run"]}]},
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": key}]}}
+    launched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    assert wait_for_run(ui, launched["run"]["runId"]) == "FAILURE"
+    assert "input partition(s) missing" in run_log(ui, launched["run"]["runId"])
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while key not in materialized_partitions(ui, "eval_run"):
+        assert time.monotonic() < deadline, "the scenario_inputs sensor did not get the partition materialized"
+        time.sleep(3)
+    query = ("query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { ... on Runs { results { "
+             "jobName status } } } }")
+    after = [{"key": "churnbench/after_run", "value": launched["run"]["runId"]}]
+    runs = gql(ui, query, {"tags": after})["runsOrError"]["results"]
+    assert [(r["jobName"], r["status"]) for r in runs] == [("build_scenario", "SUCCESS")]

@@ -1,0 +1,200 @@
+"""The sweep core without Dagster: specs and their cells, presets, budget-matched TTL policies, exposure-only
+cells against the evaluated path's planning, the analysis tables and the report files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from churn_assets.arms.registry import ARMS, TIERED_ARM, UNTIERED_ARM
+from churn_assets.evaluation.paper import T
+from churn_assets.freshness.policies import BudgetedTtl, parse_policy
+from churn_assets.grounding.registry import load_registry
+from churn_assets.sweeps import analysis
+from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, preset_spec, uniform_ttl
+from churn_assets.sweeps.report import build_report
+from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec, WorldRecipe, cells, resolve_worlds
+
+D = dt.date.fromisoformat
+FIXED = {name: a.fixed_policy for name, a in ARMS.items()}
+
+
+def _spec(**kw: Any) -> SweepSpec:
+    base: dict[str, Any] = {"preset": "custom", "worlds": ("w-s1-aaaaaa",), "arms": (TIERED_ARM,),
+                            "policies": ("tiered",), "t": T, "gaps": (1, 29)}
+    return SweepSpec(**{**base, **kw})
+
+
+def test_cells_expand_the_grid_once_each_and_a_fixed_policy_arm_once() -> None:
+    spec = _spec(arms=(TIERED_ARM, UNTIERED_ARM), policies=("tiered", "off", "uniform:8"))
+    evaluated, exposure = cells(spec, resolve_worlds(spec), FIXED)
+    assert exposure == []
+    keys = [(c.arm, c.policy, c.gap) for c in evaluated]
+    assert len(keys) == len(set(keys)) == 3 * 2 + 1 * 2  # the untiered arm serves "off" whatever is asked
+    assert {c.policy for c in evaluated if c.arm == UNTIERED_ARM} == {"off"}
+    assert [c.t_prime for c in evaluated[:2]] == [T - dt.timedelta(days=29), T - dt.timedelta(days=1)]
+
+
+def test_exposure_only_sweeps_evaluate_only_the_named_worlds() -> None:
+    spec = _spec(worlds=("a-s1-aaaaaa", "b-s2-bbbbbb"), exposure_only=True, evaluate_worlds=(0,), evaluate_gaps=(29,))
+    evaluated, exposure = cells(spec, resolve_worlds(spec), FIXED)
+    assert [(c.world_id, c.gap) for c in evaluated] == [("a-s1-aaaaaa", 29)]
+    assert len(exposure) == 4  # every cell's exposure, the evaluated one included (its equality is checked)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"worlds": ()}, "no world"), ({"arms": ()}, "no arm"), ({"gaps": (), "t_primes": ()}, "no T'"),
+    ({"gaps": (-1,)}, "cannot be negative"), ({"t_primes": (T + dt.timedelta(days=1),)}, "after T"),
+    ({"agent": "gpt"}, "agent 'gpt'"), ({"evaluate_worlds": (3,)}, "names no world"),
+])
+def test_a_bad_spec_says_what_is_wrong(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(SweepError, match=message):
+        _spec(**change)
+
+
+def test_an_unknown_arm_is_named() -> None:
+    spec = _spec(arms=("grounding", "oracle"))
+    with pytest.raises(SweepError, match="unknown arm 'oracle'"):
+        cells(spec, resolve_worlds(spec), FIXED)
+
+
+def test_a_spec_round_trips_and_its_id_is_its_content() -> None:
+    spec = preset_spec("ttl-grid", PresetArgs(seeds=(7,)))
+    again = SweepSpec.from_json(json.loads(json.dumps(spec.to_json())))
+    assert again == spec and again.sweep_id == spec.sweep_id
+    assert customize(spec, gaps=(3,)).sweep_id != spec.sweep_id
+    assert preset_spec("ttl-grid", PresetArgs(seeds=(7,))).sweep_id == spec.sweep_id  # stable across processes
+
+
+def test_the_presets_match_their_documentation() -> None:
+    cache_age = preset_spec("cache-age")
+    assert cache_age.gaps == tuple(range(1, 36)) and cache_age.arms == (TIERED_ARM, UNTIERED_ARM)
+    ev, _ = cells(cache_age, resolve_worlds(cache_age), FIXED)
+    assert len(ev) == 70
+
+    grid = preset_spec("ttl-grid")
+    worlds = resolve_worlds(grid)
+    assert len(worlds) == 3 * 4 and len({w.world_id for w in worlds}) == 12
+    ev, ex = cells(grid, worlds, FIXED)
+    assert len(ex) == 12 * 7 * 2 and len(ev) == 4 * 7 * 2  # the first seed's worlds evaluated in full
+    x1 = [w for w in worlds[:4] if w.label.endswith("x1")]
+    assert x1 and x1[0].world_id == "default-s42-2906f8"  # rates x1 is the default world itself
+    x2 = next(w for w in worlds if w.label == "seed 42, rates x2")
+    assert x2.config is not None and x2.config.data["rates_per_day"]["hires"] == pytest.approx(3.6)
+    assert x2.config.data["reference_data"] == worlds[0].config.data["reference_data"]  # type: ignore[union-attr]
+
+    budget = preset_spec("budget")
+    ev, _ = cells(budget, resolve_worlds(budget), FIXED)
+    assert len(ev) == 4 * 4 + 2 and {c.gap for c in ev} == {29}
+
+    seeds = preset_spec("seeds")
+    ev, _ = cells(seeds, resolve_worlds(seeds), FIXED)
+    assert len(ev) == 5 * 4
+    assert set(PRESETS) >= {"cache-age", "ttl-grid", "budget", "seeds"}
+    with pytest.raises(SweepError, match="unknown sweep preset"):
+        preset_spec("nightly-ish")
+
+
+def test_uniform_ttl_names_every_cached_class() -> None:
+    policy = parse_policy(uniform_ttl(4))
+    assert set(policy.effective_ttls(load_registry(), None, 180).values()) == {4}
+
+
+@pytest.mark.parametrize("shape", ["rate", "tiers"])
+@pytest.mark.parametrize("budget", [0, 4, 8, 16, 32])
+def test_a_budgeted_ttl_policy_spends_at_most_its_budget(shape: str, budget: int) -> None:
+    registry = load_registry()
+    rates = {c.name: r for c, r in zip(registry.staged_classes, (3.5, 3.0, 0.15, 0.6, 0.05, 0.03), strict=True)}
+    t_prime = T - dt.timedelta(days=29)
+    policy = BudgetedTtl(budget, shape)  # type: ignore[arg-type]
+    days = policy.refresh_days(registry, t_prime, T, rates, 180)
+    spent = sum(len(d) - 1 for d in days.values())
+    assert spent <= budget
+    assert spent >= budget - 4 or budget == 0  # the smallest scale that fits uses nearly all of it
+    assert all(d[0] == t_prime for d in days.values())
+
+
+def test_budgeted_ttl_spellings() -> None:
+    assert parse_policy("rate-matched:8") == BudgetedTtl(8, "rate")
+    assert parse_policy("tier-shaped:8").policy_id.startswith("tierbudget8-")
+    assert BudgetedTtl(8, "rate").needs_rates and not BudgetedTtl(8, "tiers").needs_rates
+
+
+# --- analysis and report -------------------------------------------------------------------------
+
+
+def _outcome(tmp: Path, arm: str, policy: str, gap: int, stale: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    folder = tmp / f"{arm}-{policy}-{gap}"
+    folder.mkdir(parents=True)
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cell = Cell("w-s1-aaaaaa", arm, policy, T - dt.timedelta(days=gap), T).to_json()
+    return {"status": "done", "cell": cell, "stale_answers": stale, "exposure": stale, "prediction": stale + 0.5,
+            "prediction_interval_90": [stale - 2, stale + 3], "verdicts": {"correct": 10 - stale,
+                                                                         "freshness_error": stale},
+            "results": str(folder), "reused": False, "refresh_rows": {"assignments": 100 * gap},
+            "planned_vintage": {"assignments": (T - dt.timedelta(days=1)).isoformat()}}
+
+
+def _row(verdict: str, stale_classes: list[str], served: str) -> dict[str, Any]:
+    return {"verdict": verdict, "classes_stale": stale_classes, "served_vintage": {"assignments": served},
+            "traces": [{"data_times": {"assignments": served}}]}
+
+
+def test_the_report_has_its_tables_and_plots(tmp_path: Path) -> None:
+    a1 = (T - dt.timedelta(days=1)).isoformat()
+    outcomes = {}
+    for policy, gap, stale in (("tiered", 26, 3), ("off", 26, 9), ("tiered", 27, 4), ("off", 27, 10)):
+        arm = TIERED_ARM if policy == "tiered" else UNTIERED_ARM
+        rows = [_row("freshness_error", ["assignments"], a1)] * stale + [_row("correct", [], a1)] * (10 - stale)
+        outcomes[f"{arm}-{policy}-{gap}"] = _outcome(tmp_path / "runs", arm, policy, gap, stale, rows)
+    spec = _spec(arms=(TIERED_ARM, UNTIERED_ARM), gaps=(26, 27), options={"parity_gaps": [26, 27]})
+    record = {"sweep_id": spec.sweep_id, "spec": spec.to_json(), "outcomes": outcomes, "exposure_rows": []}
+    report = build_report(record, tmp_path / "report", ["assignments", "prices"])
+    assert [(r["gap"], r["tiered_stale"], r["off_stale"]) for r in report.data["parity"]] == [(26, 3, 9), (27, 4, 10)]
+    assert {"stale_vs_gap", "served_age", "verdict_bars", "stale_by_class"} <= set(report.figures)
+    for path in report.figures.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "report" / "cells.csv").read_text().count("\n") == 5
+    ages = analysis.served_ages(record, ["assignments"])
+    assert {(a["source"], a["age_days"]) for a in ages} == {("observed", 1)}
+    by_class = analysis.stale_by_class(record)
+    assert sorted(r["stale/assignments"] for r in by_class) == [3, 4, 9, 10]
+    inline = report.markdown_inline()
+    assert "data:image/png;base64," in inline and "](stale_vs_gap.png)" in report.markdown
+
+
+def test_the_seeds_summary_pairs_by_seed_and_is_seeded() -> None:
+    cells_ = []
+    for world, (on, off) in {"a": (3, 10), "b": (5, 9), "c": (4, 12)}.items():
+        for policy, stale in (("tiered", on), ("off", off)):
+            cells_.append({"kind": "evaluated", "status": "done", "world_id": world, "world_label": world,
+                           "policy": policy, "gap": 29, "stale_answers": stale})
+    s1 = analysis.seeds_summary(cells_, {"D+28": 29})
+    s2 = analysis.seeds_summary(cells_, {"D+28": 29})
+    d = s1["differences"]["D+28"]
+    assert d["per_seed"] == [7, 4, 8] and d["mean_off_minus_on"] == pytest.approx(19 / 3, abs=0.01)
+    lo, hi = d["interval_90"]
+    assert 4 <= lo <= d["mean_off_minus_on"] <= hi <= 8
+    assert s1 == s2
+
+
+def test_the_ttl_grid_checks_stale_against_exposure() -> None:
+    base = {"status": "done", "ttl": 2, "gap": 29, "policy": "ttl:x=2"}
+    rows = [{**base, "kind": "exposure-only", "world_label": f"seed {s}, rates x2", "exposure": e, "prediction": p}
+            for s, e, p in ((1, 10, 9.0), (2, 14, 12.0))]
+    rows.append({**base, "kind": "evaluated", "world_label": "seed 1, rates x2", "stale_answers": 10, "exposure": 10})
+    [g] = analysis.ttl_grid(rows)
+    assert (g["rate_multiplier"], g["exposure_min"], g["exposure_max"], g["exposure_mean"]) == ("2", 10, 14, 12.0)
+    assert g["stale_equals_exposure"] is True
+    rows[-1]["stale_answers"] = 11
+    assert analysis.ttl_grid(rows)[0]["stale_equals_exposure"] is False
+
+
+def test_a_world_recipe_resolves_without_writing(tmp_path: Path) -> None:
+    recipe = WorldRecipe(7, overrides=("rates_per_day.hires=2.0",), name="hires", label="x")
+    [w] = resolve_worlds(_spec(worlds=(recipe,)))
+    assert w.world_id.startswith("hires-s7-") and w.config is not None
