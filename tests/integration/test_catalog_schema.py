@@ -258,7 +258,8 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     listed = catalog.runs()  # a read adopts it: stamped at the baseline, then upgraded to head
     assert recorded_revisions(database) == [HEAD_REVISION]
     added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1}
-    assert all_rows(database) == [{**b, **added} for b in before]
+    before = [{**b, **added} for b in before]
+    assert all_rows(database) == before
     after = definition(database)
     last = len(old_definition["columns"])
     assert after["columns"][:last] == old_definition["columns"]
