@@ -14,6 +14,7 @@ opens the warehouse, and turns the build into metadata. Both share the process's
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
 # decoration time and needs real types, not strings.
 import datetime as dt
+from typing import Any
 
 import dagster as dg
 
@@ -47,7 +48,7 @@ def _seconds(seconds: dict[str, float]) -> dg.MetadataValue:
     return dg.MetadataValue.json({k: round(v, 3) for k, v in seconds.items()})
 
 
-def index_metadata(build: IndexBuild) -> dict[str, object]:
+def index_metadata(build: IndexBuild) -> dict[str, Any]:
     schema = staging_schema(build.world_id)
     return {
         "dagster/row_count": build.chunks,
@@ -89,7 +90,7 @@ def vector_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(build.content_version))
 
 
-def corpus_metadata(build: CorpusBuild) -> dict[str, object]:
+def corpus_metadata(build: CorpusBuild) -> dict[str, Any]:
     return {
         "dagster/row_count": build.records,
         "records": build.records,
