@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jinja2
 from fpdf import FPDF
+from fpdf.fonts import CoreFont
 
 from contracts.model import ContractFacts
 from contracts.parse import NO_EXPIRY, NOT_STATED, escape_cell, is_separator_row, split_row
@@ -207,8 +208,9 @@ class _Page:
         self.glyphs: dict[str, dict[str, int]] = {}
         for style in ("B", ""):
             pdf.set_font(_FONT, style, 10)
-            assert pdf.current_font is not None
-            self.glyphs[style] = pdf.current_font.cw
+            font = pdf.current_font
+            assert isinstance(font, CoreFont)  # Helvetica: a core font, widths by character
+            self.glyphs[style] = font.cw
         self.current: tuple[str, float] = ("", 10)
         pdf.add_page()
 

@@ -243,7 +243,7 @@ class TenantView:
 
     @staticmethod
     def _prices(state: WorldState, d: dt.date) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for product in state.prices.products.values():
             if product.listed_on > d:
                 continue

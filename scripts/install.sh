@@ -14,7 +14,10 @@ if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# Every dependency at the version of constraints.txt (the full resolved set, dev extra included; README says how to
+# regenerate it). torch is not in it: pyproject's torch==2.13.0 resolves to the build this machine has (the CPU
+# wheel here), which a constraints file shared across machines cannot name.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
 # The dbt manifest that Dagster reads when the code location loads (`@dbt_assets`, churn_assets/assets/dbt.py).
 # `dbt parse` needs no database (profiles.yml defaults every connection variable); partial parsing keeps a
 # second run to a few seconds.

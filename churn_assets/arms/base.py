@@ -19,10 +19,10 @@ import abc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from churn_assets.arms.agents.deterministic import DeterministicAgent
-from churn_assets.arms.agents.interface import Agent, AgentAnswer, TokenUsage
+from churn_assets.arms.agents.interface import Agent, AgentAnswer, StructuredTools, TokenUsage
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.saas_client import TransportError
 from churn_assets.freshness.scenario import Scenario
@@ -78,6 +78,12 @@ class ArmAnswer:
         """Wall-clock figures for the timings sidecar: totals and each retrieval's latency."""
         return {"task_id": self.task_id, "arm": self.arm, **self.timings_ms,
                 "retrievals_ms": [round(t.latency_ms, 1) for t in self.traces]}
+
+
+class TracedTools(StructuredTools, Protocol):
+    """Structured tools that keep a trace of every retrieval (`TracingTools`; the hierarchical coordinator)."""
+
+    traces: list[TraceEntry]
 
 
 class TracingTools:
@@ -155,7 +161,7 @@ class RouterArm(Arm):
     def planned_vintage(self) -> dict[str, Day]:
         return dict(self.router.served) if self.router.served else {}
 
-    def tools(self, question: str) -> TracingTools:
+    def tools(self, question: str) -> TracedTools:
         return TracingTools(self.router, self.serves)
 
     def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
@@ -163,7 +169,7 @@ class RouterArm(Arm):
         try:
             answer = self.agent.answer(question, self.scenario.t, tools)
         except TransportError as e:
-            e.traces = list(tools.traces)  # type: ignore[attr-defined]  # what was read before the failure
+            e.traces = list(tools.traces)  # what was read before the failure
             raise
         return answer, tools.traces
 

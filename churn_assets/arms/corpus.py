@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from churn_assets.arms.agents.interface import Agent, AgentAnswer
 from churn_assets.arms.base import Arm, ArmError
@@ -28,6 +28,9 @@ from churn_assets.freshness.scenario import CONTRACT_DOCUMENTS, RAG_INDEX, VECTO
 from churn_assets.grounding.traces import RAG_LOOKUP, DataIntegrityError, Read, TraceEntry
 from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def corpus_vintage(t_prime: Day) -> dict[str, Day]:
@@ -69,6 +72,7 @@ class CorpusArm(Arm):
         if sources.pg is None:
             raise ArmError(f"{self.name} reads the RAG corpus: it needs a warehouse connection")
         self.sources = sources
+        self._pg: psycopg.Connection[Any] = sources.pg
         self._encoder = encoder
 
     @property
@@ -92,7 +96,7 @@ class CorpusArm(Arm):
 
         def search(query: str, kinds: Sequence[str] | None, k: int) -> list[Any]:
             started = time.perf_counter()
-            hits = search_corpus(self.sources.pg, self.sources.world_id, day, query, self.encoder, k=k,
+            hits = search_corpus(self._pg, self.sources.world_id, day, query, self.encoder, k=k,
                                  kinds=None if kinds is None else list(kinds))
             traces.append(corpus_trace(table, day, kinds, hits, k, (time.perf_counter() - started) * 1000.0))
             return hits

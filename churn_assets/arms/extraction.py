@@ -236,7 +236,8 @@ class Retrieved:
     def price(self, lic: Facts) -> float | None:
         """The license's list price from its product's retrieved record, else its purchase price."""
         p = self.first("product", lic["product"]) if lic["product"] else None
-        return p["price"] if p is not None and p["price"] is not None else lic["unit_price"]
+        price: float | None = p["price"] if p is not None and p["price"] is not None else lic["unit_price"]
+        return price
 
     def cost_center(self, user_id: str | None) -> str | None:
         u = self.user(user_id)
@@ -291,8 +292,9 @@ def _usage_window(u: Facts, days: int) -> tuple[int, int] | None:
 def _latest(c: Mapping[str, Any]) -> dict[str, Any]:
     """The latest term as the retrieved chunks state it: Schedule B's last row, else the summary table,
     else the clauses."""
-    if c["terms"]:
-        return c["terms"][-1]
+    stated: list[dict[str, Any]] = c["terms"]
+    if stated:
+        return stated[-1]
     s, prose = c["summary"], c["prose"]
     out: dict[str, Any] = {}
     if "Effective on" in s and "Expires on" in s:
@@ -312,8 +314,9 @@ def _latest(c: Mapping[str, Any]) -> dict[str, Any]:
 
 def _terms(c: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every term the chunks state: Schedule B, else the current term and the renewals the clauses list."""
-    if c["terms"]:
-        return c["terms"]
+    stated: list[dict[str, Any]] = c["terms"]
+    if stated:
+        return stated
     latest = _latest(c)
     terms = list(c["prose"].get("renewals", []))
     if latest.get("expires_on") and not any(t["expires_on"] == latest["expires_on"] for t in terms):
@@ -335,13 +338,15 @@ def _notice(c: Mapping[str, Any]) -> Value:
     notice = c["summary"].get("Renewal notice", "")
     latest = _latest(c)
     if notice.endswith(" days") and "expires_on" in latest:
-        return (latest["expires_on"] - dt.timedelta(days=int(notice.removesuffix(" days")))).isoformat()
-    deadline = c["prose"].get("notice_deadline")
+        expires_on: Day = latest["expires_on"]
+        return (expires_on - dt.timedelta(days=int(notice.removesuffix(" days")))).isoformat()
+    deadline: Day | None = c["prose"].get("notice_deadline")
     return None if deadline is None else deadline.isoformat()
 
 
 def _vendor_name(c: Mapping[str, Any]) -> Value:
-    return c["summary"].get("Vendor") or c["prose"].get("vendor_name")
+    name: str | None = c["summary"].get("Vendor") or c["prose"].get("vendor_name")
+    return name
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -396,7 +401,7 @@ def _contract_fact(fn: Callable[[Retrieved, Mapping[str, Any], Params], Value]) 
 
 
 def _seat_gap(r: Retrieved, c: Mapping[str, Any], p: Params) -> Value:
-    seats = _latest(c).get("committed_seats")
+    seats: int | None = _latest(c).get("committed_seats")
     if seats is None:
         return None
     held = sum(1 for lic in r.of("license") if lic["contract"] == p["contract"] and r.holder_active(lic))
@@ -417,6 +422,12 @@ def _unit_of(r: Retrieved, cc: str) -> str | None:
     return center["business_unit"] if center is not None else (units[0] if units else None)
 
 
+def _list_price(r: Retrieved, product: str) -> float | None:
+    f = r.first("product", product)
+    price: float | None = None if f is None else f["price"]
+    return price
+
+
 def _idle(r: Retrieved, lic: Facts, p: Params) -> bool:
     return r.holder_active(lic) and not _used_in(r, lic, p["days"])
 
@@ -425,7 +436,7 @@ _LICENSE_JOIN = ("license", "user", "product")
 
 SPECS: dict[str, Spec] = {
     "t1_list_price": _lookup(("product",), "product",
-                             lambda r, p: (f := r.first("product", p["product"])) and f["price"]),
+                             lambda r, p: _list_price(r, p["product"])),
     "t1_price_changes": _agg("count", ("product",), lambda r, f, p: f["previous_price"] is not None
                              and _in(f["price_since"], r.today, p["days"])),
     "t1_purchases": _agg("count", ("license",), lambda r, f, p: _in(f["purchased_on"], r.today, p["days"])),

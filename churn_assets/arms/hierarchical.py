@@ -163,5 +163,5 @@ class HierarchicalArm(RouterArm):
         if agent is not None:
             self.agent = agent
 
-    def tools(self, question: str) -> Coordinator:  # type: ignore[override]  # the same tools protocol
+    def tools(self, question: str) -> Coordinator:
         return Coordinator(self.router)

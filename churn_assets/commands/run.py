@@ -33,7 +33,7 @@ class ArmChoice(click.Choice):
     def __init__(self) -> None:
         super().__init__([])
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> tuple[str, ...]:
         from churn_assets.arms.registry import arm_names
 

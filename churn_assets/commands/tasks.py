@@ -35,7 +35,9 @@ def _load(world_id: str | None, ledger_path: Path | None) -> tuple[str, Any]:
         return world_id, load_ledger(ledger_dir)
     assert ledger_path is not None
     loaded = load_ledger(ledger_path)
-    name = loaded.manifest.world_id if loaded.manifest is not None else ledger_path.stem.split(".")[0]
+    # A manifest without a world id (older manifests; the field is optional) is named like a ledger without one.
+    named = loaded.manifest.world_id if loaded.manifest is not None else None
+    name = named or ledger_path.stem.split(".")[0]
     return name, loaded
 
 

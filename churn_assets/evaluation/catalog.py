@@ -170,7 +170,7 @@ def catalog_metadata() -> sa.MetaData:
     return runs_table().metadata
 
 
-def _row(m: Mapping[str, Any]) -> CatalogRun:
+def _row(m: sa.RowMapping) -> CatalogRun:
     return CatalogRun(
         run_id=m["run_id"], experiment_hash=m["experiment_hash"], code_version=m["code_version"], world=m["world"],
         scenario_key=m["scenario_key"], arm=m["arm"], policy=m["policy"], t_prime=m["t_prime"], t=m["t"],
@@ -271,12 +271,12 @@ def ensure_catalog(conn: sa.Connection) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _execute(conn: psycopg.Connection[Any], statement: sa.Executable) -> psycopg.Cursor[Any]:
+def _execute(conn: psycopg.Connection[Any], statement: sa.ClauseElement) -> psycopg.Cursor[Any]:
     """A Core statement on a psycopg 3 connection the caller owns: compiled for SQLAlchemy's psycopg dialect,
     whose `%(name)s` placeholders psycopg takes as they are."""
     from sqlalchemy.dialects.postgresql.psycopg import dialect
 
-    compiled = statement.compile(dialect=dialect())  # type: ignore[attr-defined]
+    compiled = statement.compile(dialect=dialect())
     return conn.execute(str(compiled).encode(), compiled.params)
 
 

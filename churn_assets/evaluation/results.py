@@ -178,7 +178,8 @@ class ResultsStore:
         path = self.run_dir(key) / SUMMARY_FILE
         if not path.exists():
             raise ResultsError(f"no completed results at {path.parent}")
-        return json.loads(path.read_text())
+        summary: dict[str, Any] = json.loads(path.read_text())
+        return summary
 
     def read_timings(self, key: RunKey) -> dict[str, Any]:
         """The timings sidecar of a completed run ({} when it has none)."""

@@ -42,14 +42,26 @@ from churn_assets.world.calendar import Day
 
 
 class AnswerLike(Protocol):
-    """What the runner needs of an arm's answer (`arms.base.ArmAnswer` provides it)."""
+    """What the runner needs of an arm's answer (`arms.base.ArmAnswer` provides it). Read-only: an answer is a
+    frozen dataclass."""
 
-    task_id: str
-    value: Any
-    text: str
-    parse_error: str | None
-    transport_error: str | None
-    timings_ms: dict[str, float]
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def value(self) -> Any: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def parse_error(self) -> str | None: ...
+
+    @property
+    def transport_error(self) -> str | None: ...
+
+    @property
+    def timings_ms(self) -> dict[str, float]: ...
 
     @property
     def served_vintage(self) -> dict[str, Day]: ...

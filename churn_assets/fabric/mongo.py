@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
@@ -120,10 +120,11 @@ def collection_hash(docs: Sequence[Mapping[str, Any]]) -> str:
 
 
 def read_meta(db: Any) -> dict[str, Any] | None:
-    return db[META_COLLECTION].find_one({"_id": META_ID})
+    meta: dict[str, Any] | None = db[META_COLLECTION].find_one({"_id": META_ID})
+    return meta
 
 
-def _meta_matches(meta: Mapping[str, Any] | None, key: Mapping[str, Any]) -> bool:
+def _meta_matches(meta: Mapping[str, Any] | None, key: Mapping[str, Any]) -> TypeGuard[Mapping[str, Any]]:
     return meta is not None and all(meta.get(k) == v for k, v in key.items())
 
 

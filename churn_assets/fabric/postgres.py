@@ -192,7 +192,7 @@ def _create_table_sql(schema: str, spec: TableSpec) -> sql.Composed:
     from psycopg import sql
 
     # `sql_type` is a type expression written in this package's table specs (`numeric(12,2)`), not a name.
-    cols = [sql.SQL("{} {}{}").format(ident(c.name), sql.SQL(c.sql_type),  # type: ignore[arg-type]
+    cols = [sql.SQL("{} {}{}").format(ident(c.name), sql.SQL(c.sql_type),
                                       sql.SQL("" if c.nullable else " NOT NULL"))
             for c in spec.columns]
     if spec.primary_key:

@@ -164,13 +164,15 @@ def validate_raw(conn: psycopg.Connection[Any], world_id: str, *, examples: int 
             for r in result.results:
                 if r.success:
                     continue
-                kwargs = r.expectation_config.kwargs
+                config = r.expectation_config
+                assert config is not None  # a result of `ValidationDefinition.run` carries its expectation
+                kwargs = config.kwargs
                 column = kwargs.get("column") or (f"{kwargs.get('column_A')}/{kwargs.get('column_B')}"
                                                   if "column_A" in kwargs else "*")
                 details = r.result or {}
                 failing = details.get("unexpected_index_list") or []
                 problems.append(RawProblem(
-                    spec.name, r.expectation_config.type, column,
+                    spec.name, config.type, column,
                     int(details.get("unexpected_count") or len(failing)),
                     tuple(_describe_row(spec.name, row) for row in failing[:examples])))
     finally:

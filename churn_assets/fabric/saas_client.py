@@ -58,6 +58,11 @@ class SaasError(UserFacingError):
 class TransportError(SaasError):
     """The call did not get an answer after its retries (429s, 5xx, timeouts, refused connections)."""
 
+    # Set on the way up, when present (read with getattr): what the failed answer had read (`arms.base`) and what
+    # the model had spent on it (`arms.agents.llm`).
+    traces: list[Any]
+    usage: Any
+
     def __init__(self, message: str, *, attempts: int, last_status: int | None) -> None:
         super().__init__(message)
         self.attempts = attempts
@@ -165,7 +170,8 @@ class SaasClient:
 
     def backoff(self, retry: int) -> float:
         """Wait before retry number `retry` (0-based) when the server gave no `Retry-After`."""
-        wait = min(self.backoff_max_s, self.backoff_base_s * (2 ** retry))
+        factor: int = 2 ** retry  # a non-negative exponent: an int
+        wait = min(self.backoff_max_s, self.backoff_base_s * factor)
         if self.jitter:
             wait *= 1.0 + self.jitter * (2 * self._random.random() - 1)
         return max(0.0, wait)
@@ -179,7 +185,7 @@ class SaasClient:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(_Retryable),
             wait=self._wait,
-            stop=tenacity.stop_after_attempt(self.max_retries + 1) | _stop_when_asked_to_wait_too_long,
+            stop=tenacity.stop_after_attempt(self.max_retries + 1) | _StopWhenAskedToWaitTooLong(),
             before_sleep=self._count_retry,
             sleep=lambda seconds: self._sleep(float(seconds)),  # tenacity passes a float subclass
             retry_error_callback=lambda state: self._give_up(what, state),
@@ -242,12 +248,14 @@ class SaasClient:
     # -- endpoints --------------------------------------------------------------------------------
 
     def entitlements(self, world: str, user_id: str, *, as_of: str) -> dict[str, Any]:
-        return self.get(f"/v1/tenants/{world}/entitlements/{user_id}", {"as_of": as_of})
+        body: dict[str, Any] = self.get(f"/v1/tenants/{world}/entitlements/{user_id}", {"as_of": as_of})
+        return body
 
     def tickets_page(self, world: str, *, as_of: str, status: str | None = None, product: str | None = None,
                      page: int = 1, page_size: int = PAGE_SIZE) -> dict[str, Any]:
-        return self.get(f"/v1/tenants/{world}/tickets", {"as_of": as_of, "status": status, "product": product,
-                                                         "page": page, "page_size": page_size})
+        body: dict[str, Any] = self.get(f"/v1/tenants/{world}/tickets", {
+            "as_of": as_of, "status": status, "product": product, "page": page, "page_size": page_size})
+        return body
 
     def iter_tickets(self, world: str, *, as_of: str, status: str | None = None,
                      product: str | None = None, page_size: int = PAGE_SIZE) -> Iterator[dict[str, Any]]:
@@ -264,11 +272,13 @@ class SaasClient:
         return list(self.iter_tickets(world, as_of=as_of, status=status, product=product))
 
     def utilization(self, world: str, product_id: str, *, as_of: str, window_days: int = 30) -> dict[str, Any]:
-        return self.get(f"/v1/tenants/{world}/products/{product_id}/utilization",
-                        {"as_of": as_of, "window_days": window_days})
+        body: dict[str, Any] = self.get(f"/v1/tenants/{world}/products/{product_id}/utilization",
+                                        {"as_of": as_of, "window_days": window_days})
+        return body
 
     def prices(self, world: str, *, as_of: str) -> list[dict[str, Any]]:
-        return self.get(f"/v1/tenants/{world}/prices", {"as_of": as_of})["items"]
+        items: list[dict[str, Any]] = self.get(f"/v1/tenants/{world}/prices", {"as_of": as_of})["items"]
+        return items
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -301,9 +311,11 @@ def _failure(state: tenacity.RetryCallState) -> _Retryable:
     return failed
 
 
-def _stop_when_asked_to_wait_too_long(state: tenacity.RetryCallState) -> bool:
-    # tenacity computes the wait before the stop, so `upcoming_sleep` is the wait that would follow.
-    return state.upcoming_sleep > MAX_RETRY_AFTER_S
+class _StopWhenAskedToWaitTooLong(tenacity.stop.stop_base):
+    # A `stop_base` rather than a function, so that `stop_after_attempt(...) | ...` is typed.
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        # tenacity computes the wait before the stop, so `upcoming_sleep` is the wait that would follow.
+        return retry_state.upcoming_sleep > MAX_RETRY_AFTER_S
 
 
 def _detail(response: httpx.Response) -> str:

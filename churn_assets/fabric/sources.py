@@ -50,7 +50,7 @@ def connect_sources(world_id: str, *, warehouse_url: str | None = None, mongo_ur
     if saas_url and not saas_key:
         raise SourcesError("a SaaS URL needs its API key")
     pg = connect(arm_url(warehouse_url), autocommit=True) if warehouse_url else None
-    mongo = None
+    mongo: Any = None  # a pymongo client (`Sources.mongo`)
     if mongo_url:
         import pymongo
 

@@ -210,6 +210,7 @@ def project_raw(records: Iterable[Record], world: WorldInfo) -> RawProjection:
     days: dict[str, dt.date] = {}
     first_at = last_at = None
     count = 0
+    row: list[Any] | None  # the open or closed row each branch below works on
     for rec in records:
         count += 1
         at = rec["at"]

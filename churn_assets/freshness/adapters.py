@@ -39,9 +39,12 @@ def freshness_policy_for(entity_class: EntityClass) -> dg.FreshnessPolicy | None
     )
 
 
-def refresh_when_due() -> dg.AutomationCondition:
+def refresh_when_due() -> dg.AutomationCondition[dg.AssetKey | dg.AssetCheckKey]:
     """Re-materialize once each time the freshness policy warns or fails, or when the asset is missing."""
-    due = (dg.AutomationCondition.freshness_warned() | dg.AutomationCondition.freshness_failed()).since_last_handled()
+    warned_or_failed = dg.AutomationCondition.freshness_warned() | dg.AutomationCondition.freshness_failed()
+    # dagster 1.13 annotates `since_last_handled` for conditions on assets *or* checks only, and the freshness
+    # conditions are on assets only: this documented composition cannot be typed as dagster writes it.
+    due = warned_or_failed.since_last_handled()  # type: ignore[misc]
     return (due | dg.AutomationCondition.missing().newly_true()) & ~dg.AutomationCondition.in_progress()
 
 

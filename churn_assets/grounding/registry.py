@@ -230,6 +230,6 @@ def _check_classes(classes: dict[str, ClassEntry], declared: tuple[str, ...]) ->
 def _label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
     """Name the class or tier an error is in ("class prices: ttl_days ..."), as the registry always has."""
     kinds = {"entity_classes": "class", "freshness_tiers": "tier"}
-    if len(loc) >= 2 and loc[0] in kinds and "[key]" not in loc:
+    if len(loc) >= 2 and isinstance(loc[0], str) and loc[0] in kinds and "[key]" not in loc:
         return f"{kinds[loc[0]]} {loc[1]}: ", loc[2:]
     return "", loc

@@ -176,7 +176,7 @@ def _on_day(column: str = REFRESH_DAY) -> sql.Composable:
     return sql.SQL("{} = {}").format(ident(column), _day())
 
 
-def as_of_select(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str) -> sql.Composable:
+def as_of_select(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str) -> sql.Composed:
     """The source as it looked on `%(day)s`: rows with valid_from <= day; a valid_to or any other date
     after the day reads as NULL, and so do the columns that describe that end. Columns in source order."""
     from psycopg import sql
@@ -206,11 +206,11 @@ def _column_type(column: SourceColumn) -> sql.SQL:
     # A type expression, not a name: the text format_type() printed for the source column (`numeric(12,2)`,
     # `timestamp with time zone`), in which the server already quoted any identifier. It cannot be an
     # `sql.Identifier` (`numeric(12,2)` is no name); it is only ever read from the catalogue (`source_columns`).
-    return sql.SQL(column.sql_type)  # type: ignore[arg-type]
+    return sql.SQL(column.sql_type)
 
 
 def create_table_sql(spec: StagedSpec, columns: Sequence[SourceColumn], staging_schema: str
-                     ) -> list[sql.Composable]:
+                     ) -> list[sql.Composed]:
     """DDL of a staged table: the source's columns (names, types, order), then `refresh_day date NOT NULL`,
     indexed on refresh_day (every read selects one refresh day)."""
     from psycopg import sql
@@ -229,7 +229,7 @@ def create_table_sql(spec: StagedSpec, columns: Sequence[SourceColumn], staging_
     ]
 
 
-def meta_table_sql(staging_schema: str) -> sql.Composable:
+def meta_table_sql(staging_schema: str) -> sql.Composed:
     from psycopg import sql
 
     return sql.SQL("CREATE TABLE IF NOT EXISTS {table} (staged_table text NOT NULL, {day} date NOT NULL, "
@@ -239,7 +239,7 @@ def meta_table_sql(staging_schema: str) -> sql.Composable:
 
 
 def write_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str, staging_schema: str
-              ) -> list[sql.Composable]:
+              ) -> list[sql.Composed]:
     """The statements that (re)write partition `%(day)s`; run them in one transaction."""
     from psycopg import sql
 
@@ -251,7 +251,7 @@ def write_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: 
     ]
 
 
-def _hash_of(select: sql.Composable) -> sql.Composable:
+def _hash_of(select: sql.Composable) -> sql.Composed:
     from psycopg import sql
 
     # Rows as text, sorted in the C collation so that the hash does not depend on the server's locale.
@@ -259,25 +259,25 @@ def _hash_of(select: sql.Composable) -> sql.Composable:
                    "FROM ({}) AS r").format(ident("C"), select)
 
 
-def partition_select(columns: Sequence[SourceColumn], staging_schema: str, table: str) -> sql.Composable:
+def partition_select(columns: Sequence[SourceColumn], staging_schema: str, table: str) -> sql.Composed:
     """Partition `%(day)s` of a staged table, without its refresh_day column (comparable with the source)."""
     from psycopg import sql
 
     return sql.SQL("SELECT {} FROM {} WHERE {}").format(_names(columns), ident(staging_schema, table), _on_day())
 
 
-def partition_hash_sql(columns: Sequence[SourceColumn], staging_schema: str, table: str) -> sql.Composable:
+def partition_hash_sql(columns: Sequence[SourceColumn], staging_schema: str, table: str) -> sql.Composed:
     """(rows, content hash) of partition `%(day)s`; the hash ignores refresh_day."""
     return _hash_of(partition_select(columns, staging_schema, table))
 
 
-def source_hash_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str) -> sql.Composable:
+def source_hash_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str) -> sql.Composed:
     """(rows, content hash) the partition of `%(day)s` should have: the source as of the day."""
     return _hash_of(as_of_select(spec, columns, source_schema))
 
 
 def diff_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str, staging_schema: str,
-             limit: int = MAX_DIFF_ROWS) -> sql.Composable:
+             limit: int = MAX_DIFF_ROWS) -> sql.Composed:
     """Rows of partition `%(day)s` that the source as of the day does not have (side 'staged') and the
     other way round (side 'source'), duplicates counted, at most `limit` per side."""
     from psycopg import sql
@@ -289,7 +289,7 @@ def diff_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: s
         source=as_of_select(spec, columns, source_schema), limit=sql.Literal(int(limit)))
 
 
-def late_dates_sql(date_columns: Sequence[str], staging_schema: str, table: str) -> sql.Composable:
+def late_dates_sql(date_columns: Sequence[str], staging_schema: str, table: str) -> sql.SQL | sql.Composed:
     """One row: for each date column, how many rows of partition `%(day)s` carry a date after the day."""
     from psycopg import sql
 
@@ -305,9 +305,9 @@ def late_dates_sql(date_columns: Sequence[str], staging_schema: str, table: str)
 class _PartitionSql:
     """What writing and checking a partition of one staged table runs (the day is bound per call)."""
 
-    write: tuple[sql.Composable, ...]
-    partition_hash: sql.Composable
-    source_hash: sql.Composable
+    write: tuple[sql.Composed, ...]
+    partition_hash: sql.Composed
+    source_hash: sql.Composed
 
 
 @functools.lru_cache(maxsize=64)

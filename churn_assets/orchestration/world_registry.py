@@ -136,7 +136,7 @@ def _remove_world_folder(ctx: ArtefactContext, world_id: str) -> None:
         shutil.rmtree(folder)
 
 
-def _with_mongo(fn: Callable[[Any], Any]) -> Any:
+def _with_mongo(fn: Callable[..., Any]) -> Any:
     """Run `fn(client)` on a pymongo client of the state folder's Mongo server (started if needed)."""
     from churn_assets.services import mongo_client
 

@@ -63,7 +63,7 @@ class PostgresService(Service):
         return f"postgresql://postgres@/{quote(database)}?{query}"
 
     def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
-        base = {"name": self.name, "label": self.label, "mode": "embedded"}
+        base: dict[str, Any] = {"name": self.name, "label": self.label, "mode": "embedded"}  # of every status
         pm = self._postmaster(paths)
         record = read_record(paths, self.name)
         if pm is None:
@@ -202,7 +202,9 @@ class PostgresService(Service):
                 # bookkeeping. Without it an OS crash can lose the last fraction of a second of
                 # commits but never corrupts the cluster, and everything here is rebuildable.
                 cur.execute("SHOW synchronous_commit")
-                if cur.fetchone()[0] != "off":
+                setting = cur.fetchone()
+                assert setting is not None  # SHOW returns one row
+                if setting[0] != "off":
                     cur.execute("ALTER SYSTEM SET synchronous_commit = off")
                     cur.execute("SELECT pg_reload_conf()")
                 cur.execute("SELECT datname FROM pg_database")
@@ -256,12 +258,12 @@ def initdb_without_fsync() -> Iterator[None]:
 
     original = pg_module.pgexec
 
-    def pgexec(command: str, args: Sequence[str], **kwargs: Any) -> str:
+    def pgexec(command: str, args: Sequence[str], bin_path: Path, **kwargs: Any) -> str:  # pgserver's signature
         if command == "initdb":
             args = (*args, "--no-sync")
-        return original(command, args, **kwargs)
+        return original(command, args, bin_path, **kwargs)
 
-    pg_module.pgexec = pgexec  # type: ignore[assignment]
+    pg_module.pgexec = pgexec
     try:
         yield
     finally:

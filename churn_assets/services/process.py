@@ -152,7 +152,7 @@ class ProcessService(Service):
         """Create data folders etc. before the first start."""
 
     def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
-        base = {"name": self.name, "label": self.label, "mode": "embedded"}
+        base: dict[str, Any] = {"name": self.name, "label": self.label, "mode": "embedded"}  # of every status
         record = read_record(paths, self.name)
         if record is None:
             return ServiceStatus(**base, state="stopped", detail="not started")

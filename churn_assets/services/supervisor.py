@@ -112,8 +112,8 @@ def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
     if not paths.root.exists():
         # The state folder was deleted with services running: stop what can still be found by path.
         POSTGRES._stop_postmaster(paths)
-        for service in (SAAS, MONGO):
-            for proc in service.owned_processes(paths):
+        for owner in (SAAS, MONGO):
+            for proc in owner.owned_processes(paths):
                 terminate(proc.pid, proc.create_time())
         return []
     with services_lock(paths):

@@ -117,7 +117,8 @@ class AnswerType:
         if self.kind == "fraction":
             return value in (0, 1)  # none or all: as uninformative as a zero count
         if self.kind == "entity_list":
-            return len(value) == 0  # type: ignore[arg-type]
+            assert isinstance(value, list)
+            return len(value) == 0
         return False
 
     # -- text ----------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class AnswerType:
         if kind in ("integer", "money", "fraction"):
             return self._parse_number(raw)
         if kind == "entity":
-            ids = _ID_RE.findall(raw)
+            ids: list[str] = _ID_RE.findall(raw)
             if len(ids) != 1:
                 raise AnswerParseError(f"expected one id, found {len(ids)} in {raw!r}")
             return ids[0]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.tasks.answers import Value
 from churn_assets.tasks.gold import GoldResolver, gold_from_state
 from churn_assets.tasks.task_set import Task, TaskSetError
 from churn_assets.tasks.templates import (
@@ -143,7 +144,7 @@ class _TemplateDraw:
 
     template: Template
     pending: Iterator[dict[str, Any]]
-    accepted: list[tuple[dict[str, Any], str]]
+    accepted: list[tuple[dict[str, Any], Value]]  # candidate parameters, gold at T
     degenerate: int = 0
 
 
@@ -200,7 +201,7 @@ def generate_task_set(
         # A template that ran short hands its share to the tier's templates of the same intent first (the
         # intent mix stays close to the reference's), then to any template of the tier.
         for intent, missing in short.items():
-            _fill(draws, lambda d, i=intent: d.template.intent == i, missing, state, a, seen)
+            _fill(draws, _of_intent(intent), missing, state, a, seen)
         missing = tier_n - sum(len(d.accepted) for d in draws)
         if _fill(draws, lambda d: True, missing, state, a, seen) < missing:
             got = sum(len(d.accepted) for d in draws)
@@ -214,6 +215,10 @@ def generate_task_set(
                                   draw.template.render(params)))
                 golds[task_id] = value
     return GeneratedTaskSet(tasks, seed, degenerate, golds)
+
+
+def _of_intent(intent: str) -> Callable[[_TemplateDraw], bool]:
+    return lambda d: d.template.intent == intent
 
 
 def _fill(draws: Sequence[_TemplateDraw], eligible: Callable[[_TemplateDraw], bool], missing: int,

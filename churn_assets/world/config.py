@@ -6,12 +6,15 @@ import datetime as dt
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
+
+if TYPE_CHECKING:  # pydantic is imported on first validation (docs/decisions.md 76)
+    from pydantic import BaseModel
 
 DEFAULT_CONFIG_RESOURCE = "default_world.yaml"
 
@@ -48,7 +51,8 @@ class WorldConfig:
         return self.start + dt.timedelta(days=self.days - 1)
 
     def section(self, key: str) -> dict[str, Any]:
-        return self.data[key]
+        section: dict[str, Any] = self.data[key]
+        return section
 
     @property
     def config_hash(self) -> str:
@@ -62,7 +66,8 @@ class WorldConfig:
 
 def default_config_data() -> dict[str, Any]:
     text = resources.files("churn_assets.world").joinpath(DEFAULT_CONFIG_RESOURCE).read_text()
-    return yaml.safe_load(text)
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
 
 
 def load_config(
@@ -134,7 +139,8 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     from churn_assets.world.config_model import WorldModel
     from churn_assets.world.validation import section_model
 
-    model, node = WorldModel, data
+    model: type[BaseModel] = WorldModel
+    node = data
     parts = dotted.split(".")
     for part in parts[:-1]:
         section = section_model(model, part)

@@ -23,9 +23,9 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]{0,30}$"
 
 def _number(value: Any) -> int | float:
     """An int or a float, returned as given (a bool is not a number)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid()
-    return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    raise invalid()
 
 
 def _within(low: float | None = None, high: float | None = None) -> Callable[[Any], Any]:
@@ -37,9 +37,10 @@ def _within(low: float | None = None, high: float | None = None) -> Callable[[An
     return check
 
 
-def _ordered_pair(low_above: float | None = None, low_at_least: float | None = None) -> Callable[[list], list]:
+def _ordered_pair(low_above: float | None = None,
+                  low_at_least: float | None = None) -> Callable[[list[Any]], list[Any]]:
     """`[low, high]` with `low <= high` (and, if given, `low > low_above` or `low >= low_at_least`)."""
-    def check(pair: list) -> list:
+    def check(pair: list[Any]) -> list[Any]:
         low, high = pair
         if not low <= high or (low_above is not None and not low > low_above) \
                 or (low_at_least is not None and not low >= low_at_least):
@@ -55,16 +56,18 @@ Rate = Annotated[float, Field(ge=0, description="a number >= 0")]
 Probability = Annotated[float, Field(ge=0, le=1, description="in [0, 1]")]
 
 
-def _pair(item: Any, description: str, **bounds: float) -> Any:
-    """`[low, high]` of `item`s, as a list (what the YAML gives and the hash has always seen)."""
-    return Annotated[list[item], Field(min_length=2, max_length=2, description=description),
-                     AfterValidator(_ordered_pair(**bounds))]
+def _two(description: str) -> Any:
+    """The `Field` of a `[low, high]` pair (a list: what the YAML gives and the hash has always seen)."""
+    return Field(min_length=2, max_length=2, description=description)
 
 
-PriceRange = _pair(float, "[low, high] with 0 < low <= high", low_above=0)
-MinutesRange = _pair(int, "[low, high] whole minutes with 0 <= low <= high", low_at_least=0)
-NumberRange = _pair(Number, "[low, high] numbers with low <= high")
-IntegerRange = _pair(int, "[low, high] integers with low <= high")
+# The length is checked before the order: the metadata applies in this order.
+PriceRange = Annotated[list[float], _two("[low, high] with 0 < low <= high"),
+                       AfterValidator(_ordered_pair(low_above=0))]
+MinutesRange = Annotated[list[int], _two("[low, high] whole minutes with 0 <= low <= high"),
+                         AfterValidator(_ordered_pair(low_at_least=0))]
+NumberRange = Annotated[list[Number], _two("[low, high] numbers with low <= high"), AfterValidator(_ordered_pair())]
+IntegerRange = Annotated[list[int], _two("[low, high] integers with low <= high"), AfterValidator(_ordered_pair())]
 
 
 class CalendarSection(StrictModel):

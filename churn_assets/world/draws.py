@@ -60,7 +60,8 @@ class Draws:
 
     def pareto_weight(self, alpha: float, cap: float) -> float:
         """Heavy-tailed activity weight >= 1 (Pareto with scale 1), capped so no entity dominates."""
-        return min(cap, (1.0 - self.random()) ** (-1.0 / alpha))
+        weight: float = (1.0 - self.random()) ** (-1.0 / alpha)  # a positive base: a float, never complex
+        return min(cap, weight)
 
 
 class WeightedPool:

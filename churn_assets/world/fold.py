@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from churn_assets.world import v1
+from churn_assets.world.calendar import Day
 from churn_assets.world.state import (
     STATE_CLASSES,
     Assignments,
@@ -33,7 +34,6 @@ from churn_assets.world.state import (
     ContractTerm,
     ContractTerms,
     CostCenterMembership,
-    Day,
     FoldError,
     License,
     PricePoint,
@@ -492,7 +492,7 @@ def tickets_as_of(state: WorldState, day: Day | str) -> list[dict[str, Any]]:
     """Every ticket opened by `day` as it stood that day, in ticket order: the one shape the operational
     store and the SaaS API both serve (plain strings, ISO days)."""
     d = _anchor(day)
-    out = []
+    out: list[dict[str, Any]] = []
     for ticket in state.tickets.tickets.values():
         if ticket.opened_on > d:
             continue

@@ -156,8 +156,9 @@ class Simulator:
         product_names: set[str] = set()
         for i in range(ref["products"]):
             pid = w.new_id("prd", 4)
-            vid = vendor_ids[i] if i < len(vendor_ids) else w.vendors.pick(d)
-            assert vid is not None
+            picked = vendor_ids[i] if i < len(vendor_ids) else w.vendors.pick(d)
+            assert picked is not None
+            vid = picked
             stem = w.vendor_names[vid]
             name = f"{stem} {d.choice(_PRODUCT_WORDS)}"
             while name in product_names:
@@ -173,16 +174,16 @@ class Simulator:
                        activity_weight=weight)
 
         for i in range(ref["contracts"]):
-            vid = vendor_ids[i] if i < len(vendor_ids) else w.vendors.pick(d)
-            assert vid is not None
-            self._sign_contract(vid, existing=True)
+            picked = vendor_ids[i] if i < len(vendor_ids) else w.vendors.pick(d)
+            assert picked is not None
+            self._sign_contract(picked, existing=True)
 
         for _ in range(ref["users"]):
             self._hire(with_license=False)
         for uid in list(w.user_cc)[: ref["initial_licenses"]]:
-            pid = w.products.pick(d)
-            assert pid is not None
-            self._purchase_and_assign(pid, uid)
+            picked = w.products.pick(d)
+            assert picked is not None
+            self._purchase_and_assign(picked, uid)
 
     def _fresh_vendor_name(self, used: set[str], i: int) -> str:
         d = self.draws

@@ -131,7 +131,8 @@ def describe(error: ErrorDetails, model: type[BaseModel], label: Label, show_inp
     path = render_path(rest)
     ctx = error.get("ctx") or {}
     if kind == FAIL:
-        return prefix + ctx["sentence"]
+        sentence: str = ctx["sentence"]
+        return prefix + sentence
     if kind == "extra_forbidden":
         return f"{prefix}unknown key {path!r}"
     if kind == "missing":

@@ -11,8 +11,10 @@ select
     b.valid_to as second_to
 from {{ ref('fct_license_assignment') }} as a
 inner join {{ ref('fct_license_assignment') }} as b
-    on b.license_id = a.license_id
-    and b.assignment_key <> a.assignment_key
-    and (b.valid_from, b.source_seq) > (a.valid_from, a.source_seq)
-where a.valid_from < coalesce(b.valid_to, 'infinity'::date)
-  and b.valid_from < coalesce(a.valid_to, 'infinity'::date)
+    on
+        b.license_id = a.license_id
+        and b.assignment_key <> a.assignment_key
+        and (b.valid_from, b.source_seq) > (a.valid_from, a.source_seq)
+where
+    a.valid_from < coalesce(b.valid_to, 'infinity'::date)
+    and b.valid_from < coalesce(a.valid_to, 'infinity'::date)

@@ -25,7 +25,11 @@ with expected as (
 
 actual as (
 
-    select as_of_day, cost_center_id, monthly_spend_usd, licenses
+    select
+        as_of_day,
+        cost_center_id,
+        monthly_spend_usd,
+        licenses
     from {{ ref('spend_by_cost_center_as_of') }}
 
 )
@@ -40,5 +44,6 @@ select
 from expected as e
 full outer join actual as a
     on a.as_of_day = e.as_of_day and a.cost_center_id = e.cost_center_id
-where e.monthly_spend_usd is distinct from a.monthly_spend_usd
-   or e.licenses is distinct from a.licenses
+where
+    e.monthly_spend_usd is distinct from a.monthly_spend_usd
+    or e.licenses is distinct from a.licenses

@@ -40,7 +40,6 @@ from churn_assets.grounding.rows import (
     PriceRow,
     ProductRow,
     Request,
-    Row,
     TicketRow,
     UsageRow,
     UserRow,
@@ -208,11 +207,13 @@ class Context:
         self.tools = tools
         self.template_id = template_id
 
-    def fetch(self, *requests: Request) -> list[list[Row] | None]:
+    def fetch(self, *requests: Request) -> list[list[Any] | None]:
+        """The rows of each request, None for a class not served. Each list holds the row type of its request's
+        kind (`LicenseRow`s for "licenses", ...), which the request value does not carry to the type checker."""
         return self.tools.retrieve(list(requests), note=self.template_id)
 
     @staticmethod
-    def need(rows: list[Row] | None) -> list[Any]:
+    def need(rows: list[Any] | None) -> list[Any]:
         if rows is None:
             raise Unknown
         return rows

@@ -481,11 +481,14 @@ class LlmAgent:
     def chat_model(self) -> Any:
         if self._chat_model is None:
             from langchain_openai import ChatOpenAI
+            from pydantic import SecretStr
 
             s = self.settings
-            self._chat_model = ChatOpenAI(base_url=s.base_url, model=s.model, api_key=self._api_key or NO_KEY,
-                                          temperature=s.temperature, max_tokens=s.max_tokens, seed=s.seed,
-                                          max_retries=2, timeout=120)
+            # `max_completion_tokens` is the name of ChatOpenAI's `max_tokens` field in its signature (its alias).
+            self._chat_model = ChatOpenAI(base_url=s.base_url, model=s.model,
+                                          api_key=SecretStr(self._api_key or NO_KEY), temperature=s.temperature,
+                                          max_completion_tokens=s.max_tokens, seed=s.seed, max_retries=2,
+                                          timeout=120)
         return self._chat_model
 
     # -- the two methods every arm calls ------------------------------------------------------------
@@ -569,7 +572,7 @@ class LlmAgent:
                                                 tool_call_id=call.get("id") or f"call_{round_no}_{i}",
                                                 name=call.get("name") or ""))
         except TransportError as e:
-            e.usage = meter.usage()  # type: ignore[attr-defined]  # what was spent before the source failed
+            e.usage = meter.usage()  # what was spent before the source failed
             raise
         except RequestRefused as e:  # this task's conversation (e.g. past the context window): the task fails
             return AgentAnswer(None, "", template_id, usage=meter.usage(), parse_error=str(e))

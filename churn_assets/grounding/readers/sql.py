@@ -13,13 +13,16 @@ its own `Fetch` (the staged reader's serves verified partition rows).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from churn_assets.fabric.postgres import ident, schema_name
 from churn_assets.grounding.readers.base import ReadContext, as_day, as_day_required
 from churn_assets.grounding.routes import RouteRefused, RouterError, check_relation
 from churn_assets.grounding.rows import HoldingRow, MembershipRow, PriceRow, Request, Row, VendorRow, seen_on
 from churn_assets.world.calendar import Day
+
+if TYPE_CHECKING:
+    import psycopg
 
 # Arms read `_analytics` as-of views here; staged partitions are read whole and verified by `readers/staged.py`.
 LAYERS = ("analytics",)
@@ -55,7 +58,7 @@ def select(ctx: ReadContext, layer: str, relation: str, columns: Sequence[str], 
         raise RouterError(f"reading {schema}.{relation} as of {day}: {type(e).__name__}: {e}") from None
 
 
-def pg(ctx: ReadContext) -> Any:
+def pg(ctx: ReadContext) -> psycopg.Connection[Any]:
     if ctx.sources.pg is None:
         raise RouterError("this router has no warehouse connection")
     return ctx.sources.pg

@@ -73,7 +73,9 @@ class WarehouseDbtCli(DbtCliResource):
 
 # Every raw table maps to the one `warehouse_raw` asset.
 TRANSLATOR = WarehouseDbtTranslator(settings=DagsterDbtTranslatorSettings(enable_duplicate_source_asset_keys=True))
-DBT = WarehouseDbtCli(project_dir=dbt_project, dbt_executable=dbt_executable())
+# DbtCliResource's own __init__ takes a DbtProject; mypy types a pydantic subclass's __init__ from its fields
+# (project_dir: str) instead.
+DBT = WarehouseDbtCli(project_dir=dbt_project, dbt_executable=dbt_executable())  # type: ignore[arg-type]
 
 
 @contextmanager

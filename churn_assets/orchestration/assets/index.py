@@ -17,6 +17,7 @@ opens the warehouse, and turns the build into metadata. Both share the process's
 # decoration time and needs real types, not strings.
 import datetime as dt
 import warnings
+from typing import Any
 
 import dagster as dg
 
@@ -51,7 +52,7 @@ def _seconds(seconds: dict[str, float]) -> dg.MetadataValue:
     return dg.MetadataValue.json({k: round(v, 3) for k, v in seconds.items()})
 
 
-def index_metadata(build: IndexBuild) -> dict[str, object]:
+def index_metadata(build: IndexBuild) -> dict[str, Any]:
     schema = staging_schema(build.world_id)
     return {
         "dagster/row_count": build.chunks,
@@ -93,7 +94,7 @@ def vector_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(build.content_version))
 
 
-def corpus_metadata(build: CorpusBuild) -> dict[str, object]:
+def corpus_metadata(build: CorpusBuild) -> dict[str, Any]:
     return {
         "dagster/row_count": build.records,
         "records": build.records,

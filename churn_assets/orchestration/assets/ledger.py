@@ -9,6 +9,7 @@ folder and turns the manifest into materialization metadata.
 # decoration time and needs real types, not strings.
 import warnings
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -37,7 +38,7 @@ def ledger(context: dg.AssetExecutionContext, state: StateResource) -> dg.Materi
     return dg.MaterializeResult(metadata=ledger_metadata(config, manifest, out_dir))
 
 
-def ledger_metadata(config: WorldConfig, manifest: LedgerManifest, out_dir: Path) -> dict[str, object]:
+def ledger_metadata(config: WorldConfig, manifest: LedgerManifest, out_dir: Path) -> dict[str, Any]:
     return {
         "dagster/row_count": manifest.count,
         "events_per_kind": dg.MetadataValue.json(manifest.counts_per_kind),

@@ -159,8 +159,9 @@ with warnings.catch_warnings():
                                        metadata={"problems": dg.MetadataValue.json([str(e)])})
         loaded = world_ledger(state, world_id)
         folded = fold_ledger(loaded.records, day, format_version=loaded.format_version)
-        expected = project_operational(folded, day, window_days=int(read_meta(db).get("window_days")
-                                                                    or DEFAULT_WINDOW_DAYS))
+        meta = read_meta(db)
+        assert meta is not None  # require_complete read it
+        expected = project_operational(folded, day, window_days=int(meta.get("window_days") or DEFAULT_WINDOW_DAYS))
         problems = parity_problems(db, expected, folded, day, loaded.head_hash or "")
         shown = problems[:MAX_PROBLEMS_SHOWN]
         return dg.AssetCheckResult(

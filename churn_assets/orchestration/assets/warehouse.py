@@ -8,6 +8,8 @@ raw, this projection version and calendar) is left as it is and the materializat
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
 # decoration time and needs real types, not strings.
+from typing import Any
+
 import dagster as dg
 
 from churn_assets.deployment import deployment
@@ -32,7 +34,7 @@ def world_info(config: WorldConfig, loaded: LoadedLedger) -> WorldInfo:
                      format_version=loaded.format_version)
 
 
-def load_metadata(result: LoadResult, loaded: LoadedLedger) -> dict[str, object]:
+def load_metadata(result: LoadResult, loaded: LoadedLedger) -> dict[str, Any]:
     return {
         "dagster/row_count": result.total_rows,
         "row_counts": dg.MetadataValue.json(result.row_counts),

@@ -8,7 +8,10 @@
 
 with world as (
 
-    select calendar_start, calendar_end, greatest(calendar_end, dates_through) as last_day
+    select
+        calendar_start,
+        calendar_end,
+        greatest(calendar_end, dates_through) as last_day
     from {{ ref('stg_world') }}
 
 ),
@@ -16,11 +19,11 @@ with world as (
 days as (
 
     select
-        cast(d as date) as date_day,
+        cast(series.day_start as date) as date_day,
         world.calendar_start,
         world.calendar_end
     from world
-    cross join generate_series(world.calendar_start, world.last_day, interval '1 day') as d
+    cross join generate_series(world.calendar_start, world.last_day, interval '1 day') as series (day_start)
 
 ),
 
@@ -46,8 +49,10 @@ select
     extract(isodow from date_day) in (6, 7) as is_weekend,
     cast(extract(year from fiscal_shifted_day) as integer) + {{ 1 if fiscal_start > 1 else 0 }} as fiscal_year,
     cast(extract(quarter from fiscal_shifted_day) as integer) as fiscal_quarter,
-    'FY' || (cast(extract(year from fiscal_shifted_day) as integer) + {{ 1 if fiscal_start > 1 else 0 }})
-        || '-Q' || cast(extract(quarter from fiscal_shifted_day) as integer) as fiscal_quarter_label,
+    'FY'
+    || (cast(extract(year from fiscal_shifted_day) as integer) + {{ 1 if fiscal_start > 1 else 0 }})
+    || '-Q'
+    || cast(extract(quarter from fiscal_shifted_day) as integer) as fiscal_quarter_label,
     date_day - calendar_start as world_day_index,
     date_day between calendar_start and calendar_end as in_world_calendar
 from shifted

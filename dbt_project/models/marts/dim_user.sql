@@ -19,13 +19,27 @@ membership as (
 
 change_days as (
 
-    select user_id, valid_from as day from status
+    select
+        user_id,
+        valid_from as change_day
+    from status
     union
-    select user_id, valid_from from membership
+    select
+        user_id,
+        valid_from
+    from membership
     union
-    select user_id, valid_to from status where valid_to is not null
+    select
+        user_id,
+        valid_to
+    from status
+    where valid_to is not null
     union
-    select user_id, valid_to from membership where valid_to is not null
+    select
+        user_id,
+        valid_to
+    from membership
+    where valid_to is not null
 
 ),
 
@@ -33,8 +47,8 @@ spans as (
 
     select
         user_id,
-        day as valid_from,
-        lead(day) over (partition by user_id order by day) as valid_to
+        change_day as valid_from,
+        lead(change_day) over (partition by user_id order by change_day) as valid_to
     from change_days
 
 ),

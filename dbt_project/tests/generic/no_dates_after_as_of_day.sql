@@ -2,14 +2,14 @@
     is checked, on every `every_n_days`-th day of the calendar and on its last day. -#}
 {% test no_dates_after_as_of_day(model, every_n_days=1) %}
 
-{%- set date_columns = [] -%}
-{%- if execute -%}
-  {%- for column in adapter.get_columns_in_relation(model) -%}
-    {%- if column.dtype | lower == 'date' and column.name != 'as_of_day' -%}
-      {%- do date_columns.append(column.name) -%}
-    {%- endif -%}
-  {%- endfor -%}
-{%- endif %}
+    {%- set date_columns = [] -%}
+    {%- if execute -%}
+        {%- for column in adapter.get_columns_in_relation(model) -%}
+            {%- if column.dtype | lower == 'date' and column.name != 'as_of_day' -%}
+                {%- do date_columns.append(column.name) -%}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif %}
 
 with days as (
 
@@ -24,8 +24,8 @@ select v.*
 from {{ model }} as v
 inner join days on days.date_day = v.as_of_day
 where false
-{%- for column in date_columns %}
-   or v.{{ column }} > v.as_of_day
-{%- endfor %}
+    {%- for column in date_columns %}
+    or v.{{ column }} > v.as_of_day
+    {%- endfor %}
 
 {% endtest %}

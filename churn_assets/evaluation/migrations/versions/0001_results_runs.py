@@ -95,10 +95,11 @@ def upgrade() -> None:
 
 def _adopt(bind: sa.Connection) -> None:
     """Keep a table the hand-written DDL made, after checking that it has exactly this revision's columns."""
-    found = {name: (sql_type, not_null) for name, sql_type, not_null in bind.execute(sa.text(
+    rows = bind.execute(sa.text(
         "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull FROM pg_attribute a "
         "WHERE a.attrelid = CAST(:table AS regclass) AND a.attnum > 0 AND NOT a.attisdropped"),
-        {"table": f'"{SCHEMA}"."{TABLE}"'})}
+        {"table": f'"{SCHEMA}"."{TABLE}"'}).tuples()  # rows as plain tuples (the same result, typed)
+    found: dict[str, tuple[str, bool]] = {name: (sql_type, not_null) for name, sql_type, not_null in rows}
     wanted = {name: (sql_type, not_null) for name, sql_type, not_null, _ in COLUMNS}
     problems = [f"{name} is missing" for name in wanted if name not in found]
     problems += [f"{name} is {_spell(found[name])}, not {_spell(want)}" for name, want in wanted.items()
