@@ -93,6 +93,11 @@ def _total(rows: Mapping[str, int | None] | None) -> int | None:
     return None if any(v is None for v in values) else sum(int(v) for v in values if v is not None)
 
 
+def _age(t: dt.date, served_day: str | None) -> int | None:
+    """Age at T of one served day; None when a class was served at several days or not at all."""
+    return (t - dt.date.fromisoformat(served_day)).days if served_day else None
+
+
 def _base(cell: Mapping[str, Any], kind: str) -> dict[str, Any]:
     t, t_prime = dt.date.fromisoformat(cell["t"]), dt.date.fromisoformat(cell["t_prime"])
     return {"kind": kind, "world_id": cell["world_id"], "world_label": cell.get("world_label", ""),
@@ -119,8 +124,7 @@ def served_ages(record: Mapping[str, Any], cached_classes: Sequence[str]) -> lis
             planned = (outcome.get("planned_vintage") or {}).get(c)
             out.append({**_base(cell, "evaluated"), "entity_class": c, "source": "observed" if days else "planned",
                         "served_day": days[0] if len(days) == 1 else (planned if not days else ",".join(days)),
-                        "age_days": (t - dt.date.fromisoformat(days[0] if len(days) == 1 else planned)).days
-                        if (len(days) == 1 or (not days and planned)) else None})
+                        "age_days": _age(t, days[0] if len(days) == 1 else None if days else planned)})
     for r in record.get("exposure_rows", []):
         cell = r["cell"]
         t = dt.date.fromisoformat(cell["t"])

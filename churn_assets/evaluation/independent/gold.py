@@ -57,9 +57,12 @@ def served_days(vintage: Mapping[str, Day | str] | None, anchor: Day) -> dict[st
     return {c: given.get(c, anchor) for c in ENTITY_CLASSES}
 
 
-def _python_value(raw: Any) -> Any:
+def plain_value(raw: Any) -> Any:
+    """A SQL value as the stores and gold write it: ISO days, ints for integral numerics of scale 0, floats
+    for other numerics (money)."""
     if isinstance(raw, Decimal):
-        return int(raw) if raw == raw.to_integral_value() and raw.as_tuple().exponent >= 0 else float(raw)
+        exponent = raw.as_tuple().exponent  # 'n'/'N'/'F' for NaN and infinities, which are never integral
+        return int(raw) if isinstance(exponent, int) and exponent >= 0 else float(raw)
     if isinstance(raw, dt.date):
         return raw.isoformat()
     return raw
@@ -117,7 +120,7 @@ class SqlGold:
         rows = run_query(self.conn, query, f"template {tmpl.template_id} {dict(params)}", self.world_id)
         row = rows[0] if rows else None
         self.queries += 1
-        value = _python_value(row[0]) if row is not None else None
+        value = plain_value(row[0]) if row is not None else None
         if isinstance(value, list):
             value = [str(v) for v in value]
         self._answers[key] = value

@@ -18,10 +18,10 @@ import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from churn_assets.evaluation.independent.gold import run_with_columns, truth_events
+from churn_assets.evaluation.independent.gold import plain_value, run_with_columns, truth_events
 from churn_assets.evaluation.independent.library import day_placeholder, library
 from churn_assets.world.events import ENTITY_CLASSES
 
@@ -34,15 +34,6 @@ if TYPE_CHECKING:
 
 Row = dict[str, Any]
 Day = dt.date
-
-
-def _plain(value: Any) -> Any:
-    """A SQL value as the stores write it: ISO days, floats for money, ints for counts."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return value
 
 
 class StoreTruth:
@@ -64,7 +55,7 @@ class StoreTruth:
         query = sql.SQL(library().compose(fragment)).format(
             events=self._events, **{k: sql.Literal(v) for k, v in values.items()})
         columns, rows = run_with_columns(self.conn, query, f"store query {name} of {self.day}", self.world_id)
-        return [{c: _plain(v) for c, v in zip(columns, r, strict=True)} for r in rows]
+        return [{c: plain_value(v) for c, v in zip(columns, r, strict=True)} for r in rows]
 
 
 def diff_records(what: str, expected: Mapping[str, Mapping[str, Any]], stored: Mapping[str, Mapping[str, Any]],
@@ -197,10 +188,10 @@ def saas_problems(client: SaasClient, truth: StoreTruth, *, window_days: int = 3
     calls: dict[str, Callable[[], Any]] = {
         "prices": lambda: client.prices(world, as_of=day),
         "tickets": lambda: client.tickets(world, as_of=day),
-        **{f"utilization {p['product_id']}": (lambda p=p: client.utilization(world, p["product_id"], as_of=day,
-                                                                              window_days=window_days))
+        **{f"utilization {p['product_id']}": partial(client.utilization, world, p["product_id"], as_of=day,
+                                                     window_days=window_days)
            for p in products},
-        **{f"entitlements {u}": (lambda u=u: client.entitlements(world, u, as_of=day)) for u in asked},
+        **{f"entitlements {u}": partial(client.entitlements, world, u, as_of=day) for u in asked},
     }
     def call(name: str, fn: Callable[[], Any]) -> Any:
         try:
