@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,6 +15,9 @@ from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 
 DEFAULT_CONFIG_RESOURCE = "default_world.yaml"
+# `<name>-s<seed>-<hash6>` (section 10, "World id"); names follow the world config's name rule. World ids become
+# folder names, partition keys and SQL identifiers (`state.validate_world_id` refuses anything else).
+WORLD_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}-s\d+-[0-9a-f]{6}$")
 
 
 class WorldConfigError(UserFacingError, ValueError):

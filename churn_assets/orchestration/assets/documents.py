@@ -14,9 +14,9 @@ from typing import Any
 
 import dagster as dg
 
-from churn_assets.orchestration.assets.common import problems_description, require_world, world_ledger
+from churn_assets.orchestration.assets.common import problems_description, require_world_day, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.ledger import LoadedLedger
 from contracts.build import build_day
@@ -53,8 +53,7 @@ def ledger_document_records(state: StateResource, world_id: str) -> tuple[int, t
                 "record: no other store holds contract terms.",
 )
 def contract_documents(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
-    require_world(state, world_id)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     fmt, records = ledger_document_records(state, world_id)
     built = build_day(records, world_id, day, state.paths.contracts_root(world_id), format_version=fmt)
     changes = built.changes
@@ -88,7 +87,7 @@ with warnings.catch_warnings():
                                   ) -> dg.AssetCheckResult:
         """The facts parsed back from every Markdown document on disk equal the fold as of the day, and
         every file matches its manifest hash. Blocking: nothing downstream reads a wrong document."""
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         folder = day_dir(state.paths.contracts_root(world_id), day)
         try:
             stored = read_day(folder)

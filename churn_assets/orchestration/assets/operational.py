@@ -33,9 +33,9 @@ from churn_assets.fabric.operational import (
     document_counts,
     project_operational,
 )
-from churn_assets.orchestration.assets.common import problems_description, require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.common import problems_description, require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.services import mongo_client
 from churn_assets.world.fold import active_users, assigned_licenses, fold_ledger, open_tickets
@@ -69,8 +69,7 @@ def content_key(head_hash: str, window_days: int) -> dict[str, Any]:
                 "their indexes; `_meta` is written last and marks the database complete.",
 )
 def operational_store(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
-    require_world(state, world_id)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     with user_errors():
         urls = state.service_urls()
     loaded = world_ledger(state, world_id)
@@ -139,7 +138,7 @@ with warnings.catch_warnings():
                                  ) -> dg.AssetCheckResult:
         """Every document of the day's database equals the projection of the fold as of the day, and the
         server's own counts (active users, licenses of active users, open tickets) equal the fold's."""
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         urls = state.service_urls()
         client = _client(urls.mongodb)
         try:
