@@ -1,4 +1,4 @@
-"""The `contract_documents` asset (world x day) and its parity check.
+"""The `contract_documents` asset (world-day partitioned) and its parity check.
 
 Thin: `contracts.build.build_day` folds, renders and writes a day; this module finds the world's ledger
 and the day's folder (`<state>/worlds/<world>/contracts/<day>/`, ARCHITECTURE.md section 10) and turns

@@ -1,4 +1,4 @@
-"""The `vector_index` and `rag_index` assets (world x day): contract chunks and the RAG corpus in pgvector.
+"""The `vector_index` and `rag_index` assets (world-day partitioned): contract chunks and the RAG corpus in pgvector.
 
 Thin: `grounding/vector_index.py` and `grounding/rag_corpus.py` chunk, serialise, embed what is new and
 store; this module finds the day's documents (`contract_documents` partition) and the world's ledger,

@@ -1,4 +1,4 @@
-"""The `operational_store` asset (world x day) and its parity check against the fold.
+"""The `operational_store` asset (world-day partitioned) and its parity check against the fold.
 
 Thin: the fold (`world/fold.py`) gives the state as of the day, `fabric/operational.py` turns it into
 documents, `fabric/mongo.py` writes them into the day's database `<world>_<yyyymmdd>` (idempotently: a

@@ -1,4 +1,4 @@
-"""Staged caches as Dagster assets: `staged_<class>` per staged class, partitioned world x day.
+"""Staged caches as Dagster assets: `staged_<class>` per staged class, one partition per (world, day).
 
 A materialized partition `staged_prices[(world, 2024-04-22)]` *is* a refresh of the prices cache on that
 day (ARCHITECTURE.md section 3): it copies the class's source mart as it looked on the day into

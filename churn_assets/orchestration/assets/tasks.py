@@ -1,4 +1,4 @@
-"""The `task_set` asset: one partition per world x day, the day being T (the anchor of every question).
+"""The `task_set` asset: one partition per (world, day), the day being T (the anchor of every question).
 
 Thin: the generator (pure core) samples the tasks from the world's ledger at T with the deployment's
 task count and seed; this module finds the ledger, writes `tasks.jsonl` and attaches the counts.
