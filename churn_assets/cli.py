@@ -12,6 +12,7 @@ from churn_assets.commands.project import project
 from churn_assets.commands.results import results, verify_results
 from churn_assets.commands.run import paper, run
 from churn_assets.commands.services import services
+from churn_assets.commands.sweep import sweep
 from churn_assets.commands.tasks import exposure, tasks
 from churn_assets.commands.ui import ui
 from churn_assets.commands.world import generate, ledger
@@ -59,6 +60,7 @@ main.add_command(gc)
 main.add_command(ui)
 main.add_command(tasks)
 main.add_command(exposure)
+main.add_command(sweep)
 main.add_command(project)
 main.add_command(run)
 main.add_command(paper)

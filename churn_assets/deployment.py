@@ -116,10 +116,17 @@ def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
     return parse_deployment(data, where)
 
 
+DEPLOYMENT_ENV = "CHURNBENCH_DEPLOYMENT"  # a deployment.yaml to use instead of the packaged one
+
+
 @cache
 def deployment() -> DeploymentConfig:
-    """The deployment config, read once per process (partitions are built from it at import)."""
-    return load_deployment()
+    """The deployment config, read once per process (partitions are built from it at import): the file named
+    by `CHURNBENCH_DEPLOYMENT`, else the packaged one. The code location's processes (the webserver's code
+    server, each run) inherit the variable from `churnbench ui`, so all of them read the same file."""
+    import os
+
+    return load_deployment(os.environ.get(DEPLOYMENT_ENV) or None)
 
 
 def task_settings(config: DeploymentConfig | None = None) -> TaskSettings:

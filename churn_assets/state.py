@@ -115,8 +115,8 @@ class StatePaths:
         return self.root / STATE_FORMAT_FILE
 
     def holds_data(self) -> bool:
-        """Whether the folder holds worlds, scenarios or results (what a migration would have to touch)."""
-        for folder in (self.worlds_dir, self.root / "scenarios", self.root / "results"):
+        """Whether the folder holds worlds, scenarios, results or sweeps (what a migration would have to touch)."""
+        for folder in (self.worlds_dir, self.root / "scenarios", self.root / "results", self.root / "sweeps"):
             if folder.is_dir() and any(folder.iterdir()):
                 return True
         return False

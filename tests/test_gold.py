@@ -202,8 +202,9 @@ CASES: list[tuple[str, dict[str, Any], Any, Any]] = [
     ("t2_vendor_spend", {"vendor": "vnd_000"}, 480.0, 340.0),
     # cc_001 leads either way (560 vs 120/120; 320 vs 120).
     ("t2_top_cost_center", {}, "cc_001", "cc_001"),
-    # Sales has cc_002 only: 120 at T (L5), no spend as served (no answer).
-    ("t2_top_cost_center_in_unit", {"business_unit": "Sales"}, "cc_002", None),
+    # Sales has cc_002 only: 120 at T (L5), $0.00 as served; the only cost center of the unit is its top
+    # either way (decision 96: a cost center without licenses competes at $0.00; before, "no answer").
+    ("t2_top_cost_center_in_unit", {"business_unit": "Sales"}, "cc_002", "cc_002"),
     ("t2_cost_centers_above", {"threshold": 100}, ["cc_000", "cc_001", "cc_002"], ["cc_000", "cc_001"]),
     # cc_001 on 01-15: L2 (200) + L3 (120) = 320; on T 560. Served: 320 on both days.
     ("t2_spend_change_cost_center", {"cost_center": "cc_001", "day1": "2024-01-15", "day2": "2024-01-20"},

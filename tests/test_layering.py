@@ -21,7 +21,7 @@ RANKS: dict[str, int] = {
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,
     "arms": 4, "freshness": 4,
-    "evaluation": 5,
+    "evaluation": 5, "sweeps": 5,
     # services and the state folder stand beside the core: used by the Dagster wing and the CLI only.
     "services": 6, "state": 6, "deployment": 6,
     "orchestration": 7,  # the Dagster wing, ranked inside by WING_RANKS
@@ -30,12 +30,12 @@ RANKS: dict[str, int] = {
 # The Dagster wing's own layers (`churn_assets/orchestration/<part>`): a loop inside the wing fails here too.
 WING_RANKS: dict[str, int] = {
     "partitions": 0, "dbt_project": 0,
-    "scenarios": 1,
+    "scenarios": 1, "sweep_records": 1,
     "world_registry": 2,
     "resources": 3, "materialize": 3,
     "scenario_inputs": 4, "state_migration": 4,
     "assets": 5,
-    "scenario_materializer": 6,
+    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "sweeps": 6,
     "jobs": 7, "schedules": 7, "sensors": 7,
     "definitions": 8,
 }

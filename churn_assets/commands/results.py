@@ -1,5 +1,5 @@
 """`churnbench results list|show` (the results catalog) and `churnbench verify-results` (every verdict of a
-run recomputed from the ledger).
+run recomputed from the ledger; with `--independent`, also set against the SQL gold over the truth schema).
 
 A RUN is named by its run id (first column of `results list`), its scenario key (today's form, world last, or
 the form before issue 20, world first: either finds the run), its experiment hash (or a prefix of at least 4 hex
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -130,10 +131,17 @@ def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
 @click.argument("run_refs", nargs=-1, metavar="RUN...")
 @click.option("--all", "all_runs", is_flag=True, help="Every complete run in the catalog (of --world).")
 @click.option("--world", "world_id", default=None, help="With --all: only the runs of this world.")
-def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | None) -> None:
+@click.option("--independent", is_flag=True,
+              help="Also check every gold, verdict and exposure against a second gold, by SQL over the world's "
+                   "truth schema (needs `churnbench project --world ID`), with verdicts from the data times the "
+                   "traces observed.")
+def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | None, independent: bool) -> None:
     """Recompute gold from the ledger for every task of a run (correct rows too) and confirm each verdict.
 
-    Prints "N rows confirmed" per run, or every disagreement (naming the task) and exits 1.
+    Plain: gold recomputed by the code that scored the run, so it proves the results files were not edited.
+    --independent: also the SQL gold over the truth schema at T, at the served and the planned vintage, and the
+    verdict re-derived from the observed data times, so it proves gold and verdicts under a second
+    implementation. Prints "N rows confirmed" per run, or every disagreement (naming the task) and exits 1.
     """
     if not run_refs and not all_runs:
         raise click.UsageError("name a RUN (see `churnbench results list`), a results folder, or pass --all")
@@ -157,34 +165,77 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
     if not folders:
         click.echo("no complete runs to verify")
         return
-    resolvers: dict[str, Any] = {}
+    golds = _Golds()
     failed = []
-    for label, folder in folders:
-        try:
-            report = _verify_folder(paths, folder, resolvers)
-        except (UserFacingError, OSError) as e:  # this run cannot be checked; the others still are
+    with ExitStack() as stack:
+        if independent:
+            golds.conn = stack.enter_context(_truth_connection(paths))
+        for label, folder in folders:
+            try:
+                report = _verify_folder(paths, folder, golds)
+            except (UserFacingError, OSError) as e:  # this run cannot be checked; the others still are
+                failed.append(label)
+                click.echo(f"{label}: cannot be verified: {e}")
+                continue
+            if report.ok:
+                how = " (independent: stored, python and sql gold agree)" if independent else ""
+                click.echo(f"{label}: {report.rows} rows confirmed{how}")
+                continue
             failed.append(label)
-            click.echo(f"{label}: cannot be verified: {e}")
-            continue
-        if report.ok:
-            click.echo(f"{label}: {report.rows} rows confirmed")
-            continue
-        failed.append(label)
-        click.echo(f"{label}: {len(report.disagreements)} disagreement(s) in {report.rows} rows "
-                   f"({len(report.tasks_disagreeing)} task(s)):")
-        for d in report.disagreements:
-            click.echo(f"  {d}")
+            click.echo(f"{label}: {len(report.disagreements)} disagreement(s) in {report.rows} rows "
+                       f"({len(report.tasks_disagreeing)} task(s)):")
+            for d in report.disagreements:
+                click.echo(f"  {d}")
     if failed:
         raise VerificationFailed(f"verify-results: {len(failed)} run(s) not confirmed by the ledger: "
                                  + ", ".join(failed))
+
+
+@dataclass
+class _Golds:
+    """Gold per world, made once for all the runs verified: the Python resolver (ledger file) with the
+    ledger's head, and with --independent the SQL gold over the truth schema on one connection."""
+
+    conn: Any = None
+    resolvers: dict[str, Any] = field(default_factory=dict)
+    heads: dict[str, str | None] = field(default_factory=dict)
+    sql: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def _truth_connection(paths: StatePaths) -> Iterator[Any]:
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.services import ensure_services, service_errors
+
+    urls = ensure_services(paths)
+    with service_errors(paths), connection(urls.warehouse, autocommit=True) as conn:
+        yield conn
+
+
+def _sql_gold(golds: _Golds, world: str) -> Any:
+    from churn_assets.evaluation.independent import SqlGold
+    from churn_assets.fabric.postgres import schema_name
+    from churn_assets.fabric.truth import truth_head
+
+    if world not in golds.sql:
+        head = truth_head(golds.conn, world)
+        if head is None:
+            raise UserFacingError(f"world {world} has no truth layer ({schema_name(world, 'truth')}) for the "
+                                  f"independent gold: run `churnbench project --world {world}`")
+        if head.head_hash != golds.heads[world]:  # else the two golds would read two different ledgers
+            raise UserFacingError(f"the truth layer of world {world} holds ledger head {str(head.head_hash)[:12]}, "
+                                  f"the ledger file {str(golds.heads[world])[:12]}: reload it with "
+                                  f"`churnbench project --world {world}`")
+        golds.sql[world] = SqlGold(golds.conn, world)
+    return golds.sql[world]
 
 
 def _is_results_folder(ref: str) -> bool:
     return (Path(ref) / "summary.json").is_file()
 
 
-def _verify_folder(paths: StatePaths, folder: Path, resolvers: dict[str, Any]) -> VerifyReport:
-    from churn_assets.evaluation.verify import load_run, verify_rows
+def _verify_folder(paths: StatePaths, folder: Path, golds: _Golds) -> VerifyReport:
+    from churn_assets.evaluation.verify import load_run, verify_rows, verify_rows_independent
     from churn_assets.tasks.gold import GoldResolver
     from churn_assets.tasks.task_set import read_tasks, task_set_hash
     from churn_assets.world.ledger import load_ledger
@@ -200,11 +251,15 @@ def _verify_folder(paths: StatePaths, folder: Path, resolvers: dict[str, Any]) -
     if task_set_hash(tasks) != expected_hash:
         raise UserFacingError(f"the task set {task_file} is not the one run {folder.name} answered (task-set hash "
                               f"{task_set_hash(tasks)[:12]}, the run's {str(expected_hash)[:12]})")
-    if world not in resolvers:
+    if world not in golds.resolvers:
         ledger_dir = paths.ledger_dir(world)
         if not ledger_dir.is_dir():
             raise UserFacingError(f"world {world} has no ledger in {ledger_dir.parent}: nothing to recompute gold "
                                   "from (`churnbench worlds materialize` rebuilds it)")
         loaded = load_ledger(ledger_dir)
-        resolvers[world] = GoldResolver(loaded.records, format_version=loaded.format_version)
-    return verify_rows(resolvers[world], tasks, stored.rows, stored.summary)
+        golds.resolvers[world] = GoldResolver(loaded.records, format_version=loaded.format_version)
+        golds.heads[world] = loaded.head_hash
+    if golds.conn is not None:
+        return verify_rows_independent(golds.resolvers[world], _sql_gold(golds, world), tasks, stored.rows,
+                                       stored.summary)
+    return verify_rows(golds.resolvers[world], tasks, stored.rows, stored.summary)

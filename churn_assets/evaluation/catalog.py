@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -303,6 +303,16 @@ def delete_world_runs(conn: psycopg.Connection[Any], world: str) -> int:
         return 0
     t = runs_table()
     return _execute(conn, sa.delete(t).where(t.c.world == world)).rowcount
+
+
+def delete_scenario_runs(conn: psycopg.Connection[Any], scenario_keys: Sequence[str]) -> int:
+    """Delete the catalog rows of these scenarios (`churnbench sweep rm`); returns how many there were."""
+    import sqlalchemy as sa
+
+    if not catalog_exists(conn) or not scenario_keys:
+        return 0
+    t = runs_table()
+    return _execute(conn, sa.delete(t).where(t.c.scenario_key.in_(list(scenario_keys)))).rowcount
 
 
 # ---------------------------------------------------------------------------------------------------

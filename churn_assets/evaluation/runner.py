@@ -154,11 +154,9 @@ def evaluate(
     key = spec.key(code)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
     run_dir = store.run_dir(key)
-    if store.is_complete(key):
-        summary = store.read_summary(key)
-        if cat is not None:  # recorded already, or the catalog was unreachable when the run finished
-            cat.complete(spec.scenario, key, run_dir, summary, store.read_timings(key))
-        return summary
+    finished = finished_summary(store, spec, code=code, catalog=cat)
+    if finished is not None:
+        return finished
     writer = store.open_run(key, spec.experiment())
     if cat is not None:
         cat.start(spec.scenario, key, run_dir)
@@ -171,6 +169,20 @@ def evaluate(
         raise
     if cat is not None:
         cat.complete(spec.scenario, key, run_dir, summary, timings)
+    return summary
+
+
+def finished_summary(store: ResultsStore, spec: RunSpec, *, code: str | None = None,
+                     catalog: RunCatalog | str | None = None) -> dict[str, Any] | None:
+    """The summary of the finished run with this spec's identity, or None. Needs neither the ledger nor the
+    stores: a reused cell costs a file read (and the catalog row, recorded again if it was missed)."""
+    key = spec.key(code)
+    if not store.is_complete(key):
+        return None
+    summary = store.read_summary(key)
+    cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
+    if cat is not None:  # recorded already, or the catalog was unreachable when the run finished
+        cat.complete(spec.scenario, key, store.run_dir(key), summary, store.read_timings(key))
     return summary
 
 

@@ -13,6 +13,16 @@ questions), and the summary's counts must be the counts of the rows. Gold is com
 (exactly: a tampered gold value is a disagreement even when it would round to the same answer).
 
 `verify_rows` is the pure check; `load_run` reads a results folder.
+
+The independent check (`verify_rows_independent`, `churnbench verify-results --independent`) sets a second
+gold against the first: the SQL gold of `evaluation/independent/` over the world's truth schema, which shares
+no code with the fold or `tasks/gold.py`. For every row it compares, under the template's answer type, the
+stored gold and the Python gold with the SQL gold at T, at the row's served vintage and at its planned vintage;
+it derives the vintage an answer read from what its traces *observed* (each read's `observed_day`, which must
+agree with its retrieval's `data_times` and with the stored `served_vintage`), and re-derives the verdict and
+the exposure from the SQL golds. The plain check proves the results files were not edited (gold recomputed by
+the same code); the independent one that the gold itself, the verdicts and the exposure hold under a second
+implementation that reads the ledger by another path.
 """
 
 from __future__ import annotations
@@ -23,15 +33,19 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from churn_assets.evaluation.results import SUMMARY_FILE, TASKS_FILE, ResultsError, canonical
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, served_gold_is_degenerate, verdict
 from churn_assets.tasks.answers import AnswerParseError, Value
 from churn_assets.tasks.gold import GoldError, GoldResolver, complete_vintage
 from churn_assets.tasks.task_set import Task
+from churn_assets.tasks.templates import Template
 from churn_assets.world.calendar import Day
 from churn_assets.world.fold import uniform_vintage
+
+if TYPE_CHECKING:
+    from churn_assets.evaluation.independent import SqlGold
 
 
 @dataclass(frozen=True)
@@ -214,6 +228,134 @@ def _verify_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         if planned is not None and r.get("planned_vintage") != planned:
             out.append(Disagreement(str(r.get("task_id")), "planned_vintage", r.get("planned_vintage"), planned))
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# the independent check: SQL gold over the truth schema, verdicts from the observed data times
+# ---------------------------------------------------------------------------------------------------
+
+
+def observed_vintage(traces: Any) -> tuple[dict[str, dt.date], list[str]]:
+    """Class -> the data time the row's reads observed, and what contradicts it (empty when nothing does).
+
+    Each read names its entity class and the day found in the data it read (`observed_day`); a retrieval's
+    `data_times` must be exactly its reads' days per class, and a class must be observed at one day over the
+    whole answer. A retrieval without reads (the coordinator's, or a trace written before reads were recorded)
+    contributes its `data_times`."""
+    if not isinstance(traces, list):
+        return {}, [f"traces are not a list ({type(traces).__name__})"]
+    out: dict[str, dt.date] = {}
+    problems: list[str] = []
+    for n, entry in enumerate(traces):
+        try:
+            stated = {str(c): dt.date.fromisoformat(d) for c, d in (entry.get("data_times") or {}).items()}
+            reads = entry.get("reads") or []
+            seen: dict[str, dt.date] = {}
+            for read in reads:
+                cls = read.get("entity_class")
+                if cls is None:
+                    continue  # a store outside the registry (no class, no data time)
+                day = dt.date.fromisoformat(read["observed_day"])
+                if seen.setdefault(cls, day) != day:
+                    problems.append(f"retrieval {n} observed {cls} at {seen[cls]} and {day}")
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            problems.append(f"retrieval {n} is not readable ({e.__class__.__name__}: {e})")
+            continue
+        if reads and seen != stated:
+            problems.append(f"retrieval {n} states data times {_days(stated)}, its reads observed {_days(seen)}")
+        for cls, day in (seen if reads else stated).items():
+            if out.setdefault(cls, day) != day:
+                problems.append(f"{cls} observed at {out[cls]} and at {day}")
+    return out, problems
+
+
+def _days(vintage: Mapping[str, dt.date]) -> dict[str, str]:
+    return {c: d.isoformat() for c, d in sorted(vintage.items())}
+
+
+def _same(t: Template, a: Any, b: Any) -> bool:
+    """Equal under the template's answer type; a stored value that is not of the type is not equal."""
+    try:
+        return t.answer.equal(a, b)
+    except (AnswerParseError, TypeError, ValueError):
+        return False
+
+
+def _gold_pair(python: GoldResolver, sql: SqlGold, t: Template, task: Task, anchor: dt.date,
+               vintage: Mapping[str, dt.date]) -> tuple[Value, Value]:
+    return (python.gold(t, task.params, anchor=anchor, vintage=complete_vintage(vintage, anchor)),
+            sql.gold(t, task.params, anchor=anchor, vintage=vintage))
+
+
+def verify_row_independent(python: GoldResolver, sql: SqlGold, task: Task, row: Mapping[str, Any]
+                           ) -> list[Disagreement]:
+    """Every disagreement between one row, the Python gold and the SQL gold (compared by answer type)."""
+    from churn_assets.evaluation.independent import SqlGoldError
+
+    out: list[Disagreement] = []
+    tid, t = task.task_id, task.template
+    anchor = dt.date.fromisoformat(task.anchor)
+    observed, problems = observed_vintage(row.get("traces"))
+    out += [Disagreement(tid, "traces", None, p) for p in problems]
+    served = _vintage(row.get("served_vintage"), tid, "served_vintage", out)
+    planned = _vintage(row.get("planned_vintage"), tid, "planned_vintage", out)
+    if served is None or planned is None:
+        return out
+    if observed != served:
+        out.append(Disagreement(tid, "served_vintage (observed in the traces)", row.get("served_vintage"),
+                                _days(observed)))
+    try:
+        golds = {
+            "gold_at_t": _gold_pair(python, sql, t, task, anchor, {}),
+            "gold_served": _gold_pair(python, sql, t, task, anchor, served),
+            "gold_planned": _gold_pair(python, sql, t, task, anchor, planned),
+        }
+        sql_observed = sql.gold(t, task.params, anchor=anchor, vintage=observed)
+    except (GoldError, SqlGoldError) as e:
+        out.append(Disagreement(tid, "served_vintage/planned_vintage", {"served": row.get("served_vintage"),
+                                "planned": row.get("planned_vintage")}, f"no gold under it ({e})"))
+        return out
+    for field, (py, sq) in golds.items():
+        if not _same(t, row.get(field), sq):
+            out.append(Disagreement(tid, f"{field} (stored vs sql gold)", row.get(field), _as_stored(sq)))
+        if not t.answer.equal(py, sq):
+            out.append(Disagreement(tid, f"{field} (python gold vs sql gold)", _as_stored(py), _as_stored(sq)))
+    try:
+        answer, parse_failed = _stored_answer(task, row)
+    except (AnswerParseError, TypeError, ValueError) as e:
+        out.append(Disagreement(tid, "answer", row.get("answer"), f"not a {t.answer.kind} ({e})"))
+        return out
+    sql_t = golds["gold_at_t"][1]
+    observed_degenerate = served_gold_is_degenerate(t, task.params, anchor, complete_vintage(observed, anchor),
+                                                    sql_observed)
+    expected = verdict(t.answer, answer, sql_t, sql_observed, observed.values(),
+                       transport_failed=row.get("transport_error") is not None, parse_failed=parse_failed,
+                       served_degenerate=observed_degenerate)
+    if row.get("verdict") != expected:
+        out.append(Disagreement(tid, "verdict (from the observed data times and the sql golds)", row.get("verdict"),
+                                expected))
+    if row.get("exposed") is not None:
+        sql_planned = golds["gold_planned"][1]
+        exposed = not t.answer.equal(sql_t, sql_planned) and not served_gold_is_degenerate(
+            t, task.params, anchor, planned, sql_planned)
+        if row["exposed"] != exposed:
+            out.append(Disagreement(tid, "exposed (sql golds)", row["exposed"], exposed))
+    return out
+
+
+def verify_rows_independent(python: GoldResolver, sql: SqlGold, tasks: Sequence[Task],
+                            rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None = None
+                            ) -> VerifyReport:
+    """The plain check of every row (`verify_rows`) and, for every row of a task of the set, the independent
+    one (`verify_row_independent`)."""
+    plain = verify_rows(python, tasks, rows, summary)
+    by_id = {t.task_id: t for t in tasks}
+    out = list(plain.disagreements)
+    for row in rows:
+        task = by_id.get(str(row.get("task_id")))
+        if task is not None:
+            out.extend(verify_row_independent(python, sql, task, row))
+    return VerifyReport(len(rows), tuple(out))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ measured on the ledger (`needs_rates`). `planning.refresh_days` runs them.
   the calendar.
 - `Budget(refreshes, allocation)`: a fixed number of refreshes over (T', T], split across classes
   `uniform`ly or `proportional`ly to lambda_C, each class's share spread evenly and ending at T.
+- `BudgetedTtl(refreshes, shape)`: the same budget spent through TTLs (the staleness rule decides the days)
+  shaped `rate`-matched or like the hand-set `tiers`, scaled to fit the budget.
 
 Adding a policy: a class here with `policy_id`, `needs_rates` and `refresh_days`, and its spelling in
 `parse_policy` (docs/architecture.md, "How to add a refresh policy").
@@ -184,11 +186,66 @@ class Budget(Policy):
         return shares
 
 
-POLICY_SYNTAX = "tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N or proportional:N"
+@dataclass(frozen=True)
+class BudgetedTtl(Policy):
+    """A budget of refreshes over (T', T] spent through TTLs of a fixed shape (the `budget` sweep): the
+    staleness rule still decides the days, and the TTLs are the smallest scale of the shape whose refreshes fit
+    the budget. Shapes: `rate` (TTL = floor(scale / lambda_C), rate-matched) and `tiers` (the registry's
+    refresh periods scaled: TTL = round((ttl_C + 1) * scale) - 1). TTLs depend on the window, so the plan
+    records none (`effective_ttls` None, like `Budget`)."""
+
+    refreshes: int
+    shape: Literal["rate", "tiers"] = "tiers"
+
+    @property
+    def needs_rates(self) -> bool:
+        return self.shape == "rate"
+
+    @property
+    def policy_id(self) -> str:
+        prefix = "ratebudget" if self.shape == "rate" else "tierbudget"
+        return f"{prefix}{self.refreshes}-{_hash6({'refreshes': self.refreshes, 'shape': self.shape})}"
+
+    def ttls(self, registry: Registry, rates: Rates | None, calendar_days: int, scale: float) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in registry.staged_classes:
+            if self.shape == "rate":
+                lam = self._require_rates(rates, "rate-matched budgets need").get(c.name, 0.0)
+                out[c.name] = calendar_days + 1 if lam <= 0 else max(0, math.floor(scale / lam))
+            else:
+                out[c.name] = max(0, round(((c.ttl_days or 0) + 1) * scale) - 1)
+        return out
+
+    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
+                     calendar_days: int) -> dict[str, list[Day]]:
+        if self.refreshes < 0:
+            raise PlanningError(f"policy {self.policy_id}: the budget must be >= 0")
+
+        def schedule(scale: float) -> dict[str, list[Day]]:
+            return {n: ttl_schedule(t_prime, t, k) for n, k in self.ttls(registry, rates, calendar_days, scale).items()}
+
+        def count(scale: float) -> int:
+            return sum(len(days) for days in schedule(scale).values())
+
+        # Refreshes fall as the scale grows (longer TTLs); bisect for the smallest scale within the budget.
+        lo, hi = 0.0, 1.0
+        while count(hi) > self.refreshes:
+            lo, hi = hi, hi * 2
+            if hi > 1e9:
+                break
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if count(mid) <= self.refreshes else (mid, hi)
+        return {n: [t_prime, *days] for n, days in schedule(hi).items()}
+
+
+POLICY_SYNTAX = ("tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N, rate-matched:N or "
+                 "tier-shaped:N")
 
 
 def parse_policy(text: str) -> Policy:
-    """`tiered`, `off`, `ttl:prices=3,assignments=0`, `rate` / `rate:2.0`, `uniform:12`, `proportional:12`."""
+    """`tiered`, `off`, `ttl:prices=3,assignments=0`, `rate` / `rate:2.0`, `uniform:12`, `proportional:12`,
+    `rate-matched:12`, `tier-shaped:12`."""
     name, _, arg = text.partition(":")
     try:
         if name == "tiered" and not arg:
@@ -202,6 +259,8 @@ def parse_policy(text: str) -> Policy:
             return RateMatched(float(arg) if arg else 1.0)
         if name in ("uniform", "proportional") and arg:
             return Budget(int(arg), "uniform" if name == "uniform" else "proportional")
+        if name in ("rate-matched", "tier-shaped") and arg:
+            return BudgetedTtl(int(arg), "rate" if name == "rate-matched" else "tiers")
     except ValueError:
         pass
     raise UserFacingError(f"policy {text!r}: expected {POLICY_SYNTAX}")

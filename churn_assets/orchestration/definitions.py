@@ -13,22 +13,17 @@ from pathlib import Path
 
 import dagster as dg
 
-from churn_assets.orchestration import assets as asset_modules
+from churn_assets.orchestration.asset_graph import asset_graph
 from churn_assets.orchestration.jobs import JOBS
-from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.schedules import SCHEDULES
 from churn_assets.orchestration.sensors import SENSORS
 
 
 def build_defs(state_dir: str | Path | None = None) -> dg.Definitions:
     """Definitions bound to a state folder (None: resolved from the environment when a run starts)."""
-    return dg.Definitions(
-        assets=dg.load_assets_from_package_module(asset_modules),
-        asset_checks=dg.load_asset_checks_from_package_module(asset_modules),
-        jobs=list(JOBS),
-        schedules=list(SCHEDULES),
-        sensors=list(SENSORS),
-        resources={"state": StateResource(state_dir=str(state_dir or ""))},
+    return dg.Definitions.merge(
+        asset_graph(state_dir),
+        dg.Definitions(jobs=list(JOBS), schedules=list(SCHEDULES), sensors=list(SENSORS)),
     )
 
 

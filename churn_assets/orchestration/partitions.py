@@ -8,6 +8,7 @@ sections 3 and 10, and the amendment of section 10's calendar in docs/decisions.
   and a backfill of "missing" launched them). Key: `<YYYY-MM-DD>|<world id>` (`world_day_key`), the string
   form of the multi-partition key of before, so that materializations recorded under it keep matching.
 - `scenario_partitions`: one dynamic partition per defined scenario (the `eval_run` asset).
+- `sweep_partitions`: one dynamic partition per launched sweep (the `sweep_report` asset).
 
 Mappings (built-in ones only: Dagster 1.13 drops any other from what the webserver sees and warns that it
 is deprecated):
@@ -36,6 +37,7 @@ from churn_assets.world.config import WORLD_ID_RE, WorldConfig
 WORLD_PARTITIONS_NAME = "world"
 WORLD_DAY_PARTITIONS_NAME = "world_day"
 SCENARIO_PARTITIONS_NAME = "scenario"
+SWEEP_PARTITIONS_NAME = "sweep"
 WORLD_DAY_SEPARATOR = "|"  # Dagster's own separator of multi-partition keys (the key form of before)
 WORLD_DAY_KEY_FORM = "<YYYY-MM-DD>|<world id>"
 _DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -43,6 +45,7 @@ _DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 world_partitions = dg.DynamicPartitionsDefinition(name=WORLD_PARTITIONS_NAME)
 world_day_partitions = dg.DynamicPartitionsDefinition(name=WORLD_DAY_PARTITIONS_NAME)
 scenario_partitions = dg.DynamicPartitionsDefinition(name=SCENARIO_PARTITIONS_NAME)
+sweep_partitions = dg.DynamicPartitionsDefinition(name=SWEEP_PARTITIONS_NAME)
 
 with warnings.catch_warnings():
     # AllPartitionMapping is beta in Dagster 1.13, and exactly the edges wanted.

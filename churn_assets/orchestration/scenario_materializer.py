@@ -178,10 +178,11 @@ def materialize_scenario(
     replan: bool = False,
     check_data: bool = True,
     echo: Echo | None = None,
+    tags: dict[str, str] | None = None,
 ) -> ScenarioBuild:
     """Plan `scenario` (once: `scenario_inputs.scenario_plan`) and materialize every missing input; returns
     the build, whose `served_vintage` is the map the arm serves. The scenario must be registered. Raises
-    `ScenarioMaterializationError` listing failures."""
+    `ScenarioMaterializationError` listing failures. `tags`: added to every run it launches."""
     started = time.perf_counter()
     say = echo or (lambda _: None)
     world = scenario.world_id
@@ -198,7 +199,7 @@ def materialize_scenario(
         say(f"  {item}: recorded as materialized but its data is gone; rebuilding")
     ancestors = asset_ancestors(definitions)
     steps = plan_steps(missing, ancestors)
-    tags = {SCENARIO_TAG: tag, LAUNCHED_BY_TAG: LAUNCHED_BY}
+    run_tags = {**(tags or {}), SCENARIO_TAG: tag, LAUNCHED_BY_TAG: LAUNCHED_BY}
     failed: list[StepResult] = []
     skipped: list[Step] = []
     for n, step in enumerate(steps, 1):
@@ -207,7 +208,7 @@ def materialize_scenario(
             skipped.append(step)
             say(f"  [{n}/{len(steps)}] {step.label}: skipped ({blocker.step.label} failed)")
             continue
-        result = _run(session, definitions, step, tags, say, prefix=f"[{n}/{len(steps)}] ")
+        result = _run(session, definitions, step, run_tags, say, prefix=f"[{n}/{len(steps)}] ")
         build.results.append(result)
         if not result.ok:
             failed.append(result)

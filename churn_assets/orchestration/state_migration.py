@@ -11,6 +11,8 @@ Format 1 -> 2 (issue 20):
     `scenario_key`, the one field it holds of the key: nothing else in a run folder names it);
   - rows of the results catalog (`scenario_key`, `results_dir` and the file paths, one transaction);
   - definition files `<state>/scenarios/<key>.json` (renamed: the content holds no key);
+  - sweep records `<state>/sweeps/<sweep id>.json` (their outcomes are keyed by scenario key, and each names its
+    key and results folder; a sweep's report is made again from its record when `sweep_report` materializes);
   - `eval_run` partitions (the new key added, the latest materialization of the old one recorded again on it
     as a runless materialization with the same metadata, its `results` path moved and `migrated_from_scenario_key`
     added, then the old key deleted; Dagster's event log keeps the old key's history, append-only).
@@ -73,6 +75,7 @@ class MigrationReport:
     summaries: int = 0
     catalog_rows: int = 0
     scenario_files: int = 0
+    sweep_records: int = 0
     scenario_partitions: int = 0
     materializations: int = 0
     notes: list[str] = field(default_factory=list)
@@ -92,7 +95,7 @@ class MigrationReport:
         out.append(f"  scenario keys now put the world last: {self.scenario_files} definition file(s), "
                    f"{self.scenario_partitions} eval_run partition(s) ({self.materializations} materialization(s) "
                    f"carried over), {self.results_folders} results folder(s) ({self.summaries} summary file(s)), "
-                   f"{self.catalog_rows} catalog row(s) renamed")
+                   f"{self.catalog_rows} catalog row(s), {self.sweep_records} sweep record(s) renamed")
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -138,6 +141,7 @@ def migrate_state(session: Session) -> MigrationReport:
 
         report.catalog_rows = RunCatalog(session.urls.warehouse).rename_scenario_keys(renamed_key)
         _rename_scenario_files(paths, report)
+        _rename_in_sweep_records(paths, report)
         _rename_scenario_partitions(session, report)
         write_state_format(paths)
     return report
@@ -210,6 +214,29 @@ def _rename_scenario_files(paths: StatePaths, report: MigrationReport) -> None:
         else:
             os.replace(old_file, new_file)
         report.scenario_files += 1
+
+
+def _rename_in_sweep_records(paths: StatePaths, report: MigrationReport) -> None:
+    """Outcome keys, and each outcome's `scenario_key` and `results` folder, of every sweep record."""
+    for path in sorted((paths.root / "sweeps").glob("*.json")) if (paths.root / "sweeps").is_dir() else []:
+        data = json.loads(path.read_text())
+        outcomes = data.get("outcomes") or {}
+        renamed: dict[str, object] = {}
+        changed = False
+        for key, outcome in outcomes.items():
+            new = renamed_key(key)
+            if new is not None and isinstance(outcome, dict):
+                changed = True
+                if outcome.get("scenario_key") == key:
+                    outcome["scenario_key"] = new
+                folder = outcome.get("results")
+                if isinstance(folder, str) and Path(folder).parent.name == key:
+                    outcome["results"] = str(Path(folder).parent.parent / new / Path(folder).name)
+            renamed[new or key] = outcome
+        if changed:
+            data["outcomes"] = renamed
+            atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+            report.sweep_records += 1
 
 
 def _rename_scenario_partitions(session: Session, report: MigrationReport) -> None:

@@ -255,10 +255,12 @@ def _top_cost_center(s: WorldState, p: Params, a: Day) -> Value:
 
 
 def _top_cost_center_in_unit(s: WorldState, p: Params, a: Day) -> Value:
+    # Every cost center of the unit competes, one without allocated licenses at $0.00 (as
+    # `t2_cost_center_spend` answers it): the SQL gold found a unit whose only cost center had none (decision 96).
     centers = s.cost_center_membership.cost_centers
     spend = monthly_spend_by_cost_center(s, a).by_cost_center
-    return top_of({cc: v for cc, v in spend.items()
-                 if cc in centers and centers[cc].business_unit == p["business_unit"]})
+    return top_of({cc: spend.get(cc, 0.0) for cc, center in centers.items()
+                   if center.business_unit == p["business_unit"]})
 
 
 def _cost_centers_above(s: WorldState, p: Params, a: Day) -> Value:

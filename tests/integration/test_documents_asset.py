@@ -1,5 +1,6 @@
 """The `contract_documents` asset in the session's Dagster instance: a partition's files, metadata and
-passing parity check; a renewal seen end to end; a tampered document failing the check; `worlds rm`."""
+passing parity check; a renewal seen end to end; a tampered document failing the check (against the fold, and
+against the truth schema by SQL); `worlds rm`."""
 
 from __future__ import annotations
 
@@ -24,6 +25,24 @@ pytestmark = pytest.mark.integration
 
 DAYS = 30  # test budget (ARCHITECTURE.md section 10)
 PARITY_KEY = dg.AssetCheckKey(dg.AssetKey("contract_documents"), "contract_documents_parity")
+TRUTH_KEY = dg.AssetCheckKey(dg.AssetKey("contract_documents"), "contract_documents_match_truth")
+
+
+def load_truth_of(session: Session, world_id: str) -> None:
+    """The world's ledger in its truth schema (what the SQL check reads; idempotent)."""
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.fabric.truth import load_truth
+
+    with connection(session.urls.warehouse) as conn:
+        load_truth(conn, world_id, load_ledger(session.paths.ledger_dir(world_id)))
+
+
+def run_truth_check(session: Session, session_defs: dg.Definitions, key: str
+                    ) -> dg.AssetCheckEvaluation:
+    from churn_assets.orchestration.materialize import run_checks
+
+    [evaluation] = run_checks(session, session_defs, [TRUTH_KEY], str(key))
+    return evaluation
 
 
 def first_renewal_day(session: Session, world_id: str) -> tuple[dt.date, set[str]]:
@@ -131,6 +150,8 @@ def test_a_tampered_document_fails_the_parity_check(session: Session, session_de
     path = folder / f"{victim}.md"
     text = path.read_text()
     seats = next(line for line in text.splitlines() if line.startswith("| Committed seats |"))
+    load_truth_of(session, small_world)
+    assert run_truth_check(session, session_defs, key).passed  # before the edit
     path.write_text(text.replace(seats, "| Committed seats | 9999 |"))
 
     evaluation = run_parity_check(session, session_defs, key)
@@ -139,9 +160,16 @@ def test_a_tampered_document_fails_the_parity_check(session: Session, session_de
     assert f"contract {victim} on 2024-01-15" in evaluation.description
     problems = evaluation.metadata["problems"].value
     assert problems and all(p.startswith(f"contract {victim} on 2024-01-15: ") for p in problems)
+    # The same edit against the truth schema by SQL (no fold): named by contract and fact.
+    by_sql = run_truth_check(session, session_defs, key)
+    assert not by_sql.passed and by_sql.severity == dg.AssetCheckSeverity.ERROR
+    named = by_sql.metadata["problems"].value
+    assert named and all(p.startswith(f"contract {victim} on 2024-01-15: ") for p in named)
+    assert any("committed_seats=9999" in p or "9999" in p for p in named)
 
     materialize(session, session_defs, ["contract_documents"], [key])  # rewrites the day, check passes
     assert latest_parity(session.instance, str(key)).passed
+    assert run_truth_check(session, session_defs, key).passed
 
 
 def test_worlds_rm_removes_the_documents(session: Session, session_defs: dg.Definitions,

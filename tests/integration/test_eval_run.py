@@ -11,8 +11,8 @@ import pytest
 from scripted_answer import ScriptedAnswer
 
 from churn_assets.arms.registry import define_scenario
-from churn_assets.commands.run import run_scenario
 from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.orchestration.scenarios import register_scenario
 from churn_assets.orchestration.world_registry import add_world
 from churn_assets.world.config import load_config

@@ -24,9 +24,9 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from churn_assets.commands.run import run_scenario
 from churn_assets.deployment import TaskSettings
 from churn_assets.orchestration.materialize import Session, materialize
+from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.orchestration.world_registry import add_world
 from churn_assets.world.config import load_config
 

@@ -296,3 +296,34 @@ def test_an_external_saas_url_is_used_not_started(server: str, state_paths: Stat
     assert saas.mode == "external"
     monkeypatch.setenv("CHURNBENCH_SAAS_API_KEY", KEYS["open"][0])
     assert saas_api_key(state_paths) == KEYS["open"][0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Store parity by another path: the API's answers against SQL over the truth schema (no fold), as the
+# `saas_api_matches_truth` check of operational_store partitions runs it
+# ---------------------------------------------------------------------------------------------------
+
+
+class _OnePriceOff(SaasClient):
+    """A planted wrong answer: the price list with one product's price changed by a cent."""
+
+    def prices(self, world: str, *, as_of: str) -> list[dict[str, Any]]:
+        items = super().prices(world, as_of=as_of)
+        items[3] = {**items[3], "list_price_usd": round(items[3]["list_price_usd"] + 0.01, 2)}
+        return items
+
+
+@pytest.mark.parametrize("day", [DAY_A, DAY_B])
+def test_the_api_matches_the_truth_by_sql_and_a_wrong_price_is_named(server: str, tenant: str,
+                                                                     services: ServiceUrls, day: str) -> None:
+    from churn_assets.evaluation.independent.stores import StoreTruth, saas_problems
+
+    with connection(services.warehouse, autocommit=True) as conn:
+        truth = StoreTruth(conn, tenant, day)
+        with SaasClient(server, KEYS["open"][0]) as client:
+            assert saas_problems(client, truth) == []
+            assert client.stats.calls > 40  # prices, tickets, every product's utilization, sampled users, a 404
+        with _OnePriceOff(server, KEYS["open"][0]) as client:
+            problems = saas_problems(client, truth)
+    [problem] = problems
+    assert problem.startswith(f"SaaS API of {tenant} as of {day}, /prices: prd_") and "list_price_usd" in problem

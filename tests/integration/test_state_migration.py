@@ -113,7 +113,7 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
     assert migrated.exit_code == 0, migrated.output
     assert "format 1 -> 2" in migrated.output and f"{s.world}: 30" in migrated.output
     assert ("1 definition file(s), 1 eval_run partition(s) (1 materialization(s) carried over), 1 results "
-            "folder(s) (1 summary file(s)), 1 catalog row(s) renamed") in migrated.output
+            "folder(s) (1 summary file(s)), 1 catalog row(s), 0 sweep record(s) renamed") in migrated.output
     assert stored_state_format(paths) == STATE_FORMAT
 
     # Files: the definition, the results folder and its summary are under the new key; nothing is left under the old.

@@ -4,7 +4,8 @@ On the session's 30-day world: two consecutive days whose documents differ in ex
 indexed through the `vector_index` asset (the second re-embeds only that contract's new chunks, counted
 by the model's own encoder-call counter); retrieval reads exactly one day; a question naming a contract
 finds it among the top 3 chunks for every contract; the `rag_index` asset built twice for one day
-encodes nothing the second time; `worlds rm` drops a world's vector tables.
+encodes nothing the second time, and its records agree with the truth schema by SQL (a deleted record and a
+record pointing at another's text are named); `worlds rm` drops a world's vector tables.
 
 The model is loaded once for the whole session (module-level cache in `grounding.embeddings`).
 """
@@ -236,6 +237,43 @@ def test_rag_corpus_rebuilt_for_an_unchanged_day_encodes_nothing(
     assert {h.day for h in hits} == {indexed.day}
     with pytest.raises(Exception, match="no build for"):
         search_corpus(conn, indexed.world_id, indexed.before - dt.timedelta(days=1), "anything", default_encoder())
+
+
+def test_rag_corpus_matches_the_truth_by_sql_and_names_a_tampered_record(
+        indexed: Indexed, session: Session, session_defs: Any, conn: Any) -> None:
+    import dagster as dg
+
+    from churn_assets.fabric.truth import load_truth
+    from churn_assets.orchestration.materialize import run_checks
+
+    check = dg.AssetCheckKey(dg.AssetKey("rag_index"), "rag_index_matches_truth")
+    world, key = indexed.world_id, world_day_key(indexed.world_id, indexed.day)
+    load_truth(conn, world, load_ledger(session.paths.ledger_dir(world)))
+    materialize(session, session_defs, ["rag_index"], [key])  # reuses every embedding (test above)
+    [ok] = run_checks(session, session_defs, [check], str(key))
+    assert ok.passed, ok.description
+
+    records = f"{staging_schema(world)}.rag_corpus_records"
+    licenses = [r[0] for r in conn.execute(
+        f"SELECT record_id FROM {records} WHERE day = %s AND kind = 'license' ORDER BY record_id LIMIT 2",
+        (indexed.day,))]
+    user = conn.execute(f"SELECT record_id FROM {records} WHERE day = %s AND kind = 'user' ORDER BY record_id "
+                        "LIMIT 1", (indexed.day,)).fetchone()[0]
+    conn.execute(f"DELETE FROM {records} WHERE day = %s AND record_id = %s", (indexed.day, user))
+    conn.execute(f"UPDATE {records} SET content_hash = (SELECT content_hash FROM {records} WHERE day = %s AND "
+                 "record_id = %s) WHERE day = %s AND record_id = %s",
+                 (indexed.day, licenses[1], indexed.day, licenses[0]))
+    try:
+        [bad] = run_checks(session, session_defs, [check], str(key))
+    finally:
+        materialize(session, session_defs, ["rag_index"], [key])  # rewrites the day's records
+    assert not bad.passed
+    problems = bad.metadata["problems"].value
+    where = f"RAG corpus of {world} built {indexed.day}, record"
+    assert f"{where}: {user} is missing" in problems
+    assert any(p.startswith(f"{where}: {licenses[0]} ") for p in problems), problems
+    [again] = run_checks(session, session_defs, [check], str(key))
+    assert again.passed
 
 
 # ---------------------------------------------------------------------------------------------------

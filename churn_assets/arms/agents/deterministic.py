@@ -376,8 +376,7 @@ def _top_cost_center_in_unit(c: Context) -> Value:
     spend = _spend(c)
     [centers] = c.fetch(Request("cost_centers"))
     unit = {r.cost_center_id: r.business_unit for r in c.need(centers)}
-    return top_of({cc: v for cc, v in spend.by_cost_center.items()
-                   if cc in unit and unit[cc] == c.p["business_unit"]})
+    return top_of({cc: spend.by_cost_center.get(cc, 0.0) for cc, bu in unit.items() if bu == c.p["business_unit"]})
 
 
 def _spend_change(c: Context) -> Value:

@@ -3,7 +3,9 @@
 Thin: `contracts.build.build_day` folds, renders and writes a day; this module finds the world's ledger
 and the day's folder (`<state>/worlds/<world>/contracts/<day>/`, ARCHITECTURE.md section 10) and turns
 the result into metadata. The check re-reads the documents from disk and compares the facts parsed back
-from the Markdown with the fold as of the day (`contracts.parity`).
+from the Markdown with the fold as of the day (`contracts.parity`). `contract_documents_match_truth` compares
+them with the facts computed by SQL over the world's truth schema instead (`evaluation/independent/stores.py`,
+no fold; non-blocking, see `truth_parity.py`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
@@ -16,6 +18,7 @@ import dagster as dg
 
 from churn_assets.orchestration.assets.common import problems_description, require_world_day, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.assets.truth_parity import truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.ledger import LoadedLedger
@@ -108,3 +111,22 @@ with warnings.catch_warnings():
                 "path": dg.MetadataValue.path(str(folder)),
             },
         )
+
+    @dg.asset_check(asset=contract_documents, partitions_def=world_day_partitions, blocking=False)
+    def contract_documents_match_truth(context: dg.AssetCheckExecutionContext, state: StateResource
+                                       ) -> dg.AssetCheckResult:
+        """The facts parsed back from every Markdown document of the day equal the contract facts computed by
+        SQL over the world's truth schema (terms, renewals, expiry, vendor name and tier, the vendor's products,
+        status on the day), and every file matches its manifest hash."""
+        from churn_assets.evaluation.independent.stores import document_problems
+
+        world_id, day, _ = require_world_day(state, context.partition_key)
+        folder = day_dir(state.paths.contracts_root(world_id), day)
+        try:
+            stored = read_day(folder)
+        except DocumentStoreError as e:
+            return dg.AssetCheckResult(passed=False, description=str(e),
+                                       metadata={"problems": dg.MetadataValue.json([str(e)])})
+        return truth_parity(state, world_id, day, f"the documents in {folder}",
+                            lambda _conn, truth: document_problems(stored, truth),
+                            documents=len(stored.manifest.documents), path=dg.MetadataValue.path(str(folder)))

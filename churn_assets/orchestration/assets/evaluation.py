@@ -14,7 +14,7 @@ import dagster as dg
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
-from churn_assets.evaluation.runner import RunSpec, evaluate
+from churn_assets.evaluation.runner import RunSpec, evaluate, finished_summary
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
@@ -24,7 +24,7 @@ from churn_assets.orchestration.assets.operational import operational_store
 from churn_assets.orchestration.assets.staging import STAGED_ASSETS
 from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
-from churn_assets.orchestration.materialize import Session
+from churn_assets.orchestration.materialize import MISSING_INPUTS, Session
 from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenario_inputs import missing_inputs, scenario_plan
@@ -63,14 +63,23 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     missing = missing_inputs(session, plan)
     if missing:
         listed = "\n  ".join(str(m) for m in missing)
-        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing "
-                         f"(`churnbench run` builds them first):\n  {listed}")
+        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing; under "
+                         "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
+                         f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
+                         f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
     world = scenario.world_id
-    loaded = world_ledger(state, world)
-    resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     config = require_world(state, world)
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
+    finished = finished_summary(results_store(state), spec, catalog=urls.warehouse)
+    if finished is not None:  # the same identity ran to the end before: reused, never run twice
+        run_dir = results_store(state).run_dir(spec.key(finished["code_version"]))
+        context.log.info(f"{scenario.key}: reusing the finished result {run_dir}")
+        return dg.MaterializeResult(metadata={
+            **_metadata(finished, plan.served_vintage, str(run_dir), (run_dir / "timings.json").read_text()),
+            "reused": True})
+    loaded = world_ledger(state, world)
+    resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
     agent = None  # the deterministic agent
     if scenario.agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import agent_for_scenario
@@ -101,7 +110,8 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         close_sources(sources)
     run_dir = results_store(state).run_dir(spec.key(summary["code_version"]))
     timings = (run_dir / "timings.json").read_text()
-    return dg.MaterializeResult(metadata=_metadata(summary, plan.served_vintage, str(run_dir), timings))
+    return dg.MaterializeResult(metadata={**_metadata(summary, plan.served_vintage, str(run_dir), timings),
+                                          "reused": False})
 
 
 def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_json: str) -> dict:

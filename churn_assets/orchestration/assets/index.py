@@ -8,12 +8,15 @@ opens the warehouse, and turns the build into metadata. Both share the process's
 - `vector_index[world, day]` is the cached copy of `contract_terms` (ARCHITECTURE.md section 10, "Served
   vintage"): its refresh days are the days it was built. It re-embeds only chunks whose text is new.
 - `rag_index[world, day]` is the classic-RAG arms' corpus built on that day, outside the registry: every
-  record in it has data time = the day.
+  record in it has data time = the day. Its check `rag_index_matches_truth` compares the records with SQL over
+  the world's truth schema (`evaluation/independent/stores.py`, no fold; non-blocking, see `truth_parity.py`):
+  one record per entity the truth knows on the day, and the facts each states.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
 # decoration time and needs real types, not strings.
 import datetime as dt
+import warnings
 
 import dagster as dg
 
@@ -24,6 +27,7 @@ from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_
 from churn_assets.orchestration.assets.common import require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.assets.truth_parity import truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.state import StatePaths
@@ -133,3 +137,19 @@ def rag_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     context.log.info(f"{world_id} {day}: {build.records} records, {build.embedded} embedded now "
                      f"({build.encoder_calls} encoder calls), {build.reused} reused")
     return dg.MaterializeResult(metadata=corpus_metadata(build), data_version=dg.DataVersion(build.content_version))
+
+
+with warnings.catch_warnings():
+    # Partitioned checks are "preview" in Dagster 1.13; they let the check name the world and day it verifies.
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+
+    @dg.asset_check(asset=rag_index, partitions_def=world_day_partitions, blocking=False)
+    def rag_index_matches_truth(context: dg.AssetCheckExecutionContext, state: StateResource) -> dg.AssetCheckResult:
+        """The corpus built on the day holds one record per user, license, product, vendor, cost center, ticket,
+        contract and used (user, product) pair the truth schema knows on that day, and each record states the
+        truth's facts (status and dates, cost center, holder, prices, names and tiers, ticket status, usage per
+        window), by SQL over the truth schema."""
+        from churn_assets.evaluation.independent.stores import rag_problems
+
+        world_id, day, _ = require_world_day(state, context.partition_key)
+        return truth_parity(state, world_id, day, "the RAG corpus", lambda conn, truth: rag_problems(conn, truth))

@@ -1,10 +1,19 @@
-"""The `operational_store` asset (world-day partitioned) and its parity check against the fold.
+"""The `operational_store` asset (world-day partitioned), its parity check against the fold, and two checks
+against the truth schema by another path.
 
 Thin: the fold (`world/fold.py`) gives the state as of the day, `fabric/operational.py` turns it into
 documents, `fabric/mongo.py` writes them into the day's database `<world>_<yyyymmdd>` (idempotently: a
 database whose `_meta` names the same ledger head and document schema is left as it is). The check reads
 every document back and compares it with a fresh projection of the fold, plus a few counts asked of the
 server itself (active users, licenses of active users, open tickets) against the fold's query helpers.
+
+`operational_store_matches_truth` compares every document with the same documents computed by SQL over
+`<world>_truth` (`evaluation/independent/stores.py`, no fold). `saas_api_matches_truth` asks the SaaS API for
+the same day (price list, every ticket, every product's utilization, a sample of users' entitlements, and a
+user hired later, who must be unknown) and compares its answers with that SQL too. The SaaS API has no asset
+(it serves from its own projection of the truth schema); its check lives here because an operational_store
+partition is exactly a (world, day) whose live sources the benchmark reads: every scenario builds the one of
+its T, so the API is checked on the days arms call it. Both are non-blocking (see `truth_parity.py`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
@@ -35,6 +44,7 @@ from churn_assets.fabric.operational import (
 )
 from churn_assets.orchestration.assets.common import problems_description, require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
+from churn_assets.orchestration.assets.truth_parity import not_checked, truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.services import mongo_client
@@ -162,3 +172,48 @@ with warnings.catch_warnings():
                 "problems": dg.MetadataValue.json(shown),
             },
         )
+
+    @dg.asset_check(asset=operational_store, partitions_def=world_day_partitions, blocking=False)
+    def operational_store_matches_truth(context: dg.AssetCheckExecutionContext, state: StateResource
+                                        ) -> dg.AssetCheckResult:
+        """Every document of the day's database equals the documents computed by SQL over the world's truth
+        schema (not through the fold), and `_meta` names the ledger head the truth schema holds."""
+        from churn_assets.evaluation.independent.stores import operational_problems
+
+        world_id, day, _ = require_world_day(state, context.partition_key)
+        try:
+            db = require_complete(_client(state.service_urls().mongodb), world_id, day)
+        except OperationalStoreError as e:
+            return dg.AssetCheckResult(passed=False, description=str(e),
+                                       metadata={"problems": dg.MetadataValue.json([str(e)])})
+        window = int((read_meta(db) or {}).get("window_days") or DEFAULT_WINDOW_DAYS)
+        return truth_parity(state, world_id, day, f"database {db.name}",
+                            lambda _conn, truth: operational_problems(db, truth, window_days=window,
+                                                                      limit=MAX_PROBLEMS_SHOWN),
+                            database=dg.MetadataValue.text(db.name))
+
+    @dg.asset_check(asset=operational_store, partitions_def=world_day_partitions, blocking=False)
+    def saas_api_matches_truth(context: dg.AssetCheckExecutionContext, state: StateResource
+                               ) -> dg.AssetCheckResult:
+        """The SaaS API's answers as of the partition's day (price list, tickets, every product's utilization,
+        a sample of users' entitlements, a 404 for a user hired later) equal SQL over the truth schema."""
+        from churn_assets.evaluation.independent.stores import saas_problems
+        from churn_assets.fabric.saas_client import SaasClient
+        from churn_assets.services import ServiceError, saas_api_key
+
+        world_id, day, _ = require_world_day(state, context.partition_key)
+        try:
+            urls = state.service_urls()
+            if urls.saas is None:
+                return not_checked("no SaaS API is configured or running")
+            client = SaasClient(urls.saas, saas_api_key(state.paths))
+        except ServiceError as e:
+            return not_checked(str(e))
+        with client:
+            # An API that refuses or does not answer (`SaasError`, retries exhausted) is "not checked", as a
+            # transport failure is never a wrong answer in the benchmark; a 404 for what the truth knows is a
+            # difference (`saas_problems` names it).
+            return truth_parity(state, world_id, day, f"the SaaS API at {urls.saas}",
+                                lambda _conn, truth: saas_problems(client, truth),
+                                after=lambda: {"saas_calls": client.stats.calls},
+                                saas_url=dg.MetadataValue.text(urls.saas))

@@ -1,0 +1,120 @@
+"""`churnbench sweep`: run a sweep preset (the same code as the `sweep` job of the UI), list, show and remove
+sweeps."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from churn_assets.state import StatePaths
+from churn_assets.sweeps.presets import PRESETS
+
+
+def _ints(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+
+
+@click.group(invoke_without_command=True)
+@click.option("--preset", type=click.Choice(list(PRESETS)), help="The preset: "
+              + "; ".join(f"{p.name}: {p.summary}" for p in PRESETS.values()) + ".")
+@click.option("--seeds", help="Comma-separated world seeds (worlds made from the world config); default: the "
+              "preset's.")
+@click.option("--world", "worlds", multiple=True, help="A registered world id instead of seeds (repeatable).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="The world config seeded worlds "
+              "start from (default: the default config).")
+@click.option("--set", "overrides", multiple=True, help="`section.key=value` override of the world config.")
+@click.option("--arm", "arms", multiple=True, help="Arms instead of the preset's (repeatable).")
+@click.option("--policy", "policies", multiple=True, help="Policies instead of the preset's (repeatable).")
+@click.option("--gaps", help="Comma-separated gaps T - T' in days instead of the preset's.")
+@click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Cells evaluated at once (worker processes).")
+@click.option("--json", "as_json", is_flag=True, help="Print the sweep's report data as one JSON object.")
+@click.pass_context
+def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
+          overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
+          workers: int, as_json: bool) -> None:
+    """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
+    (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
+    `sweep_report` partition. `churnbench sweep list|show|rm` manage sweeps."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if preset is None:
+        raise click.UsageError("give --preset NAME (or a subcommand: list, show, rm)")
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.sweep_records import sweep_report_dir
+    from churn_assets.orchestration.sweeps import run_sweep
+    from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
+
+    spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
+    spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps))
+    paths = StatePaths.resolve()
+    echo = (lambda m: click.echo(m, err=True)) if as_json else click.echo
+    started = time.perf_counter()
+    with open_session(paths) as session:
+        record = run_sweep(session, defs_for(str(paths.root)), spec, echo=echo, workers=workers)
+    folder = sweep_report_dir(paths, record.sweep_id)
+    if as_json:
+        data = json.loads((folder / "report.json").read_text())
+        data["seconds"] = round(time.perf_counter() - started, 1)
+        click.echo(json.dumps(data, indent=1, default=str))
+    else:
+        click.echo(f"report: {folder / 'report.md'}")
+    if record.status_counts()["failed"]:
+        raise SystemExit(1)
+
+
+@sweep.command("list")
+def list_command() -> None:
+    """Sweeps of the state folder, with their cells' status."""
+    from churn_assets.orchestration.sweep_records import list_sweeps, load_sweep
+
+    paths = StatePaths.resolve()
+    ids = list_sweeps(paths)
+    if not ids:
+        click.echo("no sweeps")
+    for sweep_id in ids:
+        record = load_sweep(paths, sweep_id)
+        c = record.status_counts()
+        click.echo(f"{sweep_id}: {c['done']} done, {c['failed']} failed, {c['pending']} pending, "
+                   f"{len(record.exposure_cells)} exposure-only; finished {record.finished or '-'}")
+
+
+@sweep.command("show")
+@click.argument("sweep_id")
+def show_command(sweep_id: str) -> None:
+    """Print a sweep's report (Markdown)."""
+    from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
+
+    paths = StatePaths.resolve()
+    load_sweep(paths, sweep_id)
+    report = sweep_report_dir(paths, sweep_id) / "report.md"
+    if not report.exists():
+        raise click.ClickException(f"sweep {sweep_id} has no report yet ({report})")
+    click.echo(report.read_text())
+
+
+@sweep.command("rm")
+@click.argument("sweep_id")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+def rm_command(sweep_id: str, yes: bool) -> None:
+    """Remove a sweep: its record, report, its scenarios and their results, and the partitions no other sweep
+    uses (worlds and their inputs stay: `churnbench gc` removes unregistered worlds)."""
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.sweeps import plan_removal, remove_sweep
+
+    paths = StatePaths.resolve()
+    with open_session(paths) as session:
+        plan = plan_removal(session, sweep_id)
+        click.echo(plan.describe())
+        if not yes:
+            click.confirm("remove?", abort=True)
+        remove_sweep(session, plan)
+    click.echo(f"sweep {sweep_id} removed")

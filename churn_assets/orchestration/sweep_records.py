@@ -1,0 +1,88 @@
+"""A sweep's record in the state folder: `<state>/sweeps/<sweep id>.json` (its spec, cells and how each went), and
+where its report goes (`<state>/results/sweeps/<sweep id>/`). Written by `orchestration/sweeps.py` after every
+cell; read by the `sweep_report` asset and `churnbench sweep list|show|rm`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from churn_assets.state import StatePaths, atomic_write_text
+from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec
+
+DONE, FAILED, PENDING = "done", "failed", "pending"
+
+
+def scenario_key_of(cell: Cell) -> str:
+    from churn_assets.arms.registry import define_scenario
+
+    return define_scenario(cell.world_id, cell.arm, cell.policy, cell.t_prime, cell.t,
+                           saas_profile=cell.saas_profile).key
+
+
+@dataclass
+class SweepRecord:
+    """A sweep as stored: its spec, its cells and how each went (`outcomes`: scenario key -> outcome)."""
+
+    spec: SweepSpec
+    cells: list[Cell]
+    exposure_cells: list[Cell]
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exposure_rows: list[dict[str, Any]] = field(default_factory=list)
+    started: str = ""
+    finished: str = ""
+
+    @property
+    def sweep_id(self) -> str:
+        return self.spec.sweep_id
+
+    def status_counts(self) -> dict[str, int]:
+        counts = {DONE: 0, FAILED: 0, PENDING: 0}
+        for cell in self.cells:
+            counts[self.outcomes.get(scenario_key_of(cell), {}).get("status", PENDING)] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sweep_id": self.sweep_id, "spec": self.spec.to_json(), "cells": [c.to_json() for c in self.cells],
+                "exposure_cells": [c.to_json() for c in self.exposure_cells], "outcomes": self.outcomes,
+                "exposure_rows": self.exposure_rows, "started": self.started, "finished": self.finished}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepRecord:
+        return cls(SweepSpec.from_json(data["spec"]), [Cell.from_json(c) for c in data["cells"]],
+                   [Cell.from_json(c) for c in data.get("exposure_cells", [])], dict(data.get("outcomes", {})),
+                   list(data.get("exposure_rows", [])), str(data.get("started", "")), str(data.get("finished", "")))
+
+    def save(self, paths: StatePaths) -> None:
+        atomic_write_text(sweep_file(paths, self.sweep_id), json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+
+
+def sweep_file(paths: StatePaths, sweep_id: str) -> Path:
+    return paths.root / "sweeps" / f"{sweep_id}.json"
+
+
+def load_sweep(paths: StatePaths, sweep_id: str) -> SweepRecord:
+    path = sweep_file(paths, sweep_id)
+    try:
+        return SweepRecord.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        known = ", ".join(list_sweeps(paths)) or "none"
+        raise SweepError(f"no sweep {sweep_id!r} in {paths.root} (sweeps: {known})") from None
+    except (json.JSONDecodeError, KeyError) as e:
+        raise SweepError(f"sweep record {path} is not readable ({e})") from None
+
+
+def sweep_report_dir(paths: StatePaths, sweep_id: str) -> Path:
+    return paths.root / "results" / "sweeps" / sweep_id
+
+
+def list_sweeps(paths: StatePaths) -> list[str]:
+    folder = paths.root / "sweeps"
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

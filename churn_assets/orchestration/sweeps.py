@@ -1,0 +1,237 @@
+"""Running a sweep on a state folder: the one code path behind `churnbench sweep` and the `sweep` job.
+
+`run_sweep(session, definitions, spec, workers=N)`:
+
+1. registers the sweep (a `sweep` dynamic partition, its record `<state>/sweeps/<sweep id>.json`) and its worlds
+   (recipes are added as `churnbench worlds add` adds them; each world's ledger is materialized if missing);
+2. computes the exposure-only cells from the ledgers (`sweeps/exposure_cells.py`);
+3. evaluates every other cell through `run_scenario` (inputs built first, then `eval_run`), reusing a finished
+   cell (same experiment hash and code version) and saying so; a failed cell is recorded with its error and
+   fails alone;
+4. records, per evaluated cell, the rows its planned refreshes copied (from the stores' own meta tables);
+5. materializes the sweep's `sweep_report` partition.
+
+The record is rewritten after every cell, so the UI (the report's metadata, `churnbench sweep status`) and a
+rerun see how far it got; a rerun reuses every finished cell.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from churn_assets.errors import UserFacingError
+from churn_assets.orchestration.materialize import Session, materialize
+from churn_assets.orchestration.partitions import SWEEP_PARTITIONS_NAME
+from churn_assets.orchestration.sweep_records import (
+    DONE,
+    FAILED,
+    SweepRecord,
+    list_sweeps,
+    load_sweep,
+    scenario_key_of,
+    sweep_file,
+    sweep_report_dir,
+)
+from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec, resolve_worlds
+
+Echo = Callable[[str], None]
+SWEEP_TAG = "churnbench/sweep"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Echo) -> SweepRecord:
+    """Register the sweep's worlds (ledgers materialized when missing) and the sweep; return its record (the
+    stored one when the sweep ran before: its outcomes are kept)."""
+    from churn_assets.arms.registry import ARMS
+    from churn_assets.orchestration.world_registry import add_world, is_registered
+    from churn_assets.sweeps.spec import cells as spec_cells
+
+    worlds = resolve_worlds(spec)
+    for w in worlds:
+        if w.config is not None:
+            if add_world(session.paths, session.instance, w.config):
+                echo(f"world {w.world_id} ({w.label}) registered")
+        elif not is_registered(session.instance, w.world_id):
+            raise SweepError(f"sweep {spec.preset}: world {w.world_id!r} is not registered (add it with "
+                             "`churnbench worlds add`, or give seeds instead of world ids)")
+        if not (session.paths.ledger_dir(w.world_id) / "ledger.jsonl").exists():
+            echo(f"world {w.world_id}: materializing its ledger")
+            materialize(session, definitions, ["ledger"], [w.world_id])
+    evaluated, exposure = spec_cells(spec, worlds, {name: a.fixed_policy for name, a in ARMS.items()})
+    path = sweep_file(session.paths, spec.sweep_id)
+    record = load_sweep(session.paths, spec.sweep_id) if path.exists() else SweepRecord(spec, evaluated, exposure)
+    record.cells, record.exposure_cells = evaluated, exposure
+    if not session.instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, spec.sweep_id):
+        session.instance.add_dynamic_partitions(SWEEP_PARTITIONS_NAME, [spec.sweep_id])
+    record.save(session.paths)
+    return record
+
+
+def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo) -> None:
+    """Exposure and prediction of the exposure-only cells, world by world, from the ledgers alone."""
+    from churn_assets.deployment import task_settings
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.orchestration.world_registry import load_world_config
+    from churn_assets.sweeps.exposure_cells import world_exposure
+    from churn_assets.world.ledger import load_ledger
+
+    if not record.exposure_cells:
+        return
+    registry, settings = load_registry(), task_settings()
+    rows: list[dict[str, Any]] = []
+    worlds = list(dict.fromkeys(c.world_id for c in record.exposure_cells))
+    for n, world_id in enumerate(worlds, 1):
+        started = time.perf_counter()
+        loaded = load_ledger(session.paths.ledger_dir(world_id))
+        config = load_world_config(session.paths, world_id)
+        cells = [c for c in record.exposure_cells if c.world_id == world_id]
+        rows += world_exposure(config, loaded.records, cells, registry, task_count=settings.count,
+                               task_seed=settings.seed, format_version=loaded.format_version)
+        echo(f"exposure-only: world {n}/{len(worlds)} {world_id}: {len(cells)} cells in "
+             f"{time.perf_counter() - started:.1f} s")
+    record.exposure_rows = rows
+    record.save(session.paths)
+
+
+def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1) -> None:
+    """Every evaluated cell through `run_scenario`, the record saved after each; a failed cell is recorded and
+    the next one runs."""
+    from churn_assets.orchestration.scenario_runs import run_scenario
+
+    total = len(record.cells)
+    for n, cell in enumerate(record.cells, 1):
+        key = scenario_key_of(cell)
+        started = time.perf_counter()
+        try:
+            summary = run_scenario(session, definitions, cell.world_id, cell.arm, cell.t_prime, cell.t, cell.policy,
+                                   cell.saas_profile, lambda _m: None, tags={SWEEP_TAG: record.sweep_id})
+        except UserFacingError as e:
+            record.outcomes[key] = {"status": FAILED, "error": " ".join(str(e).split()), "cell": cell.to_json()}
+            echo(f"[{n}/{total}] {key}: FAILED: {record.outcomes[key]['error']}")
+        else:
+            record.outcomes[key] = outcome_of(cell, summary, time.perf_counter() - started)
+            verb = "reused" if summary.get("reused") else "evaluated"
+            echo(f"[{n}/{total}] {key}: {verb}, stale {summary['stale_answers']}, exposure {summary['exposure']}")
+        record.save(session.paths)
+
+
+def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
+    keep = ("scenario_key", "experiment_hash", "code_version", "tasks", "verdicts", "stale_answers", "accuracy",
+            "exposure", "degenerate_exposure", "prediction", "prediction_interval_90", "mean_cost_units",
+            "route_mix", "planned_vintage", "results", "reused", "inputs_built")
+    return {"status": DONE, "cell": cell.to_json(), "seconds": round(seconds, 1),
+            **{k: summary.get(k) for k in keep}}
+
+
+def record_refresh_rows(session: Session, record: SweepRecord) -> None:
+    """Rows each evaluated cell's planned refreshes copied over (T', T]: staged partitions' row counts and the
+    vector index's chunks, read from the stores' meta tables (what was written, not an estimate)."""
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.grounding.refresh_cost import refresh_rows
+    from churn_assets.orchestration.scenarios import stored_plan
+
+    with connection(session.urls.warehouse) as conn:
+        for key, outcome in record.outcomes.items():
+            if outcome.get("status") != DONE:
+                continue
+            plan = stored_plan(session.paths, key)
+            if plan is None:
+                continue
+            cell = Cell.from_json(outcome["cell"])
+            outcome["refresh_rows"] = refresh_rows(conn, cell.world_id, plan.refresh_days, cell.t_prime)
+            outcome["refreshes"] = sum(len([d for d in days if d > cell.t_prime])
+                                       for days in plan.refresh_days.values())
+    record.save(session.paths)
+
+
+def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo = print, workers: int = 1,
+              report: bool = True) -> SweepRecord:
+    """Register, compute, evaluate and report a sweep (see the module doc)."""
+    started = time.perf_counter()
+    record = register_sweep(session, definitions, spec, echo)
+    record.started, record.finished = _now(), ""
+    counts = f"{len(record.cells)} evaluated cell(s), {len(record.exposure_cells)} exposure-only"
+    echo(f"sweep {record.sweep_id}: {counts}")
+    compute_exposure_cells(session, record, echo)
+    evaluate_cells(session, definitions, record, echo, workers=workers)
+    record_refresh_rows(session, record)
+    record.finished = _now()
+    record.save(session.paths)
+    if report:
+        materialize(session, definitions, ["sweep_report"], [record.sweep_id], tags={SWEEP_TAG: record.sweep_id})
+    status = record.status_counts()
+    echo(f"sweep {record.sweep_id}: {status[DONE]} done, {status[FAILED]} failed, in "
+         f"{time.perf_counter() - started:.0f} s")
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------
+# Removal
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Removal:
+    sweep_id: str
+    scenarios: list[str]  # the sweep's scenarios no other sweep has
+    kept: list[str]  # the sweep's scenarios another sweep also has (left in place)
+    folders: list[Any]  # results folders and the report folder
+
+    def describe(self) -> str:
+        return (f"sweep {self.sweep_id}: removes its record and report, {len(self.scenarios)} scenario(s) "
+                f"(definitions, eval_run partitions, results folders, catalog rows); keeps {len(self.kept)} "
+                "scenario(s) another sweep also runs, and every world and input partition (caches other "
+                "scenarios share; `churnbench worlds rm` removes a world with its data)")
+
+
+def plan_removal(session: Session, sweep_id: str) -> Removal:
+    record = load_sweep(session.paths, sweep_id)
+    mine = {scenario_key_of(c): c for c in record.cells}
+    others: set[str] = set()
+    for other in list_sweeps(session.paths):
+        if other != sweep_id:
+            others |= {scenario_key_of(c) for c in load_sweep(session.paths, other).cells}
+    gone = sorted(k for k in mine if k not in others)
+    folders = [session.paths.results_dir(mine[k].world_id) / k for k in gone]
+    folders = [f for f in folders if f.exists()]
+    report = sweep_report_dir(session.paths, sweep_id)
+    return Removal(sweep_id, gone, sorted(set(mine) & others), [*folders, *([report] if report.exists() else [])])
+
+
+def remove_sweep(session: Session, removal: Removal) -> None:
+    """Remove what `plan_removal` listed: catalog rows first (the only step that needs the database), then the
+    partitions and their materialization history, then the files, the record last (a rerun finds what is left)."""
+    import shutil
+
+    import dagster as dg
+
+    from churn_assets.evaluation.catalog import delete_scenario_runs
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
+
+    with connection(session.urls.warehouse, autocommit=True) as conn:
+        delete_scenario_runs(conn, removal.scenarios)
+    instance = session.instance
+    existing = [k for k in removal.scenarios if instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, k)]
+    if existing:
+        instance.wipe_asset_partitions(dg.AssetKey("eval_run"), existing)
+    for key in existing:
+        instance.delete_dynamic_partition(SCENARIO_PARTITIONS_NAME, key)
+    if instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id):
+        instance.wipe_asset_partitions(dg.AssetKey("sweep_report"), [removal.sweep_id])
+        instance.delete_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id)
+    for folder in removal.folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    for key in removal.scenarios:
+        session.paths.scenario_file(key).unlink(missing_ok=True)
+    sweep_file(session.paths, removal.sweep_id).unlink(missing_ok=True)

@@ -1,0 +1,239 @@
+"""The figures of a sweep, from its record and its cells' results: plain tables (lists of dicts), no plotting.
+
+- `cell_table`: one row per cell (evaluated and exposure-only) with its counts, plan and cost;
+- `served_ages`: per cell and cached class, the age at T of the data served, from the days the answers'
+  reads observed (evaluated cells) or the plan (exposure-only cells);
+- `stale_by_class`: per evaluated cell, stale answers attributed to the classes they read stale;
+- `parity_table`: the 2x2 (tiered / off) per gap (the `cache-age` sweep's gaps 26-31);
+- `ttl_grid`: per TTL x rate multiplier x gap, exposure and prediction over seeds (min, mean, max);
+- `budget_frontier`: per policy, stale answers against refresh rows;
+- `seeds_summary`: the 2x2 per seed and a paired bootstrap 90% interval of off minus on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS
+
+BOOTSTRAP_SAMPLES = 5000
+BOOTSTRAP_SEED = 0
+
+
+def _policy_family(policy: str) -> str:
+    """`uniform:8` -> `uniform`; `ttl:...` -> `ttl`; `tiered` -> `tiered`."""
+    return policy.partition(":")[0]
+
+
+def _policy_arg(policy: str) -> str:
+    return policy.partition(":")[2]
+
+
+def _uniform_ttl(policy: str) -> int | None:
+    """The TTL of a `ttl:` policy giving every class the same TTL (None otherwise)."""
+    if not policy.startswith("ttl:"):
+        return None
+    values = {int(item.split("=", 1)[1]) for item in policy[4:].split(",")}
+    return values.pop() if len(values) == 1 else None
+
+
+def result_rows(outcome: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-task rows of an evaluated cell (its results folder's `tasks.jsonl`)."""
+    folder = outcome.get("results")
+    if not folder:
+        return []
+    path = Path(folder) / "tasks.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def cell_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per cell: evaluated cells from their outcomes, exposure-only cells from their rows."""
+    labels = {}
+    out = []
+    for outcome in record.get("outcomes", {}).values():
+        cell = outcome["cell"]
+        labels[(cell["world_id"], cell["arm"], cell["policy"], cell["t_prime"])] = True
+        row = _base(cell, "evaluated")
+        row.update(status=outcome["status"], error=outcome.get("error", ""))
+        if outcome["status"] == "done":
+            verdicts = outcome.get("verdicts") or {}
+            lo, hi = outcome.get("prediction_interval_90") or (None, None)
+            row.update(stale_answers=outcome.get("stale_answers"), exposure=outcome.get("exposure"),
+                       degenerate_exposure=outcome.get("degenerate_exposure"), prediction=outcome.get("prediction"),
+                       prediction_lo=lo, prediction_hi=hi, accuracy=outcome.get("accuracy"),
+                       mean_cost_units=outcome.get("mean_cost_units"), reused=outcome.get("reused"),
+                       refreshes=outcome.get("refreshes"), refresh_rows=_total(outcome.get("refresh_rows")),
+                       experiment_hash=outcome.get("experiment_hash"), results=outcome.get("results"),
+                       **{v: verdicts.get(v, 0) for v in VERDICTS})
+        out.append(row)
+    for r in record.get("exposure_rows", []):
+        cell = r["cell"]
+        row = _base(cell, "exposure-only")
+        lo, hi = r.get("prediction_interval_90") or (None, None)
+        refreshes = sum(len([d for d in days if d > cell["t_prime"]]) for days in r.get("refresh_days", {}).values())
+        row.update(status="done", exposure=r["exposure"], degenerate_exposure=r["degenerate_exposure"],
+                   prediction=r["prediction"], prediction_lo=lo, prediction_hi=hi, refreshes=refreshes)
+        out.append(row)
+    return out
+
+
+def _total(rows: Mapping[str, int | None] | None) -> int | None:
+    if not rows:
+        return None
+    values = list(rows.values())
+    return None if any(v is None for v in values) else sum(int(v) for v in values if v is not None)
+
+
+def _base(cell: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    t, t_prime = dt.date.fromisoformat(cell["t"]), dt.date.fromisoformat(cell["t_prime"])
+    return {"kind": kind, "world_id": cell["world_id"], "world_label": cell.get("world_label", ""),
+            "arm": cell["arm"], "policy": cell["policy"], "t_prime": cell["t_prime"], "t": cell["t"],
+            "gap": (t - t_prime).days, "ttl": _uniform_ttl(cell["policy"])}
+
+
+def served_ages(record: Mapping[str, Any], cached_classes: Sequence[str]) -> list[dict[str, Any]]:
+    """(cell, class) -> age at T of the data served: observed in the reads of an evaluated cell (the answers'
+    `served_vintage`, one day per class or the cell is flagged), planned for an exposure-only cell."""
+    out = []
+    for outcome in record.get("outcomes", {}).values():
+        if outcome["status"] != "done":
+            continue
+        cell = outcome["cell"]
+        t = dt.date.fromisoformat(cell["t"])
+        seen: dict[str, set[str]] = defaultdict(set)
+        for row in result_rows(outcome):
+            for c, d in (row.get("served_vintage") or {}).items():
+                if c in cached_classes and any(c in (tr.get("data_times") or {}) for tr in row.get("traces", [])):
+                    seen[c].add(d)
+        for c in cached_classes:
+            days = sorted(seen.get(c, ()))
+            planned = (outcome.get("planned_vintage") or {}).get(c)
+            out.append({**_base(cell, "evaluated"), "entity_class": c, "source": "observed" if days else "planned",
+                        "served_day": days[0] if len(days) == 1 else (planned if not days else ",".join(days)),
+                        "age_days": (t - dt.date.fromisoformat(days[0] if len(days) == 1 else planned)).days
+                        if (len(days) == 1 or (not days and planned)) else None})
+    for r in record.get("exposure_rows", []):
+        cell = r["cell"]
+        t = dt.date.fromisoformat(cell["t"])
+        for c in cached_classes:
+            d = r["served_vintage"].get(c)
+            out.append({**_base(cell, "exposure-only"), "entity_class": c, "source": "planned", "served_day": d,
+                        "age_days": None if d is None else (t - dt.date.fromisoformat(d)).days})
+    return out
+
+
+def stale_by_class(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per evaluated cell: stale answers (freshness + mixed-vintage) per class read stale (an answer that read
+    two classes stale counts for both)."""
+    out = []
+    for outcome in record.get("outcomes", {}).values():
+        if outcome["status"] != "done":
+            continue
+        counts: Counter[str] = Counter()
+        for row in result_rows(outcome):
+            if row.get("verdict") in STALE_VERDICTS:
+                counts.update(row.get("classes_stale") or [])
+        out.append({**_base(outcome["cell"], "evaluated"), "stale_answers": outcome.get("stale_answers"),
+                    **{f"stale/{c}": n for c, n in sorted(counts.items())}})
+    return out
+
+
+def parity_table(cells: Iterable[Mapping[str, Any]], gaps: Sequence[int]) -> list[dict[str, Any]]:
+    """The 2x2 per gap: stale answers and exposure of the tiered and the off cells (evaluated), per world."""
+    by: dict[tuple[str, int], dict[str, Any]] = {}
+    for c in cells:
+        if c["kind"] != "evaluated" or c["status"] != "done" or c["gap"] not in gaps:
+            continue
+        row = by.setdefault((c["world_id"], c["gap"]), {"world_id": c["world_id"], "gap": c["gap"],
+                                                       "t_prime": c["t_prime"]})
+        side = "off" if c["policy"] == "off" else "tiered"
+        row[f"{side}_stale"] = c["stale_answers"]
+        row[f"{side}_exposure"] = c["exposure"]
+    for row in by.values():
+        if row.get("tiered_stale") and row.get("off_stale") is not None:
+            row["off_over_tiered"] = round(row["off_stale"] / row["tiered_stale"], 2)
+    return [by[k] for k in sorted(by)]
+
+
+def ttl_grid(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (TTL, rate multiplier, gap): exposure and prediction over the seeds (exposure-only cells), and the
+    evaluated cells' stale answers beside their exposure (they must be equal)."""
+    groups: dict[tuple[int, str, int], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for c in cells:
+        if c.get("ttl") is None or c["status"] != "done":
+            continue
+        multiplier = _multiplier(c["world_label"])
+        g = groups[(c["ttl"], multiplier, c["gap"])]
+        if c["kind"] == "exposure-only":
+            g["exposure"].append(c["exposure"])
+            g["prediction"].append(c["prediction"])
+        else:
+            g["evaluated"].append((c["stale_answers"], c["exposure"]))
+    out = []
+    for (ttl, multiplier, gap), g in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]), kv[0][2])):
+        e, p = g.get("exposure", []), g.get("prediction", [])
+        out.append({"ttl": ttl, "rate_multiplier": multiplier, "gap": gap, "seeds": len(e),
+                    "exposure_min": min(e, default=None), "exposure_mean": round(statistics.fmean(e), 1) if e else None,
+                    "exposure_max": max(e, default=None),
+                    "prediction_mean": round(statistics.fmean(p), 1) if p else None,
+                    "evaluated_stale": [s for s, _ in g.get("evaluated", [])],
+                    "evaluated_exposure": [x for _, x in g.get("evaluated", [])],
+                    "stale_equals_exposure": all(s == x for s, x in g.get("evaluated", [])) if g.get("evaluated")
+                    else None})
+    return out
+
+
+def _multiplier(label: str) -> str:
+    """"seed 42, rates x2" -> "2"."""
+    _, sep, tail = label.rpartition("rates x")
+    return tail if sep else "1"
+
+
+def budget_frontier(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per evaluated cell: allocation (uniform, proportional, rate-matched, tier-shaped, tiered, off), budget,
+    refreshes planned, rows copied, stale answers."""
+    out = []
+    for c in cells:
+        if c["kind"] != "evaluated" or c["status"] != "done":
+            continue
+        family = _policy_family(c["policy"])
+        out.append({"allocation": family, "budget": int(_policy_arg(c["policy"])) if _policy_arg(c["policy"])
+                    .isdigit() else None, "policy": c["policy"], "arm": c["arm"], "world_id": c["world_id"],
+                    "refreshes": c.get("refreshes"), "refresh_rows": c.get("refresh_rows"),
+                    "stale_answers": c["stale_answers"], "exposure": c["exposure"]})
+    return sorted(out, key=lambda r: (r["allocation"], r["budget"] or 0))
+
+
+def seeds_summary(cells: Iterable[Mapping[str, Any]], windows: Mapping[str, int]) -> dict[str, Any]:
+    """The 2x2 per world (seed) and, per window, the mean off-minus-on difference with a paired bootstrap 90%
+    interval over seeds (seeded: the same cells give the same interval)."""
+    by_world: dict[str, dict[str, Any]] = defaultdict(dict)
+    gap_window = {g: w for w, g in windows.items()}
+    for c in cells:
+        if c["kind"] != "evaluated" or c["status"] != "done" or c["gap"] not in gap_window:
+            continue
+        side = "off" if c["policy"] == "off" else "tiered"
+        by_world[c["world_id"]][f"{gap_window[c['gap']]} {side}"] = c["stale_answers"]
+        by_world[c["world_id"]]["label"] = c["world_label"]
+    differences: dict[str, dict[str, Any]] = {}
+    rng = random.Random(BOOTSTRAP_SEED)
+    for w in windows:
+        diffs = [row[f"{w} off"] - row[f"{w} tiered"] for row in by_world.values()
+                 if f"{w} off" in row and f"{w} tiered" in row]
+        if not diffs:
+            continue
+        means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(BOOTSTRAP_SAMPLES))
+        differences[w] = {"seeds": len(diffs), "mean_off_minus_on": round(statistics.fmean(diffs), 2),
+                          "interval_90": [round(means[int(0.05 * BOOTSTRAP_SAMPLES)], 2),
+                                          round(means[int(0.95 * BOOTSTRAP_SAMPLES) - 1], 2)],
+                          "per_seed": diffs}
+    return {"per_world": [{"world_id": k, **v} for k, v in sorted(by_world.items())], "differences": differences}

@@ -1,0 +1,171 @@
+"""The sweep presets: named, documented configs of the one sweep job (`churnbench sweep --preset NAME`, or the
+`sweep` job's Launchpad). Each builds a `SweepSpec` from a few arguments (seeds, world ids, a world config and
+overrides); everything else is the preset's. One table, `PRESETS`; the CLI's choices, the Launchpad's field
+documentation and the README read it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from churn_assets.evaluation.paper import WINDOWS, T
+from churn_assets.sweeps.spec import SweepError, SweepSpec, WorldRecipe, WorldRef
+
+DEFAULT_SEED = 42
+TTL_GRID = (0, 1, 2, 4, 7, 14, 30)
+RATE_MULTIPLIERS = (0.5, 1.0, 2.0, 4.0)
+TTL_GRID_GAPS = (28, 29)
+TTL_GRID_SEEDS = (42, 7, 11)
+BUDGETS = (4, 8, 16, 32)
+BUDGET_GAP = 29  # T' = T - 29, the paper's binding D+28 window
+BUDGET_ALLOCATIONS = ("uniform", "proportional", "rate-matched", "tier-shaped")
+SEEDS_DEFAULT = (42, 43, 44, 45, 46)
+CACHE_AGE_GAPS = tuple(range(1, 36))
+PARITY_GAPS = tuple(range(26, 32))  # the 2x2 around D+28 that the README quotes beside the single figure
+SMOKE_T = dt.date(2024, 1, 30)
+SMOKE_DAYS = 30
+
+
+@dataclass(frozen=True)
+class PresetArgs:
+    """What a user may change in a preset: seeds (world recipes), world ids (instead of recipes), and the world
+    config and overrides the recipes start from."""
+
+    seeds: tuple[int, ...] = ()
+    worlds: tuple[str, ...] = ()
+    config_path: str | None = None
+    overrides: tuple[str, ...] = ()
+
+    def world_refs(self, default_seeds: Sequence[int], *, days: int | None = None) -> tuple[WorldRef, ...]:
+        if self.worlds:
+            return tuple(self.worlds)
+        return tuple(WorldRecipe(s, self.config_path, self.overrides, days=days) for s in (self.seeds or default_seeds))
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    summary: str  # one line: what it measures
+    build: Callable[[PresetArgs], SweepSpec]
+
+
+def _arms() -> tuple[str, str]:
+    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
+
+    return TIERED_ARM, UNTIERED_ARM
+
+
+def cache_age(args: PresetArgs) -> SweepSpec:
+    return SweepSpec("cache-age", args.world_refs([DEFAULT_SEED]), _arms(), ("tiered",), T, gaps=CACHE_AGE_GAPS,
+                     description="grounding tiered and off at T = 2024-04-27, every gap T - T' from 1 to 35 days: "
+                                 "stale answers, exposure and prediction against the gap, the served age of each "
+                                 "class (the reference's Figure 2 sawtooth), and the 2x2 for gaps 26-31",
+                     options={"parity_gaps": list(PARITY_GAPS)})
+
+
+def uniform_ttl(days: int) -> str:
+    """The policy giving every cached class one TTL."""
+    from churn_assets.grounding.registry import load_registry
+
+    return "ttl:" + ",".join(f"{c.name}={days}" for c in load_registry().staged_classes)
+
+
+def _rate_recipe(seed: int, multiplier: float, args: PresetArgs) -> WorldRecipe:
+    """The world config's daily rates (`rates_per_day`) times `multiplier`; day-0 sizes unchanged. x1 is the
+    config itself (the same world other sweeps build)."""
+    from churn_assets.world.config import load_config
+
+    if multiplier == 1.0:
+        return WorldRecipe(seed, args.config_path, args.overrides, label=f"seed {seed}, rates x1")
+    base = load_config(args.config_path, seed=seed, overrides=list(args.overrides))
+    rates = base.data["rates_per_day"]
+    scaled = tuple(f"rates_per_day.{k}={round(float(v) * multiplier, 6)}" for k, v in sorted(rates.items()))
+    name = f"{base.name}_x{str(multiplier).replace('.', '_').removesuffix('_0')}"[:31]
+    return WorldRecipe(seed, args.config_path, (*args.overrides, *scaled), name=name,
+                       label=f"seed {seed}, rates x{multiplier:g}")
+
+
+def ttl_grid(args: PresetArgs) -> SweepSpec:
+    if args.worlds:
+        raise SweepError("ttl-grid makes its worlds from seeds and rate multipliers: give --seeds, not world ids")
+    seeds = args.seeds or TTL_GRID_SEEDS
+    worlds = tuple(_rate_recipe(s, m, args) for s in seeds for m in RATE_MULTIPLIERS)
+    first_seed = tuple(range(len(RATE_MULTIPLIERS)))  # the worlds of the first seed are evaluated in full
+    tiered, _ = _arms()
+    return SweepSpec("ttl-grid", worlds, (tiered,), tuple(uniform_ttl(d) for d in TTL_GRID), T, gaps=TTL_GRID_GAPS,
+                     exposure_only=True, evaluate_worlds=first_seed,
+                     description="one TTL for every cached class (0-30 days) x the world's daily rates x0.5-x4 x "
+                                 f"{len(seeds)} seeds at gaps 28 and 29, exposure and prediction from the ledger; the "
+                                 "first seed's cells evaluated in full (stale answers must equal exposure)",
+                     options={"ttls": list(TTL_GRID), "multipliers": list(RATE_MULTIPLIERS)})
+
+
+def budget(args: PresetArgs) -> SweepSpec:
+    tiered, untiered = _arms()
+    policies = (*tuple(f"{a}:{b}" for b in BUDGETS for a in BUDGET_ALLOCATIONS), "tiered")
+    return SweepSpec("budget", args.world_refs([DEFAULT_SEED]), (tiered, untiered), policies, T,
+                     gaps=(BUDGET_GAP,),
+                     description="T' = T - 29; budgets of 4, 8, 16 and 32 refreshes over (T', T] spent uniformly, "
+                                 "proportionally to measured change rate, rate-matched and shaped like the hand-set "
+                                 "tiers, beside the tiers themselves and no refresh: stale answers against refresh "
+                                 "cost (rows copied by the planned refreshes)",
+                     options={"budgets": list(BUDGETS), "allocations": list(BUDGET_ALLOCATIONS)})
+
+
+def seeds(args: PresetArgs) -> SweepSpec:
+    gaps = tuple(sorted((T - d).days for d in WINDOWS.values()))
+    return SweepSpec("seeds", args.world_refs(SEEDS_DEFAULT), _arms(), ("tiered",), T, gaps=gaps,
+                     description="the paper's 2x2 (D+1 and D+28, tiered and off) over seeds, with a bootstrap 90% "
+                                 "interval over seeds of the off-minus-on difference (paired by seed)",
+                     options={"windows": {k: (T - d).days for k, d in WINDOWS.items()}})
+
+
+def smoke(args: PresetArgs) -> SweepSpec:
+    """A small sweep on a 30-day world (the test budget): two arms, two T'."""
+    tiered, _ = _arms()
+    return SweepSpec("smoke", args.world_refs([DEFAULT_SEED], days=SMOKE_DAYS), (tiered, "naive"), ("tiered",),
+                     SMOKE_T, gaps=(1, 28),
+                     description="a 30-day world, grounding (tiered) and naive at T' = T - 1 and T - 28: a quick "
+                                 "check that the sweep machinery works")
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("cache-age", "stale answers, exposure and prediction against cache age (gaps 1-35), on and off",
+           cache_age),
+    Preset("ttl-grid", "exposure against one TTL for every class x change-rate multipliers x seeds", ttl_grid),
+    Preset("budget", "stale answers against refresh cost for four ways of spending a refresh budget", budget),
+    Preset("seeds", "the paper's 2x2 over seeds with a bootstrap interval of on versus off", seeds),
+    Preset("smoke", "a 30-day world, two arms, two T' (seconds, not minutes)", smoke),
+)}
+
+
+def preset_spec(name: str, args: PresetArgs | None = None) -> SweepSpec:
+    if name not in PRESETS:
+        raise SweepError(f"unknown sweep preset {name!r} (presets: {', '.join(PRESETS)})")
+    return PRESETS[name].build(args or PresetArgs())
+
+
+def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[str] = (), t: dt.date | None = None,
+              t_primes: Sequence[dt.date] = (), gaps: Sequence[int] = (), agent: str | None = None,
+              saas_profile: str | None = None) -> SweepSpec:
+    """A preset with some of its fields replaced (empty / None: the preset's own). Giving T' values or gaps
+    replaces both of the preset's."""
+    import dataclasses
+
+    changes: dict[str, object] = {}
+    if arms:
+        changes["arms"] = tuple(arms)
+    if policies:
+        changes["policies"] = tuple(policies)
+    if t is not None:
+        changes["t"] = t
+    if t_primes or gaps:
+        changes["t_primes"], changes["gaps"] = tuple(t_primes), tuple(gaps)
+        changes["evaluate_gaps"] = ()
+    if agent:
+        changes["agent"] = agent
+    if saas_profile:
+        changes["saas_profile"] = saas_profile
+    return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
