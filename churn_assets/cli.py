@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from churn_assets.commands.migrate import migrate
 from churn_assets.commands.project import project
 from churn_assets.commands.results import results, verify_results
 from churn_assets.commands.run import paper, run
@@ -65,3 +66,4 @@ main.add_command(run)
 main.add_command(paper)
 main.add_command(results)
 main.add_command(verify_results)
+main.add_command(migrate)

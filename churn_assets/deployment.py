@@ -47,7 +47,8 @@ class Calendar:
         return self.start <= config.start and config.end <= self.end
 
     def require_fit(self, config: WorldConfig) -> None:
-        """A world registered in Dagster must lie inside the calendar (its day partitions exist)."""
+        """A world registered in Dagster must lie inside the calendar (all worlds of a deployment share it; each
+        gets a world-day partition per day of its own calendar)."""
         if not self.fits(config):
             raise DeploymentConfigError(
                 f"world {config.world_id} runs {config.start}..{config.end} ({config.days} days) but the "

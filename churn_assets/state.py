@@ -8,6 +8,7 @@ Layout::
 
     <state>/
       .state-id                 random id of this state folder (ties the embedded Postgres data to it)
+      state-format              the format of what the folder holds (`STATE_FORMAT`; see "Format" below)
       services/                 one <service>.json record per embedded service, logs, the Mongo data
       dagster/                  DAGSTER_HOME (generated dagster.yaml: storage on the embedded Postgres)
       worlds/<world>/           config.json (the registered world config), ledger/, contracts/<day>/,
@@ -19,6 +20,17 @@ The embedded Postgres data directory is NOT inside the state folder: the embedde
 opens the permissions of every parent of its data directory (and runs as a system user that must
 traverse them). It lives under `/var/tmp/churnbench-pg-<hash of the state folder's absolute path>/`,
 whose parents are world-traversable already, and two state folders never share it.
+
+Format: what the folder holds (files, and what the Dagster instance and the results catalog of its services
+key by) changes with the code now and then. `state-format` records the format; a folder with a `.state-id` but
+without it was made before formats were recorded (format 1), and one with neither has never had its services
+started, so nothing of an older churnbench is in it (`ensure` stamps it). `require_current_format` is the cheap
+gate every command that reads worlds, scenarios or results passes (one small file read): a folder of an older
+format that holds anything is refused in one line naming `churnbench migrate`, which brings it to
+`STATE_FORMAT` (an empty one is simply stamped). Formats:
+
+- 1: before issue 20 (no `state-format` file);
+- 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20).
 """
 
 from __future__ import annotations
@@ -26,13 +38,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import re
 import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from churn_assets.errors import UserFacingError
+from churn_assets.world.config import WORLD_ID_RE
 
 STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"
 DEFAULT_STATE_DIRNAME = ".churnbench"
@@ -40,16 +52,22 @@ DEFAULT_STATE_DIRNAME = ".churnbench"
 PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
 DEFAULT_PG_ROOT = Path("/var/tmp")
 
+STATE_FORMAT = 2
+STATE_FORMAT_FILE = "state-format"
+MIGRATE_COMMAND = "churnbench migrate"
+
 WORLD_CONFIG_FILE = "config.json"
 LEDGER_DIRNAME = "ledger"
 TASKS_DIRNAME = "tasks"
 
-# `<name>-s<seed>-<hash6>` (section 10, "World id"); names follow the world config's name rule.
-WORLD_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}-s\d+-[0-9a-f]{6}$")
 
 
 class StateError(UserFacingError):
     """The state folder or a path inside it is unusable; the message names it."""
+
+
+class StateFormatError(StateError):
+    """The state folder holds data of another format than this code's (`STATE_FORMAT`)."""
 
 
 def validate_world_id(world_id: str) -> str:
@@ -85,8 +103,23 @@ class StatePaths:
             raise StateError(f"state folder {self.root} exists and is not a directory")
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.state_id_file.exists():
+            # Every churnbench that wrote into a folder started its services here first, which wrote the id: a
+            # folder without one holds nothing an older churnbench wrote, so it is of today's format.
+            if not self.state_format_file.exists():
+                write_state_format(self)
             atomic_write_text(self.state_id_file, secrets.token_hex(8) + "\n")
         return self
+
+    @property
+    def state_format_file(self) -> Path:
+        return self.root / STATE_FORMAT_FILE
+
+    def holds_data(self) -> bool:
+        """Whether the folder holds worlds, scenarios, results or sweeps (what a migration would have to touch)."""
+        for folder in (self.worlds_dir, self.root / "scenarios", self.root / "results", self.root / "sweeps"):
+            if folder.is_dir() and any(folder.iterdir()):
+                return True
+        return False
 
     @property
     def state_id_file(self) -> Path:
@@ -181,6 +214,43 @@ class StatePaths:
         if not self.worlds_dir.is_dir():
             return set()
         return {p.name for p in self.worlds_dir.iterdir() if p.is_dir() and WORLD_ID_RE.match(p.name)}
+
+
+def stored_state_format(paths: StatePaths) -> int:
+    """The format recorded in the folder: 1 when it records none but has an id (its services were started by a
+    churnbench from before formats were recorded); today's when it has neither (nothing old ever wrote there)."""
+    try:
+        text = paths.state_format_file.read_text().strip()
+    except FileNotFoundError:
+        return 1 if paths.state_id_file.exists() else STATE_FORMAT
+    try:
+        return int(text)
+    except ValueError:
+        raise StateFormatError(f"{paths.state_format_file} holds {text[:40]!r}, not a state format number") from None
+
+
+def write_state_format(paths: StatePaths, version: int = STATE_FORMAT) -> None:
+    atomic_write_text(paths.state_format_file, f"{version}\n")
+
+
+_CURRENT: set[Path] = set()  # folders found current in this process (the check runs once per folder)
+
+
+def require_current_format(paths: StatePaths) -> None:
+    """Refuse, in one line naming `churnbench migrate`, a state folder whose data is of an older format; stamp
+    an older folder that holds nothing (there is nothing to migrate). Cheap: one small file read per process."""
+    if paths.root in _CURRENT:
+        return
+    found = stored_state_format(paths)
+    if found > STATE_FORMAT:
+        raise StateFormatError(f"state folder {paths.root} is of format {found}, newer than this churnbench's "
+                               f"{STATE_FORMAT}: a newer churnbench wrote it; use that version")
+    if found < STATE_FORMAT:
+        if paths.holds_data():
+            raise StateFormatError(f"state folder {paths.root} holds data of an older churnbench (state format "
+                                   f"{found}, this one reads {STATE_FORMAT}): run `{MIGRATE_COMMAND}` first")
+        write_state_format(paths)
+    _CURRENT.add(paths.root)
 
 
 def _default_pg_root() -> Path:

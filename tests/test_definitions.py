@@ -15,11 +15,10 @@ from churn_assets.deployment import Calendar, DeploymentConfigError, deployment,
 from churn_assets.orchestration.assets.ledger import ledger, ledger_hash_chain
 from churn_assets.orchestration.definitions import build_defs, defs
 from churn_assets.orchestration.partitions import (
-    DAY_DIMENSION,
-    WORLD_DIMENSION,
     WORLD_PARTITIONS_NAME,
-    day_partitions,
     is_world_keyed,
+    scenario_partitions,
+    world_and_day,
     world_day_key,
     world_day_partitions,
     world_partitions,
@@ -44,17 +43,23 @@ def test_ledger_is_partitioned_by_world_and_checked() -> None:
     assert world_partitions.name == WORLD_PARTITIONS_NAME == "world"
 
 
-def test_calendar_partitions_come_from_deployment_config() -> None:
+def test_the_deployment_calendar_comes_from_deployment_config() -> None:
     cal = deployment().calendar
     assert (cal.start, cal.days) == (dt.date(2024, 1, 1), 180)
-    keys = day_partitions.get_partition_keys()
-    assert len(keys) == 180 and keys[0] == "2024-01-01" and keys[-1] == "2024-06-28"
-    assert day_partitions.end is not None  # explicit end_date: the set of days never depends on "now"
-    assert {d.name for d in world_day_partitions.partitions_defs} == {WORLD_DIMENSION, DAY_DIMENSION}
+    assert (cal.end, cal.end_exclusive) == (dt.date(2024, 6, 28), dt.date(2024, 6, 29))
+
+
+def test_world_day_keys_keep_the_multi_partition_key_string_of_before() -> None:
+    """Materializations recorded under the world x day multi-partitions of before keep matching: the key is
+    Dagster's own string form of that `MultiPartitionKey` (dimension values joined by "|" in name order)."""
     key = world_day_key("default-s42-3f9a1c", dt.date(2024, 4, 27))
-    assert key.keys_by_dimension == {"world": "default-s42-3f9a1c", "day": "2024-04-27"}
+    assert key == "2024-04-27|default-s42-3f9a1c"
+    assert key == str(dg.MultiPartitionKey({"world": "default-s42-3f9a1c", "day": "2024-04-27"}))
+    assert world_and_day(key) == ("default-s42-3f9a1c", dt.date(2024, 4, 27))
+    assert world_day_key("default-s42-3f9a1c", "2024-04-27") == key
+    assert isinstance(world_day_partitions, dg.DynamicPartitionsDefinition) and world_day_partitions.name == "world_day"
     assert is_world_keyed(world_partitions) and is_world_keyed(world_day_partitions)
-    assert not is_world_keyed(day_partitions) and not is_world_keyed(None)
+    assert not is_world_keyed(scenario_partitions) and not is_world_keyed(None)
 
 
 def test_a_world_must_fit_the_calendar() -> None:

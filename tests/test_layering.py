@@ -33,7 +33,7 @@ WING_RANKS: dict[str, int] = {
     "scenarios": 1, "sweep_records": 1,
     "world_registry": 2,
     "resources": 3, "materialize": 3,
-    "scenario_inputs": 4,
+    "scenario_inputs": 4, "state_migration": 4,
     "assets": 5,
     "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "sweeps": 6,
     "jobs": 7, "schedules": 7, "sensors": 7,

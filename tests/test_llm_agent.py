@@ -411,7 +411,7 @@ def test_scenario_key_carries_the_llm_agent_id_and_its_settings() -> None:
     settings = LlmSettings.from_env(env())
     s = define_scenario("w-s1-000000", "grounding", "tiered", T - dt.timedelta(days=29), T,
                         agent_id=settings.agent_id, model_settings=settings.to_json())
-    assert s.key.endswith(f"__{settings.agent_id}__default")
+    assert s.key.endswith(f"__{settings.agent_id}__default__{s.world_id}")
     back = scenario_from_json(json.loads(json.dumps(s.to_json())))
     assert back.model_settings == settings.to_json()
     assert "model_settings" not in define_scenario("w", "naive", "tiered", T, T).to_json()

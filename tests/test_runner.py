@@ -119,7 +119,7 @@ def test_a_changed_code_version_never_overwrites(world, tmp_path: Path) -> None:
 def test_scenario_key_format() -> None:
     spec = RunSpec(Scenario("default-s42-3f9a1c", "grounding", "tiered", dt.date(2024, 3, 29), dt.date(2024, 4, 27)),
                    "h", "x")
-    assert spec.scenario_key == "default-s42-3f9a1c__grounding__tiered__tp20240329__t20240427__det__default"
+    assert spec.scenario_key == "grounding__tiered__tp20240329__t20240427__det__default__default-s42-3f9a1c"
 
 
 def test_token_totals_add_up_and_an_unpriced_answer_leaves_the_cost_unknown() -> None:

@@ -143,19 +143,18 @@ def test_task_set_asset_writes_the_partition(tmp_path: Path) -> None:
     import dagster as dg
 
     from churn_assets.orchestration.assets.tasks import task_set
-    from churn_assets.orchestration.partitions import WORLD_PARTITIONS_NAME, world_day_key
+    from churn_assets.orchestration.partitions import world_day_key
     from churn_assets.orchestration.resources import StateResource
-    from churn_assets.orchestration.world_registry import write_world_config
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.state import StatePaths
     from churn_assets.world.config import load_config
     from churn_assets.world.simulator import generate_ledger
 
     paths = StatePaths.resolve(tmp_path / "state").ensure()
     config = load_config(days=30)
-    write_world_config(paths, config)
-    generate_ledger(config, paths.ledger_dir(config.world_id))
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(WORLD_PARTITIONS_NAME, [config.world_id])
+    add_world(paths, instance, config)  # the world and its 30 days
+    generate_ledger(config, paths.ledger_dir(config.world_id))
     day = dt.date(2024, 1, 30)
     result = dg.materialize([task_set], partition_key=world_day_key(config.world_id, day), instance=instance,
                             resources={"state": StateResource(state_dir=str(paths.root))})

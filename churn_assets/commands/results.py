@@ -1,9 +1,10 @@
 """`churnbench results list|show` (the results catalog) and `churnbench verify-results` (every verdict of a
 run recomputed from the ledger; with `--independent`, also set against the SQL gold over the truth schema).
 
-A RUN is named by its run id (first column of `results list`), its scenario key, its experiment hash (or a
-prefix of at least 4 hex digits), or `<experiment hash>__<code version>`; a name matching several code
-versions of one experiment picks the newest. `verify-results` also takes a results folder path.
+A RUN is named by its run id (first column of `results list`), its scenario key (today's form, world last, or
+the form before issue 20, world first: either finds the run), its experiment hash (or a prefix of at least 4 hex
+digits), `<experiment hash>__<code version>`, or its results folder (the path `churnbench run` prints); a name
+matching several code versions of one experiment picks the newest.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ class VerificationFailed(UserFacingError):
 def _catalog(paths: StatePaths) -> Iterator[RunCatalog]:
     from churn_assets.evaluation.catalog import RunCatalog
     from churn_assets.services import ensure_services, service_errors
+    from churn_assets.state import require_current_format
 
+    require_current_format(paths)
     urls = ensure_services(paths)
     with service_errors(paths):
         yield RunCatalog(urls.warehouse)
@@ -81,7 +84,10 @@ def list_(world_id: str | None) -> None:
 @results.command("show")
 @click.argument("run_ref", metavar="RUN")
 def show(run_ref: str) -> None:
-    """One run's identity, status, summary figures, verdict counts and results files."""
+    """One run's identity, status, summary figures, verdict counts and results files.
+
+    RUN: a run id, a scenario key (either form), an experiment hash or prefix, `<hash>__<code version>`, or the
+    results folder `churnbench run` printed."""
     paths = StatePaths.resolve()
     with _catalog(paths) as catalog:
         run, others = catalog.resolve(run_ref)

@@ -20,7 +20,7 @@ import click
 
 from churn_assets.commands.services import format_status
 from churn_assets.services import free_port, start_services
-from churn_assets.state import STATE_DIR_ENV, StatePaths
+from churn_assets.state import STATE_DIR_ENV, StatePaths, require_current_format
 
 DEFAULT_PORT = 3000
 SHUTDOWN_GRACE_S = 12.0  # then SIGTERM, then SIGKILL: the whole stop stays well under 20 s
@@ -57,6 +57,7 @@ class _Stop(Exception):
 def ui(port: int) -> None:
     """Open the Dagster UI on this state folder's instance (Ctrl-C stops it)."""
     paths = StatePaths.resolve()
+    require_current_format(paths)  # the UI would show an older folder's partitions wrongly: migrate first
     for status in start_services(paths):
         click.echo(format_status(status))
     if not port_is_free(port):

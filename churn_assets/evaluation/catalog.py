@@ -337,6 +337,15 @@ def _figures(summary: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str
     }
 
 
+def _renamed_path(path: str, old: str, new: str) -> str:
+    """`path` with its folder named `old` (the scenario-key folder of a results path) renamed `new`."""
+    parts = list(Path(path).parts)
+    if old in parts:
+        i = len(parts) - 1 - parts[::-1].index(old)
+        parts[i] = new
+    return str(Path(*parts))
+
+
 class RunCatalog:
     """The catalog of one warehouse database (a libpq URL); each call opens a short connection."""
 
@@ -430,6 +439,36 @@ class RunCatalog:
                            t.c.status != "complete")
                     .values(status="failed", error=error[:2000], finished_at=sa.func.now()))
 
+    # -- the key rename of `churnbench migrate` (issue 20) ---------------------------------------------
+
+    def rename_scenario_keys(self, rename: Callable[[str], str | None]) -> int:
+        """Give every row whose `rename(scenario key)` is a new key that key, and point its results folder and
+        files at the folder renamed with it (`<world>/<key>/<run>`); returns the rows changed. One transaction,
+        under the catalog's lock; a missing catalog has nothing to rename. The experiment hash and code version
+        (the row's identity) never change: a scenario key is not part of the experiment."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        with self._connect() as conn:
+            if not self._ensure(conn, create=False):
+                return 0
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(LOCK_KEY))))
+            rows = conn.execute(sa.select(t.c.run_id, t.c.scenario_key, t.c.results_dir,
+                                          *(t.c[c] for c in _FILE_COLUMNS.values()))).all()
+            changed = 0
+            for row in rows:
+                m = row._mapping
+                new = rename(m["scenario_key"])
+                if new is None or new == m["scenario_key"]:
+                    continue
+                values = {"scenario_key": new, "results_dir": _renamed_path(m["results_dir"], m["scenario_key"], new)}
+                values |= {c: _renamed_path(m[c], m["scenario_key"], new) for c in _FILE_COLUMNS.values()
+                           if m[c] is not None}
+                conn.execute(sa.update(t).where(t.c.run_id == m["run_id"]).values(**values))
+                changed += 1
+            conn.commit()
+            return changed
+
     # -- reads (the CLI) -------------------------------------------------------------------------------
 
     def _read(self, statement: sa.Select[Any]) -> list[CatalogRun]:
@@ -449,13 +488,24 @@ class RunCatalog:
         return self._read(query.order_by(t.c.started_at, t.c.run_id))
 
     def find(self, ref: str) -> list[CatalogRun]:
-        """Runs a reference names: a run id, a scenario key, `<experiment hash>__<code version>`, or an
-        experiment hash prefix (at least 4 hex digits). Newest first."""
+        """Runs a reference names: a run id, a scenario key (today's form or the form before issue 20: either
+        finds rows stored under either), `<experiment hash>__<code version>` (a results folder's name), a results
+        folder's path, or an experiment hash prefix (at least 4 hex digits). Newest first."""
         import sqlalchemy as sa
+
+        from churn_assets.freshness.scenario import ScenarioKeyError, parse_scenario_key
 
         t = runs_table()
         ref = ref.strip()
-        clauses = [t.c.scenario_key == ref, t.c.experiment_hash.concat("__").concat(t.c.code_version) == ref]
+        if "/" in ref:  # a results folder, as `churnbench run` prints it: its name is the run's identity
+            ref = Path(ref.rstrip("/")).name
+        keys = [ref]
+        try:
+            parts = parse_scenario_key(ref)
+            keys = [str(parts), parts.legacy]
+        except ScenarioKeyError:
+            pass
+        clauses = [t.c.scenario_key.in_(keys), t.c.experiment_hash.concat("__").concat(t.c.code_version) == ref]
         if ref.isdigit():
             clauses.append(t.c.run_id == int(ref))
         if len(ref) >= 4 and all(ch in "0123456789abcdef" for ch in ref.lower()):

@@ -1,8 +1,16 @@
 """A scenario (one value), and its plan: the partitions it needs built and the vintage it serves.
 
 A **scenario** is world, arm, refresh policy, T', T, agent and SaaS profile (`Scenario`); its key names its
-`eval_run` partition (section 10, "Scenario key"). "T' before T" is checked in one place: `check_days`, which
-`Scenario` runs when it is made. Which arms exist and what each reads is the arm registry's
+`eval_run` partition (section 10, "Scenario key", as amended: issue 20 put the world last):
+
+    <arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>__<world>
+
+What differs between the cells of a sweep (arm, policy, T', T) comes first, so keys that the Dagster UI cuts
+short stay apart; the world, the same for every cell of a world, comes last (where the UI's middle truncation
+still shows it). `parse_scenario_key` reads this form and the form of before (`<world>__<arm>__...`, which
+`churnbench migrate` renames): the world id is the only part that may itself hold `__`, and the other parts are
+checked one by one, so neither form can be taken for the other. "T' before T" is checked in one place:
+`check_days`, which `Scenario` runs when it is made. Which arms exist and what each reads is the arm registry's
 (`arms/registry.py`); a scenario is made through `arms.registry.define_scenario`, which checks the arm and the
 agent and applies a policy the arm fixes.
 
@@ -31,6 +39,7 @@ dbt build) and partitions are (world, day | None); the scenario materializer tur
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -42,6 +51,7 @@ from churn_assets.freshness.policies import Policy, parse_policy
 from churn_assets.grounding.registry import Registry
 from churn_assets.grounding.staging import staged_asset_name
 from churn_assets.world.calendar import Day
+from churn_assets.world.config import WORLD_ID_RE
 
 # The plan's vocabulary: asset keys (user strings) of the partitions a scenario can need.
 LEDGER = "ledger"
@@ -54,6 +64,14 @@ RAG_INDEX = "rag_index"
 TASK_SET = "task_set"
 
 DETERMINISTIC_AGENT = "det"
+LLM_AGENT_ID_RE = re.compile(r"llm-[0-9a-f]{6}")  # `llm-<hash6 of model settings>` (section 10)
+
+KEY_SEPARATOR = "__"
+SCENARIO_KEY_FORM = "<arm>__<policy-id>__tp<YYYYMMDD>__t<YYYYMMDD>__<agent-id>__<saas-profile>__<world>"
+SCENARIO_KEY_EXAMPLE = "grounding__tiered__tp20240329__t20240427__det__default__default-s42-3f9a1c"
+_FIELDS = 6  # the parts besides the world
+_ARM_RE = re.compile(r"^[a-z][a-z0-9_]*[a-z0-9]$|^[a-z]$")
+_POLICY_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]*[a-z0-9])?$")
 
 
 class ScenarioError(UserFacingError):
@@ -99,9 +117,13 @@ class Scenario:
 
     @property
     def key(self) -> str:
-        """`<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>` (section 10)."""
-        return (f"{self.world_id}__{self.arm}__{self.policy_id}__tp{self.t_prime:%Y%m%d}__t{self.t:%Y%m%d}"
-                f"__{self.agent_id}__{self.saas_profile}")
+        """`<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>__<world>` (the module doc)."""
+        return str(self.key_parts)
+
+    @property
+    def key_parts(self) -> ScenarioKey:
+        return ScenarioKey(self.arm, self.policy_id, self.t_prime, self.t, self.agent_id, self.saas_profile,
+                           self.world_id)
 
     @property
     def label(self) -> str:
@@ -119,6 +141,90 @@ class Scenario:
         return cls(d["world_id"], d["arm"], d["policy"], dt.date.fromisoformat(d["t_prime"]),
                    dt.date.fromisoformat(d["t"]), d.get("agent_id", DETERMINISTIC_AGENT),
                    d.get("saas_profile", "default"), d.get("model_settings"))
+
+
+class ScenarioKeyError(ScenarioError):
+    """A string that is not a scenario key (a partition added by hand in the UI, a mistyped reference)."""
+
+
+@dataclass(frozen=True)
+class ScenarioKey:
+    """The parts of a scenario key; `str()` is the key, `legacy` the form before issue 20 (world first).
+    `old_form`: parsed from the form of before."""
+
+    arm: str
+    policy_id: str
+    t_prime: Day
+    t: Day
+    agent_id: str
+    saas_profile: str
+    world_id: str
+    old_form: bool = field(default=False, compare=False)
+
+    def _middle(self) -> list[str]:
+        return [self.arm, self.policy_id, f"tp{self.t_prime:%Y%m%d}", f"t{self.t:%Y%m%d}", self.agent_id,
+                self.saas_profile]
+
+    def __str__(self) -> str:
+        return KEY_SEPARATOR.join([*self._middle(), self.world_id])
+
+    @property
+    def legacy(self) -> str:
+        """The key in the form before issue 20: `<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas>`."""
+        return KEY_SEPARATOR.join([self.world_id, *self._middle()])
+
+
+def _key_day(text: str, prefix: str) -> Day | None:
+    if not (text.startswith(prefix) and len(text) == len(prefix) + 8 and text[len(prefix):].isdigit()):
+        return None
+    try:
+        return dt.datetime.strptime(text[len(prefix):], "%Y%m%d").date()
+    except ValueError:
+        return None
+
+
+def _key_parts(parts: list[str], world_id: str, old_form: bool) -> ScenarioKey | str:
+    """The parsed key, or why these parts are not one."""
+    arm, policy_id, tp, t, agent_id, saas = parts
+    t_prime_day, t_day = _key_day(tp, "tp"), _key_day(t, "t")
+    if t_prime_day is None or t_day is None:
+        return "T' and T must read tp<YYYYMMDD> and t<YYYYMMDD>"
+    if not WORLD_ID_RE.match(world_id):
+        return f"{world_id!r} is not a world id (<name>-s<seed>-<hash6>)"
+    if not _ARM_RE.match(arm):
+        return f"{arm!r} is not an arm name"
+    if not _POLICY_ID_RE.match(policy_id):
+        return f"{policy_id!r} is not a policy id"
+    if agent_id != DETERMINISTIC_AGENT and not LLM_AGENT_ID_RE.fullmatch(agent_id):
+        return f"agent {agent_id!r} is neither {DETERMINISTIC_AGENT} nor llm-<6 hex digits>"
+    if saas not in SAAS_PROFILES:
+        return f"{saas!r} is not a SaaS profile ({', '.join(SAAS_PROFILES)})"
+    return ScenarioKey(arm, policy_id, t_prime_day, t_day, agent_id, saas, world_id, old_form)
+
+
+def parse_scenario_key(key: str) -> ScenarioKey:
+    """The parts of a scenario key in today's form or the form of before (`old_form` says which); a
+    `ScenarioKeyError` naming the expected form otherwise."""
+    parts = str(key).split(KEY_SEPARATOR)
+    problem = f"it has {len(parts)} `__`-separated parts, a scenario key at least {_FIELDS + 1}"
+    if len(parts) > _FIELDS:
+        # Only the world may hold `__`: it is whatever the six other parts leave, at the end (today's form) or at
+        # the start (the form of before). Every part is checked, so at most one reading succeeds.
+        today = _key_parts(parts[:_FIELDS], KEY_SEPARATOR.join(parts[_FIELDS:]), old_form=False)
+        if isinstance(today, ScenarioKey):
+            return today
+        before = _key_parts(parts[-_FIELDS:], KEY_SEPARATOR.join(parts[:-_FIELDS]), old_form=True)
+        if isinstance(before, ScenarioKey):
+            return before
+        # Say what is wrong with the reading the key looks closest to.
+        problem = before if parts[-4].startswith("tp") and not parts[2].startswith("tp") else today
+    raise ScenarioKeyError(f"{str(key)!r} is not a scenario key ({problem}; expected {SCENARIO_KEY_FORM}, "
+                           f"e.g. {SCENARIO_KEY_EXAMPLE})")
+
+
+def current_scenario_key(key: str) -> str:
+    """A scenario key in today's form (an old-form key is rewritten; the parts are checked either way)."""
+    return str(parse_scenario_key(key))
 
 
 When = Literal["t_prime", "t"]

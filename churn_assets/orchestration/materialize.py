@@ -18,7 +18,7 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
-from churn_assets.orchestration.partitions import WORLD_DIMENSION, world_partitions
+from churn_assets.orchestration.partitions import world_and_day, world_day_partitions, world_partitions
 from churn_assets.services import (
     POSTGRES,
     ServiceUrls,
@@ -26,7 +26,7 @@ from churn_assets.services import (
     raise_if_a_service_died,
     service_errors,
 )
-from churn_assets.state import StatePaths, validate_world_id
+from churn_assets.state import StatePaths, require_current_format, validate_world_id
 
 # In-process runs log to the console at DEBUG by default; the CLI prints its own summary instead.
 QUIET_RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -50,10 +50,13 @@ class Session:
 
 
 @contextmanager
-def open_session(paths: StatePaths | None = None) -> Iterator[Session]:
+def open_session(paths: StatePaths | None = None, *, require_format: bool = True) -> Iterator[Session]:
     """Start the services if needed and open the persistent instance; translate a service that dies
-    inside the block into a `ServiceError` naming it."""
+    inside the block into a `ServiceError` naming it. A state folder of an older format is refused first, in
+    one line naming `churnbench migrate` (`migrate` itself opens it with `require_format=False`)."""
     paths = paths or StatePaths.resolve()
+    if require_format:
+        require_current_format(paths)
     urls = ensure_services(paths)
     with service_errors(paths), _fail_fast_storage(POSTGRES.name in urls.embedded):
         instance = dg.DagsterInstance.from_config(str(paths.dagster_home))
@@ -107,7 +110,7 @@ def materialize(
     session: Session,
     definitions: dg.Definitions,
     assets: Sequence[str],
-    partition_keys: Sequence[str | dg.MultiPartitionKey],
+    partition_keys: Sequence[str],
     *,
     on_partition: Callable[[PartitionRun], None] | None = None,
     tags: dict[str, str] | None = None,
@@ -195,15 +198,15 @@ def _common_partitions_def(definitions: dg.Definitions, keys: Sequence[dg.AssetK
 
 
 def _require_known_partition(instance: dg.DagsterInstance, partitions_def: dg.PartitionsDefinition | None,
-                             key: str | dg.MultiPartitionKey) -> None:
+                             key: str) -> None:
     """Refuse a key that is not a partition, naming the command that would make it one."""
     if partitions_def is None:
         raise MaterializationError("these assets are not partitioned; materialize them without a key")
-    world = None
+    world, day = None, None
     if partitions_def == world_partitions:
         world = str(key)
-    elif isinstance(key, dg.MultiPartitionKey):
-        world = key.keys_by_dimension.get(WORLD_DIMENSION)
+    elif partitions_def == world_day_partitions:
+        world, day = world_and_day(key)  # a key that does not parse is refused here, in one line
     if world is not None:
         validate_world_id(world)
     if world is not None and not instance.has_dynamic_partition(world_partitions.name or "", world):
@@ -211,6 +214,9 @@ def _require_known_partition(instance: dg.DagsterInstance, partitions_def: dg.Pa
                                    "with `churnbench worlds add` (see `churnbench worlds list`)")
     with dg.partition_loading_context(dynamic_partitions_store=instance):
         known = partitions_def.has_partition_key(str(key))
+    if not known and day is not None:
+        raise MaterializationError(f"{key} is not a partition of these assets: world {world} has no day {day} "
+                                   "(a world's days are its calendar's, registered by `churnbench worlds add`)")
     if not known:
         raise MaterializationError(f"{key} is not a partition of these assets")
 

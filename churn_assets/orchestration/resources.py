@@ -8,7 +8,7 @@ import dagster as dg
 
 from churn_assets.orchestration.world_registry import load_world_config
 from churn_assets.services import ServiceUrls, ensure_services
-from churn_assets.state import StatePaths
+from churn_assets.state import StatePaths, require_current_format
 from churn_assets.world.config import WorldConfig
 
 
@@ -21,7 +21,11 @@ class StateResource(dg.ConfigurableResource):
 
     @property
     def paths(self) -> StatePaths:
-        return StatePaths.resolve(self.state_dir or None)
+        """The state folder; one of an older format is refused in one line naming `churnbench migrate` (a run
+        launched from the UI on an unmigrated folder fails clearly instead of mixing key forms)."""
+        paths = StatePaths.resolve(self.state_dir or None)
+        require_current_format(paths)
+        return paths
 
     def world_config(self, world_id: str) -> WorldConfig:
         """The stored config of a registered world; a clear `WorldNotFoundError` otherwise."""

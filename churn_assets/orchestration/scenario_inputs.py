@@ -107,7 +107,7 @@ def asset_keys_of(item: ScenarioInput) -> tuple[str, ...]:
 
 
 def _partition_str(item: ScenarioInput) -> str:
-    return item.world if item.day is None else str(world_day_key(item.world, item.day))
+    return item.world if item.day is None else world_day_key(item.world, item.day)
 
 
 def recorded_inputs(instance: dg.DagsterInstance, inputs: Iterable[ScenarioInput]) -> set[ScenarioInput]:

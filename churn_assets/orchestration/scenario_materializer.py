@@ -71,7 +71,7 @@ class Step:
         return f"{what} [{self.world}]" if self.day is None else f"{what} [{self.day}]"
 
     @property
-    def partition_key(self) -> str | dg.MultiPartitionKey:
+    def partition_key(self) -> str:
         return self.world if self.day is None else world_day_key(self.world, self.day)
 
 

@@ -1,13 +1,16 @@
 """Scenarios as Dagster partitions: each defined scenario is stored in the state folder under its key, with
 its plan once it has one.
 
-The scenario key (`<world>__<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>`, section 10) names
-an `eval_run` partition. Policy ids of parameterized policies end in a hash, so the key alone cannot rebuild
+The scenario key (`<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>__<world>`, `freshness/scenario.py`)
+names an `eval_run` partition. Policy ids of parameterized policies end in a hash, so the key alone cannot rebuild
 the policy: `register_scenario` stores the definition (as `worlds add` stores a world's config) and adds the
 partition; `load_scenario` reads it back, checked as a new one is. The plan (`freshness.scenario.plan_scenario`)
 is made once, at the scenario's first materialization, and stored beside the definition with the hash of the
 registry it came from (`store_plan`, `stored_plan`); `orchestration/scenario_inputs.py` decides when a stored
 plan may be used.
+
+A key is parsed before it names a file: a partition typed by hand in the UI that is no scenario key, or that is
+in the form before issue 20, fails in one line (never as a path).
 
 File `<state>/scenarios/<key>.json`: `{"scenario": {...}, "plan": {...}}` (`plan` absent until planned). A file
 written before plans were stored holds the definition alone; it loads unchanged and gets its plan on first use.
@@ -21,12 +24,16 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.arms.registry import scenario_from_json
-from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPlan
+from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPlan, parse_scenario_key
 from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
 from churn_assets.state import StatePaths, atomic_write_text
 
 
 def _read(paths: StatePaths, key: str) -> dict[str, Any]:
+    parts = parse_scenario_key(key)  # a key that does not parse never becomes a path
+    if parts.old_form:
+        raise ScenarioError(f"scenario key {key} is in the form before issue 20 (world first); this scenario's key "
+                            f"is {parts} (`churnbench migrate` renames the scenarios of an older state folder)")
     path = paths.scenario_file(key)
     try:
         data = json.loads(path.read_text())
@@ -74,6 +81,17 @@ def store_plan(paths: StatePaths, key: str, plan: ScenarioPlan) -> None:
     _write(paths, key, data)
 
 
-def scenarios_of_world(paths: StatePaths, world_id: str) -> list[str]:
+def stored_scenario_keys(paths: StatePaths) -> dict[str, str]:
+    """{stored key: its world} of every scenario file whose name is a scenario key (either form)."""
     folder = paths.root / "scenarios"
-    return sorted(p.stem for p in folder.glob(f"{world_id}__*.json")) if folder.exists() else []
+    out = {}
+    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+        try:
+            out[path.stem] = parse_scenario_key(path.stem).world_id
+        except ScenarioError:
+            continue  # not a scenario file (nothing of ours writes one)
+    return out
+
+
+def scenarios_of_world(paths: StatePaths, world_id: str) -> list[str]:
+    return sorted(key for key, world in stored_scenario_keys(paths).items() if world == world_id)

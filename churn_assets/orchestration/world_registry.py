@@ -1,8 +1,9 @@
 """Registered worlds: stored configs, the Dagster `world` dynamic partition, and every per-world artefact.
 
 A world is *registered* when its id is a partition of the `world` dynamic partitions definition in the
-Dagster instance; `add_world` writes its config to `<state>/worlds/<world>/config.json` first and then
-registers it, so a registered world always has its config (unless someone deleted the file).
+Dagster instance; `add_world` writes its config to `<state>/worlds/<world>/config.json` first, then adds one
+`world_day` partition per day of the world's own calendar, and registers it last, so a registered world always
+has its config and its days (unless someone deleted them).
 
 Removal (`remove_world`, `churnbench worlds rm`) unregisters first and then removes every artefact in
 `WORLD_ARTEFACTS`; `collect_garbage` (`churnbench gc`) removes the artefacts of any world that is not
@@ -34,8 +35,14 @@ from churn_assets.errors import UserFacingError
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
-from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, WORLD_PARTITIONS_NAME
-from churn_assets.orchestration.scenarios import scenarios_of_world
+from churn_assets.orchestration.partitions import (
+    SCENARIO_PARTITIONS_NAME,
+    WORLD_DAY_PARTITIONS_NAME,
+    WORLD_PARTITIONS_NAME,
+    world_day_keys,
+    world_of_key,
+)
+from churn_assets.orchestration.scenarios import scenarios_of_world, stored_scenario_keys
 from churn_assets.state import StatePaths, atomic_write_text, validate_world_id
 from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
@@ -187,8 +194,7 @@ def _remove_results(ctx: ArtefactContext, world_id: str) -> None:
 
 
 def _worlds_with_scenarios(ctx: ArtefactContext) -> set[str]:
-    folder = ctx.paths.root / "scenarios"
-    return {p.name.split("__", 1)[0] for p in folder.glob("*__*.json")} if folder.exists() else set()
+    return set(stored_scenario_keys(ctx.paths).values())
 
 
 def _remove_scenarios(ctx: ArtefactContext, world_id: str) -> None:
@@ -216,6 +222,27 @@ def _delete_catalog_rows(conn: Any, world_id: str) -> None:
     delete_world_runs(conn, world_id)
 
 
+def world_day_partition_keys(instance: dg.DagsterInstance, world_id: str | None = None) -> dict[str, list[str]]:
+    """{world: its `world_day` partition keys} (of one world, or of every world that has any)."""
+    out: dict[str, list[str]] = {}
+    for key in instance.get_dynamic_partitions(WORLD_DAY_PARTITIONS_NAME):
+        world = world_of_key(key)
+        if world is not None and world_id in (None, world):
+            out.setdefault(world, []).append(key)
+    return out
+
+
+def _remove_world_days(ctx: ArtefactContext, world_id: str) -> None:
+    for key in world_day_partition_keys(ctx.instance, world_id).get(world_id, []):
+        ctx.instance.delete_dynamic_partition(WORLD_DAY_PARTITIONS_NAME, key)
+
+
+# issue 20: the world's `world_day` partitions (one per day of its calendar); removed first of all, so that a
+# half-done removal never leaves days that look buildable. Their materialization history stays (see above).
+WORLD_ARTEFACTS.append(WorldArtefact("Dagster world-day partitions",
+                                     lambda ctx: set(world_day_partition_keys(ctx.instance)), _remove_world_days))
+
+
 # issue 13: the world's rows in the results catalog (`churnbench.results_runs`, outside the world's schemas);
 # removed before the results files they point at
 WORLD_ARTEFACTS.append(WorldArtefact("results catalog rows", _with_warehouse(_catalog_worlds),
@@ -236,7 +263,8 @@ def is_registered(instance: dg.DagsterInstance, world_id: str) -> bool:
 
 
 def add_world(paths: StatePaths, instance: dg.DagsterInstance, config: WorldConfig) -> bool:
-    """Store the config and register the world; False when it was registered already (idempotent)."""
+    """Store the config, add the world's days and register the world; False when it was registered already
+    (idempotent: the days are added again if any is missing)."""
     deployment().calendar.require_fit(config)
     world_id = config.world_id
     config_file = paths.world_config_file(world_id)
@@ -244,10 +272,16 @@ def add_world(paths: StatePaths, instance: dg.DagsterInstance, config: WorldConf
         load_world_config(paths, world_id)  # refuses a stored config that no longer matches its id
     else:
         write_world_config(paths, config)
+    register_world_days(instance, config)
     if is_registered(instance, world_id):
         return False
     instance.add_dynamic_partitions(WORLD_PARTITIONS_NAME, [world_id])
     return True
+
+
+def register_world_days(instance: dg.DagsterInstance, config: WorldConfig) -> None:
+    """Add a `world_day` partition for every day of the world's calendar (those it has already are kept)."""
+    instance.add_dynamic_partitions(WORLD_DAY_PARTITIONS_NAME, world_day_keys(config))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,9 @@ if TYPE_CHECKING:  # pydantic is imported on first validation (docs/decisions.md
     from pydantic import BaseModel
 
 DEFAULT_CONFIG_RESOURCE = "default_world.yaml"
+# `<name>-s<seed>-<hash6>` (section 10, "World id"); names follow the world config's name rule. World ids become
+# folder names, partition keys and SQL identifiers (`state.validate_world_id` refuses anything else).
+WORLD_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}-s\d+-[0-9a-f]{6}$")
 
 
 class WorldConfigError(UserFacingError, ValueError):

@@ -20,7 +20,12 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.fabric.mongo import world_databases
 from churn_assets.orchestration.assets.ledger import ledger_hash_chain
 from churn_assets.orchestration.materialize import MaterializationError, Session, materialize, run_checks
-from churn_assets.orchestration.partitions import WORLD_PARTITIONS_NAME, world_day_key
+from churn_assets.orchestration.partitions import (
+    WORLD_PARTITIONS_NAME,
+    PartitionKeyError,
+    world_day_key,
+    world_day_partitions,
+)
 from churn_assets.orchestration.world_registry import (
     WORLD_ARTEFACTS,
     add_world,
@@ -28,6 +33,7 @@ from churn_assets.orchestration.world_registry import (
     load_world_config,
     remove_world,
     world_artefacts,
+    world_day_partition_keys,
 )
 from churn_assets.services import mongo_client
 from churn_assets.world.config import load_config
@@ -128,9 +134,18 @@ def test_cli_add_registers_a_partition_and_materializes(session: Session) -> Non
     line = next(x for x in listing.output.splitlines() if x.startswith(world_id))
     assert f"{manifest['count']:,} events" in line and "registered" in line
 
+    # issue 20: the world's day partitions are exactly its 30 days (not the deployment calendar's 180)
+    days = world_day_partition_keys(instance, world_id)[world_id]
+    assert days == [world_day_key(world_id, f"2024-01-{d:02d}") for d in range(1, DAYS + 1)]
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
+        assert set(days) <= set(world_day_partitions.get_partition_keys())
+        assert not world_day_partitions.has_partition_key(world_day_key(world_id, "2024-01-31"))
+
     again = cli("worlds", "add", "--seed", "101", "--days", str(DAYS))
     assert again.exit_code == 0 and "already registered" in again.output
+    assert world_day_partition_keys(instance, world_id)[world_id] == days  # nothing added twice
     remove_world(session.paths, instance, world_id)
+    assert world_day_partition_keys(instance, world_id) == {}
 
 
 def test_small_world_fixture_is_registered_and_materialized(small_world: str, session: Session) -> None:
@@ -165,6 +180,15 @@ def test_unknown_world_key_fails_cleanly(session: Session, session_defs: dg.Defi
     assert bad.exit_code == 1 and "is not a world id" in bad.stderr
 
 
+def test_world_day_keys_that_are_no_real_day_are_refused(session: Session, session_defs: dg.Definitions,
+                                                         small_world: str) -> None:
+    """issue 20: day 31 of a 30-day world is no partition; a key that does not parse is refused in one line."""
+    with pytest.raises(MaterializationError, match=f"world {small_world} has no day 2024-01-31"):
+        materialize(session, session_defs, ["task_set"], [world_day_key(small_world, "2024-01-31")])
+    with pytest.raises(PartitionKeyError, match="is not a world-day partition key"):
+        materialize(session, session_defs, ["task_set"], [f"{small_world}|2024-01-05"])
+
+
 def test_hash_chain_check_catches_tampering(session: Session, session_defs: dg.Definitions,
                                             scratch_world: str) -> None:
     materialize(session, session_defs, ["ledger"], [scratch_world])
@@ -194,6 +218,8 @@ def test_worlds_rm_leaves_nothing_behind(session: Session, session_defs: dg.Defi
     result = cli("worlds", "rm", scratch_world)
     assert result.exit_code == 0, result.output
     assert "Dagster partition" in result.output and "ledger files" in result.output
+    assert "Dagster world-day partitions" in result.output  # issue 20
+    assert world_day_partition_keys(session.instance, scratch_world) == {}
     # issue 6: the world's operational-store databases (<world>_<yyyymmdd>) are dropped
     assert "operational store" in result.output
     mongo = mongo_client(session.urls.mongodb)

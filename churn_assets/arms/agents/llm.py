@@ -50,6 +50,7 @@ from churn_assets.arms.agents.interface import (
 from churn_assets.arms.extraction import K
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.fabric.saas_client import TransportError
+from churn_assets.freshness.scenario import LLM_AGENT_ID_RE
 from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
 from churn_assets.tasks.parser import QuestionParseError, parse_question
@@ -68,7 +69,6 @@ ENV_SEED = "CHURNBENCH_LLM_SEED"
 # agent-id (and the experiment hash) changes with them.
 PROMPT_VERSION = "1"
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
-AGENT_ID_RE = re.compile(r"llm-[0-9a-f]{6}")
 ANSWER_NOW = ("You have used every tool round. Answer now from what the tools returned, on a last line "
               "'ANSWER: <value>'.")
 NO_KEY = "not-set"  # sent when no key is configured (local endpoints such as vLLM or Ollama need none)
@@ -175,7 +175,7 @@ def api_key_from_env(env: Mapping[str, str] | None = None) -> str | None:
 
 def check_agent_settings(agent_id: str, model_settings: Mapping[str, Any] | None) -> LlmSettings:
     """The stored settings of an `llm-xxxxxx` agent, checked against the id they must hash to."""
-    if not AGENT_ID_RE.fullmatch(agent_id):
+    if not LLM_AGENT_ID_RE.fullmatch(agent_id):
         raise LlmConfigError(f"agent {agent_id!r} is neither det nor llm-<6 hex digits>")
     if not model_settings:
         raise LlmConfigError(f"agent {agent_id} has no stored model settings")

@@ -4,6 +4,9 @@ a partition's world (and day) with its stored config, and read the world's verif
 - `user_errors()`: a `UserFacingError` fails the step with its own message and no retry (no traceback).
 - `require_world(state, world_id)`: the stored config of a registered world, or such a failure (a world key
   added by hand in the UI, without a stored config, fails clearly, never by guessing).
+- `require_world_day(state, partition_key)`: the world, day and config of a world-day partition: a key that does
+  not parse, of a world without a stored config, or of a day outside the world's calendar (all of which can be
+  typed into the UI's "add partition" dialog) fails the step in one line.
 - `world_ledger(state, world_id)`: the world's `LoadedLedger`, verified by the loader, kept per process while
   the files are unchanged (size and mtime of the ledger, mtime of the manifest): loading and verifying a
   180-day ledger costs more than folding and writing a day, so a backfill of many days, or the checks right
@@ -20,6 +23,7 @@ from pathlib import Path
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
+from churn_assets.orchestration.partitions import world_and_day
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.calendar import Day
 from churn_assets.world.config import WorldConfig
@@ -46,6 +50,15 @@ def require_day_in_world(config: WorldConfig, day: Day) -> None:
     if not config.start <= day <= config.end:
         raise dg.Failure(description=f"{day} is outside the calendar of world {config.world_id} "
                                      f"({config.start}..{config.end})", allow_retries=False)
+
+
+def require_world_day(state: StateResource, partition_key: str) -> tuple[str, Day, WorldConfig]:
+    """(world, day, the world's stored config) of a world-day partition, or a one-line step failure."""
+    with user_errors():
+        world_id, day = world_and_day(partition_key)
+    config = require_world(state, world_id)
+    require_day_in_world(config, day)
+    return world_id, day, config
 
 
 class MissingLedgerError(UserFacingError):

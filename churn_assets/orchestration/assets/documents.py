@@ -1,4 +1,4 @@
-"""The `contract_documents` asset (world x day) and its parity check.
+"""The `contract_documents` asset (world-day partitioned) and its parity check.
 
 Thin: `contracts.build.build_day` folds, renders and writes a day; this module finds the world's ledger
 and the day's folder (`<state>/worlds/<world>/contracts/<day>/`, ARCHITECTURE.md section 10) and turns
@@ -16,10 +16,10 @@ from typing import Any
 
 import dagster as dg
 
-from churn_assets.orchestration.assets.common import problems_description, require_world, world_ledger
+from churn_assets.orchestration.assets.common import problems_description, require_world_day, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import truth_parity
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.ledger import LoadedLedger
 from contracts.build import build_day
@@ -56,8 +56,7 @@ def ledger_document_records(state: StateResource, world_id: str) -> tuple[int, t
                 "record: no other store holds contract terms.",
 )
 def contract_documents(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
-    require_world(state, world_id)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     fmt, records = ledger_document_records(state, world_id)
     built = build_day(records, world_id, day, state.paths.contracts_root(world_id), format_version=fmt)
     changes = built.changes
@@ -91,7 +90,7 @@ with warnings.catch_warnings():
                                   ) -> dg.AssetCheckResult:
         """The facts parsed back from every Markdown document on disk equal the fold as of the day, and
         every file matches its manifest hash. Blocking: nothing downstream reads a wrong document."""
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         folder = day_dir(state.paths.contracts_root(world_id), day)
         try:
             stored = read_day(folder)
@@ -121,7 +120,7 @@ with warnings.catch_warnings():
         status on the day), and every file matches its manifest hash."""
         from churn_assets.evaluation.independent.stores import document_problems
 
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         folder = day_dir(state.paths.contracts_root(world_id), day)
         try:
             stored = read_day(folder)

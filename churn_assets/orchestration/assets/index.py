@@ -1,4 +1,4 @@
-"""The `vector_index` and `rag_index` assets (world x day): contract chunks and the RAG corpus in pgvector.
+"""The `vector_index` and `rag_index` assets (world-day partitioned): contract chunks and the RAG corpus in pgvector.
 
 Thin: `grounding/vector_index.py` and `grounding/rag_corpus.py` chunk, serialise, embed what is new and
 store; this module finds the day's documents (`contract_documents` partition) and the world's ledger,
@@ -25,11 +25,11 @@ from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
 from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
 from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_vector_index, staging_schema
-from churn_assets.orchestration.assets.common import user_errors, world_ledger
+from churn_assets.orchestration.assets.common import require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import truth_parity
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.state import StatePaths
 from churn_assets.world.fold import fold_ledger
@@ -81,7 +81,7 @@ def index_metadata(build: IndexBuild) -> dict[str, Any]:
                 "copy of contract_terms: a partition is a refresh on that day.",
 )
 def vector_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     stored, documents = day_documents(state.paths, world_id, day)
     encoder = default_encoder()
     with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
@@ -126,7 +126,7 @@ def corpus_metadata(build: CorpusBuild) -> dict[str, Any]:
                 "the registry; data time = the day. Records whose text did not change reuse their embedding.",
 )
 def rag_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     paths = state.paths
     stored, documents = day_documents(paths, world_id, day)
     loaded = world_ledger(state, world_id)
@@ -152,5 +152,5 @@ with warnings.catch_warnings():
         window), by SQL over the truth schema."""
         from churn_assets.evaluation.independent.stores import rag_problems
 
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         return truth_parity(state, world_id, day, "the RAG corpus", lambda conn, truth: rag_problems(conn, truth))

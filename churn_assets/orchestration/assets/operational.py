@@ -1,5 +1,5 @@
-"""The `operational_store` asset (world x day), its parity check against the fold, and two checks against the
-truth schema by another path.
+"""The `operational_store` asset (world-day partitioned), its parity check against the fold, and two checks
+against the truth schema by another path.
 
 Thin: the fold (`world/fold.py`) gives the state as of the day, `fabric/operational.py` turns it into
 documents, `fabric/mongo.py` writes them into the day's database `<world>_<yyyymmdd>` (idempotently: a
@@ -42,10 +42,10 @@ from churn_assets.fabric.operational import (
     document_counts,
     project_operational,
 )
-from churn_assets.orchestration.assets.common import problems_description, require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.common import problems_description, require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import not_checked, truth_parity
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.services import mongo_client
 from churn_assets.world.fold import active_users, assigned_licenses, fold_ledger, open_tickets
@@ -79,8 +79,7 @@ def content_key(head_hash: str, window_days: int) -> dict[str, Any]:
                 "their indexes; `_meta` is written last and marks the database complete.",
 )
 def operational_store(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
-    require_world(state, world_id)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     with user_errors():
         urls = state.service_urls()
     loaded = world_ledger(state, world_id)
@@ -149,7 +148,7 @@ with warnings.catch_warnings():
                                  ) -> dg.AssetCheckResult:
         """Every document of the day's database equals the projection of the fold as of the day, and the
         server's own counts (active users, licenses of active users, open tickets) equal the fold's."""
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         urls = state.service_urls()
         client = _client(urls.mongodb)
         try:
@@ -182,7 +181,7 @@ with warnings.catch_warnings():
         schema (not through the fold), and `_meta` names the ledger head the truth schema holds."""
         from churn_assets.evaluation.independent.stores import operational_problems
 
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         try:
             db = require_complete(_client(state.service_urls().mongodb), world_id, day)
         except OperationalStoreError as e:
@@ -203,7 +202,7 @@ with warnings.catch_warnings():
         from churn_assets.fabric.saas_client import SaasClient
         from churn_assets.services import ServiceError, saas_api_key
 
-        world_id, day = world_and_day(context.partition_key)
+        world_id, day, _ = require_world_day(state, context.partition_key)
         try:
             urls = state.service_urls()
             if urls.saas is None:

@@ -1,4 +1,4 @@
-"""Staged caches as Dagster assets: `staged_<class>` per staged class, partitioned world x day.
+"""Staged caches as Dagster assets: `staged_<class>` per staged class, one partition per (world, day).
 
 A materialized partition `staged_prices[(world, 2024-04-22)]` *is* a refresh of the prices cache on that
 day (ARCHITECTURE.md section 3): it copies the class's source mart as it looked on the day into
@@ -21,9 +21,9 @@ import dagster as dg
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.staging import StagedSpec, staged_specs, verify_partition, write_partition
-from churn_assets.orchestration.assets.common import require_day_in_world, require_world, user_errors
+from churn_assets.orchestration.assets.common import require_world_day, user_errors
 from churn_assets.orchestration.dbt_project import analytics_key
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 
 GROUP = "grounding"
@@ -32,10 +32,9 @@ MAX_SHOWN = 20
 
 
 def _partition(state: StateResource, partition_key: str) -> tuple[str, dt.date]:
-    """(world, day) of a partition, refusing a world without a stored config or a day outside its calendar."""
-    world_id, day = world_and_day(partition_key)
-    # The marts hold nothing after the world's last day: a "refresh" there would be a silent copy of it.
-    require_day_in_world(require_world(state, world_id), day)
+    """(world, day) of a partition, refusing a malformed key, a world without a stored config or a day outside
+    its calendar (the marts hold nothing after the world's last day: a "refresh" there would be a silent copy)."""
+    world_id, day, _ = require_world_day(state, partition_key)
     return world_id, day
 
 

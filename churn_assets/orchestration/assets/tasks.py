@@ -1,4 +1,4 @@
-"""The `task_set` asset: one partition per world x day, the day being T (the anchor of every question).
+"""The `task_set` asset: one partition per (world, day), the day being T (the anchor of every question).
 
 Thin: the generator (pure core) samples the tasks from the world's ledger at T with the deployment's
 task count and seed; this module finds the ledger, writes `tasks.jsonl` and attaches the counts.
@@ -10,9 +10,9 @@ import dagster as dg
 
 from churn_assets.deployment import task_settings
 from churn_assets.errors import UserFacingError
-from churn_assets.orchestration.assets.common import require_world, world_ledger
+from churn_assets.orchestration.assets.common import require_world_day, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
-from churn_assets.orchestration.partitions import OF_THE_WORLD, world_and_day, world_day_partitions
+from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.tasks.generator import generate_task_set
 from churn_assets.tasks.task_set import task_set_counts, write_tasks
@@ -27,9 +27,8 @@ from churn_assets.tasks.task_set import task_set_counts, write_tasks
                 "sampled from the world at T; task count and seed from the deployment config.",
 )
 def task_set(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    world_id, day = world_and_day(context.partition_key)
+    world_id, day, _ = require_world_day(state, context.partition_key)
     settings = task_settings()
-    require_world(state, world_id)
     loaded = world_ledger(state, world_id)
     try:
         generated = generate_task_set(loaded.records, world_id=world_id, anchor=day, n=settings.count,

@@ -1,0 +1,168 @@
+"""`churnbench migrate` on a state folder made by the code of before issue 20 (state format 1).
+
+The folder is made by that code itself: commit `FORMAT_1_COMMIT` (the last one before the new formats) is
+exported with `git archive`, its dbt manifest parsed, and its CLI run in subprocesses on the same venv with a
+30-day world and a task count of 20 (the test budget): `worlds add --materialize` and one `run` of the naive
+arm (the cheapest: no staged cache, no index). Then today's code refuses the folder in one line, migrates it,
+and finds everything under the new forms: the world's 30 world-day partitions (matching the materializations
+recorded under the old multi-partition keys), the scenario's definition, `eval_run` partition and its
+materialization, results folder and summary, catalog row, and `results show` under both key forms; a run of the
+same scenario afterwards reuses every input and has the same experiment hash.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner, Result
+
+from churn_assets.cli import main
+from churn_assets.orchestration.dbt_project import dbt_executable
+from churn_assets.services import purge_embedded_data
+from churn_assets.state import STATE_DIR_ENV, STATE_FORMAT, StatePaths, stored_state_format
+
+pytestmark = pytest.mark.integration
+
+FORMAT_1_COMMIT = "eb7969162500ac4e0d36ce6a5bb74e1a20c5110d"  # main before issue 20
+REPO = Path(__file__).resolve().parents[2]
+T_PRIME, T = dt.date(2024, 1, 20), dt.date(2024, 1, 22)
+TASKS = 20
+
+
+@dataclass(frozen=True)
+class OldState:
+    paths: StatePaths
+    world: str
+    old_key: str
+    new_key: str
+    summary: dict[str, Any]  # as the old run wrote it
+    results: Path  # the run's folder under the old key
+
+
+def _old_cli(code: Path, env: dict[str, str], *args: str) -> str:
+    # cwd: `python -c` puts the working directory first on sys.path (before PYTHONPATH), so run inside the old code
+    run = subprocess.run([sys.executable, "-c", "from churn_assets.cli import main; main()", *args], env=env,
+                         cwd=code, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"old churnbench {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
+    return run.stdout
+
+
+@pytest.fixture(scope="module")
+def old_state(tmp_path_factory: pytest.TempPathFactory, cli_env: Callable[..., dict[str, str]]
+              ) -> Iterator[OldState]:
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: the code of before issue 20 cannot be exported")
+    base = tmp_path_factory.mktemp("format1")
+    code = base / "code"
+    code.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", FORMAT_1_COMMIT], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
+    deployment = code / "churn_assets" / "deployment.yaml"
+    deployment.write_text(deployment.read_text().replace("  count: 180\n", f"  count: {TASKS}\n"))
+    subprocess.run([dbt_executable(), "parse", "--profiles-dir", ".", "--quiet"], cwd=code / "dbt_project",
+                   check=True, capture_output=True, timeout=300)
+    paths = StatePaths.resolve(base / "state")
+    env = cli_env(paths.root, PYTHONPATH=str(code))
+    try:
+        added = _old_cli(code, env, "worlds", "add", "--days", "30", "--name", "migr", "--materialize")
+        world = added.split()[2]
+        printed = _old_cli(code, env, "run", "--world", world, "--arm", "naive", "--t-prime", T_PRIME.isoformat(),
+                           "--t", T.isoformat())
+        results = Path(next(x for x in printed.splitlines() if x.startswith("results: ")).split(": ", 1)[1])
+        _old_cli(code, env, "services", "down")  # today's code starts them again, as after an upgrade
+        old_key = f"{world}__naive__tiered__tp{T_PRIME:%Y%m%d}__t{T:%Y%m%d}__det__default"
+        assert results.parent.name == old_key  # the form of before, as that code wrote it
+        new_key = f"naive__tiered__tp{T_PRIME:%Y%m%d}__t{T:%Y%m%d}__det__default__{world}"
+        yield OldState(paths, world, old_key, new_key, json.loads((results / "summary.json").read_text()), results)
+    finally:
+        purge_embedded_data(paths)
+        shutil.rmtree(code, ignore_errors=True)
+
+
+def _cli(paths: StatePaths, *args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env={STATE_DIR_ENV: str(paths.root)})
+
+
+def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> None:
+    from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, world_day_key
+    from churn_assets.orchestration.scenario_inputs import missing_inputs
+    from churn_assets.orchestration.scenarios import load_scenario, stored_plan
+    from churn_assets.orchestration.state_migration import MIGRATED_FROM
+    from churn_assets.orchestration.world_registry import world_day_partition_keys
+
+    s = old_state
+    paths = s.paths
+    assert stored_state_format(paths) == 1
+    refused = _cli(paths, "results", "list")
+    assert refused.exit_code == 1 and "run `churnbench migrate` first" in refused.output
+    assert refused.output.count("\n") == 1
+
+    migrated = _cli(paths, "migrate")
+    assert migrated.exit_code == 0, migrated.output
+    assert "format 1 -> 2" in migrated.output and f"{s.world}: 30" in migrated.output
+    assert ("1 definition file(s), 1 eval_run partition(s) (1 materialization(s) carried over), 1 results "
+            "folder(s) (1 summary file(s)), 1 catalog row(s), 0 sweep record(s) renamed") in migrated.output
+    assert stored_state_format(paths) == STATE_FORMAT
+
+    # Files: the definition, the results folder and its summary are under the new key; nothing is left under the old.
+    new_results = paths.results_dir(s.world) / s.new_key / s.results.name
+    assert not paths.scenario_file(s.old_key).exists() and not s.results.parent.exists()
+    assert load_scenario(paths, s.new_key).key == s.new_key and stored_plan(paths, s.new_key) is not None
+    summary = json.loads((new_results / "summary.json").read_text())
+    assert summary == {**s.summary, "scenario_key": s.new_key}  # one field renamed; counts and hashes kept
+
+    with open_session(paths) as session:
+        instance = session.instance
+        # Partitions: the world's 30 days, matching what the old code materialized under its multi-partition keys.
+        days = world_day_partition_keys(instance, s.world)[s.world]
+        assert len(days) == 30 and days[0] == world_day_key(s.world, "2024-01-01")
+        assert world_day_key(s.world, T) in instance.get_materialized_partitions(dg.AssetKey("task_set"))
+        scenario = load_scenario(paths, s.new_key)
+        plan = stored_plan(paths, s.new_key)
+        assert plan is not None and missing_inputs(session, plan) == []
+        scenarios = instance.get_dynamic_partitions(SCENARIO_PARTITIONS_NAME)
+        assert s.new_key in scenarios and s.old_key not in scenarios
+        [record] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("eval_run"), asset_partitions=[s.new_key]), limit=5).records
+        assert record.asset_materialization is not None
+        md = record.asset_materialization.metadata
+        assert md["results"].value == str(new_results) and md[MIGRATED_FROM].value == s.old_key
+        assert md["experiment_hash"].value == s.summary["experiment_hash"]
+        # The catalog row: the new key, its folder and files moved with it, the same identity.
+        [row] = RunCatalog(session.urls.warehouse).runs(s.world)
+        assert (row.scenario_key, row.results_dir) == (s.new_key, str(new_results))
+        assert (row.experiment_hash, row.code_version) == (s.summary["experiment_hash"], s.summary["code_version"])
+        assert all(Path(p).is_file() for p in row.files.values() if p)
+    assert scenario.key == s.new_key
+
+    # `results show` under every name the CLI prints: both key forms, the results folder, the hash prefix, run id.
+    for ref in (s.new_key, s.old_key, str(new_results), str(s.results), s.summary["experiment_hash"][:10],
+                f"{s.summary['experiment_hash']}__{s.summary['code_version']}", str(row.run_id)):
+        shown = _cli(paths, "results", "show", ref)
+        assert shown.exit_code == 0, f"{ref}: {shown.output}"
+        assert f"run {row.run_id}: {s.new_key}" in shown.output
+
+    again = _cli(paths, "migrate")
+    assert again.exit_code == 0 and "nothing to migrate" in again.output
+
+    # The same scenario run by today's code reuses every input (the old materializations match) and has the same
+    # experiment hash (the key is no part of the experiment); its folder differs only by the code version.
+    rerun = _cli(paths, "run", "--world", s.world, "--arm", "naive", "--t-prime", T_PRIME.isoformat(),
+                 "--t", T.isoformat())
+    assert rerun.exit_code == 0, rerun.output
+    assert "built 0 input(s)" in rerun.output and f"{s.new_key}: accuracy" in rerun.output
+    folder = Path(next(x for x in rerun.output.splitlines() if x.startswith("results: ")).split(": ", 1)[1])
+    assert folder.parent == new_results.parent
+    assert json.loads((folder / "summary.json").read_text())["experiment_hash"] == s.summary["experiment_hash"]
