@@ -35,7 +35,7 @@ WING_RANKS: dict[str, int] = {
     "resources": 3, "materialize": 3,
     "scenario_inputs": 4, "state_migration": 4,
     "assets": 5,
-    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "sweeps": 6,
+    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "sweeps": 6, "regression": 6,
     "jobs": 7, "schedules": 7, "sensors": 7,
     "definitions": 8,
 }

@@ -26,6 +26,8 @@ CACHE_AGE_GAPS = tuple(range(1, 36))
 PARITY_GAPS = tuple(range(26, 32))  # the 2x2 around D+28 that the README quotes beside the single figure
 SMOKE_T = dt.date(2024, 1, 30)
 SMOKE_DAYS = 30
+REGRESSION_SEEDS = (42, 7)
+REGRESSION_GAPS = (28,)  # D+28 on the 30-day world: where tiering (and a re-tiered class) moves the counts
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,19 @@ def smoke(args: PresetArgs) -> SweepSpec:
                                  "check that the sweep machinery works")
 
 
+def regression(args: PresetArgs) -> SweepSpec:
+    """The nightly regression (`churnbench regression`, the `regression` job): a fixed small grid whose figures a
+    committed baseline pins. Its worlds are the smoke preset's 30-day worlds, so a state folder that ran the
+    smoke sweep reuses their inputs."""
+    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
+
+    return SweepSpec("regression", args.world_refs(REGRESSION_SEEDS, days=SMOKE_DAYS),
+                     (TIERED_ARM, UNTIERED_ARM, "naive"), ("tiered",), SMOKE_T, gaps=REGRESSION_GAPS,
+                     description="the nightly regression: two 30-day worlds (seeds 42 and 7), grounding tiered and "
+                                 "off and naive at T' = T - 28, deterministic agent; the regression gate compares "
+                                 "its verdict counts, exposure and accuracy with baselines/regression.json")
+
+
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("cache-age", "stale answers, exposure and prediction against cache age (gaps 1-35), on and off",
            cache_age),
@@ -138,6 +153,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("budget", "stale answers against refresh cost for four ways of spending a refresh budget", budget),
     Preset("seeds", "the paper's 2x2 over seeds with a bootstrap interval of on versus off", seeds),
     Preset("smoke", "a 30-day world, two arms, two T' (seconds, not minutes)", smoke),
+    Preset("regression", "the nightly regression: two 30-day worlds, grounding on and off and naive at D+28, "
+           "gated against baselines/regression.json", regression),
 )}
 
 
