@@ -122,7 +122,7 @@ class RegressionSection(StrictModel):
     schedule: Annotated[str, BeforeValidator(_cron), Field(description="a cron string")] = RegressionSettings.cron
     timezone: Annotated[str, BeforeValidator(_timezone), Field(description="a time zone")] = \
         RegressionSettings.timezone
-    running: bool = RegressionSettings.running
+    running: Annotated[bool, Field(description="true or false")] = RegressionSettings.running
 
 
 class DeploymentFile(StrictModel):

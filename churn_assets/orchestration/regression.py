@@ -53,6 +53,8 @@ def replan_stale_plans(session: Session, spec: Any, echo: Echo) -> int:
     replanned = 0
     for cell in evaluated:
         key = scenario_key_of(cell)
+        if not session.paths.scenario_file(key).exists():  # never defined: it is planned when it first runs
+            continue
         plan = stored_plan(session.paths, key)
         if plan is not None and plan.registry_hash != registry.content_hash:
             scenario_plan(session, load_scenario(session.paths, key), replan=True, registry=registry)
@@ -63,7 +65,9 @@ def replan_stale_plans(session: Session, spec: Any, echo: Echo) -> int:
 
 
 def run_regression(session: Session, definitions: Any, *, echo: Echo = print, update_baseline: bool = False,
-                   workers: int = 1) -> RegressionOutcome:
+                   workers: int = 1, spec: Any = None) -> RegressionOutcome:
+    """The regression (see the module doc). `spec`: another `SweepSpec` than the preset's (tests run a smaller
+    one against a baseline of their own)."""
     from churn_assets.evaluation.results import code_version
     from churn_assets.sweeps.presets import preset_spec
     from churn_assets.sweeps.regression import (
@@ -78,7 +82,7 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
     )
 
     started = time.perf_counter()
-    spec = preset_spec(REGRESSION_PRESET)
+    spec = spec or preset_spec(REGRESSION_PRESET)
     path = baseline_path()
     if not update_baseline:
         load_baseline(path)  # a missing or broken baseline fails before anything runs
