@@ -19,7 +19,7 @@ import click
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Cells evaluated at once (worker processes).")
 def regression(update_baseline: bool, baseline: str | None, workers: int) -> None:
-    """Run the regression preset (two 30-day worlds, grounding on and off and naive at D+28, deterministic
+    """Run the regression preset (two 30-day worlds, grounding on and off and naive at T - 27, deterministic
     agent; finished cells reused), materialize its `regression_report` and gate it: every figure (verdict
     counts, stale answers, exposure, accuracy per arm and cell) within the baseline's thresholds and the world
     config, registry and templates hashes unchanged. Prints every figure that moved; exits 1 when the gate fails."""

@@ -173,7 +173,7 @@ def run_regression_gate(context: dg.OpExecutionContext, config: RegressionConfig
 
 
 @dg.job(name="regression", description="The nightly regression: the `regression` sweep preset (two 30-day worlds, "
-        "grounding on and off and naive at D+28, deterministic agent) and its gated `regression_report` against "
+        "grounding on and off and naive at T - 27, deterministic agent) and its gated `regression_report` against "
         "baselines/regression.json. The `nightly_regression` schedule launches it.",
         tags={"churnbench/kind": "regression"})
 def regression_job() -> None:
