@@ -1,8 +1,8 @@
 """The regression gate against the real services, in process (as `churnbench regression` runs it), on a small
-regression spec (one 30-day world, grounding tiered and off at T = 2024-01-29, T' = T - 27, 20 tasks) and a baseline of its own: the
-unchanged configuration passes and reuses every cell; the registry's `assignments` TTL raised from 1 to 3 days
-fails the gate naming the figures that moved; a registry edit that moves no figure fails on the hash alone; the
-served-age checks on `eval_run` pass for the tiered cell and are skipped for the off cell.
+regression spec (one 30-day world, grounding tiered and off at T = 2024-01-29, T' = T - 27, 20 tasks) and a
+baseline of its own: the unchanged configuration passes and reuses every cell; the registry's `assignments` TTL
+raised from 1 to 3 days fails the gate naming the figures that moved; a registry edit that moves no figure fails
+on the hash alone; the served-age checks on `eval_run` pass for the tiered cell and are skipped for the off cell.
 
 The world is `test_figures_unchanged.py`'s (same config, T' and task count), so a session that ran it reuses
 its T' inputs (documents, vector index, staged caches of T')."""
