@@ -6,6 +6,7 @@ Later issues add their deployment-wide settings (task count, task seed, ...) as 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -20,6 +21,9 @@ from churn_assets.world.config import WorldConfig
 from churn_assets.world.validation import IsoDay, StrictModel, none_is, parse
 
 DEPLOYMENT_RESOURCE = "deployment.yaml"
+# A deployment config file to read instead of the packaged one (a deployment of its own, or a test whose
+# worker processes need another task count: they inherit the environment, not a test's monkeypatch).
+DEPLOYMENT_FILE_ENV = "CHURNBENCH_DEPLOYMENT_FILE"
 
 
 class DeploymentConfigError(UserFacingError, ValueError):
@@ -117,8 +121,9 @@ def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
 
 @cache
 def deployment() -> DeploymentConfig:
-    """The deployment config, read once per process (partitions are built from it at import)."""
-    return load_deployment()
+    """The deployment config, read once per process (partitions are built from it at import): the file named
+    by `CHURNBENCH_DEPLOYMENT_FILE`, else the packaged deployment.yaml."""
+    return load_deployment(os.environ.get(DEPLOYMENT_FILE_ENV) or None)
 
 
 def task_settings(config: DeploymentConfig | None = None) -> TaskSettings:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.orchestration.cells import run_scenario
 from churn_assets.state import StatePaths
 
 
@@ -24,37 +24,6 @@ def _day(value: str) -> dt.date:
         return dt.date.fromisoformat(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a day YYYY-MM-DD") from None
-
-
-def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
-                 policy: str, saas_profile: str, echo: Any, *, llm: Any = None, replan: bool = False
-                 ) -> dict[str, Any]:
-    """Define the scenario, build its inputs, run `eval_run` for it, return its summary (plus where it is).
-    `llm`: the `LlmSettings` of an LLM agent (its agent id goes into the key, its settings into the experiment
-    hash). `replan`: plan the scenario again (after a registry edit) instead of refusing its stored plan."""
-    from churn_assets.arms.registry import define_scenario
-    from churn_assets.evaluation.verdicts import STALE_VERDICTS
-    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-    from churn_assets.orchestration.materialize import materialize
-    from churn_assets.orchestration.scenario_materializer import materialize_scenario
-    from churn_assets.orchestration.scenarios import register_scenario
-
-    scenario = define_scenario(world, arm, policy, t_prime, t, agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT,
-                               saas_profile=saas_profile, model_settings=llm.to_json() if llm else None)
-    key = register_scenario(session.paths, session.instance, scenario)
-    build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo)
-    started = time.perf_counter()
-    [result] = materialize(session, definitions, ["eval_run"], [key])
-    seconds = time.perf_counter() - started
-    # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
-    # an earlier code version under the same scenario key.
-    folder = Path(str(result.metadata["eval_run"]["results"]))
-    summary = json.loads((folder / "summary.json").read_text())
-    timings = json.loads((folder / "timings.json").read_text())
-    summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=len(build.built),
-                   mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}))
-    summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
-    return summary
 
 
 class ArmChoice(click.Choice):
