@@ -42,7 +42,7 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,25 +156,27 @@ class CellResult:
 def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 1,
               progress: Progress | None = None, replan: bool = False) -> list[CellResult]:
     """Evaluate `cells` on the state folder `state_paths` in `workers` processes; one result per cell, in
-    input order. Builds the union of the cells' missing inputs first (each once, in parallel where the
-    dependency order allows), then evaluates the cells in parallel. A failed cell fails alone. `replan`: plan
-    every cell again (after a registry edit), as `churnbench run --replan` does. See the module docstring."""
+    input order. The union of the cells' missing inputs is built once, each build as soon as the builds it
+    depends on are done, and each cell as soon as its own inputs are; a failed cell fails alone. `replan`:
+    plan every cell again (after a registry edit), as `churnbench run --replan` does. See the module
+    docstring."""
     if workers < 1:
         raise UserFacingError(f"workers must be at least 1, not {workers}")
     say = progress or (lambda _line: None)
     started = time.perf_counter()
     from churn_assets.orchestration.materialize import open_session
 
-    with open_session(state_paths) as session:
+    cells = list(cells)
+    with open_session(state_paths) as session, _Pool(session, workers) as pool:
+        pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
         definitions = load_definitions(session.paths)
-        prepared = _prepare(session, definitions, list(cells), replan, say)
-        n = min(workers, max(len(prepared.steps), len(prepared.to_run), 1))
-        with _pool(session, definitions, n) as pool:
-            failed_steps = _build_inputs(pool, prepared, say)
-            results = _evaluate(pool, prepared, failed_steps, say)
+        prepared = _prepare(session, definitions, cells, replan, say)
+        pool.definitions = definitions
+        outcomes = _schedule(pool, _jobs(prepared), say)
+    results = _results(prepared, outcomes)
     ok = sum(r.ok for r in results)
     say(f"cells: {ok} of {len(results)} done, {len(results) - ok} failed, in {time.perf_counter() - started:.1f} s "
-        f"({n} worker{'s' if n > 1 else ''})")
+        f"({pool.workers} worker{'s' if pool.workers > 1 else ''})")
     return results
 
 
@@ -191,7 +193,7 @@ class _Prepared:
 
 def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], replan: bool,
              say: Progress) -> _Prepared:
-    """Phase 1, in the calling process: define, register and plan every distinct cell; the missing inputs."""
+    """In the calling process: define, register and plan every distinct cell; the union of missing inputs."""
     from churn_assets.freshness.scenario import LEDGER, ScenarioInput
     from churn_assets.orchestration.scenario_inputs import existing_inputs, needs_ledger_to_plan, scenario_plan
     from churn_assets.orchestration.scenario_materializer import (
@@ -241,92 +243,132 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
     return _Prepared(cells, keys, errors, to_run, inputs_of, steps, needs)
 
 
-def _build_inputs(pool: _Pool, prepared: _Prepared, say: Progress) -> dict[Step, str]:
-    """Phase 2: every missing input, each build submitted once the builds it depends on are done. Returns the
-    steps that failed (or were skipped because one they need failed), with the reason."""
-    pending = list(prepared.steps)
-    done: set[Step] = set()
-    failed: dict[Step, str] = {}
-    total = len(pending)
-
-    def submit_ready() -> list[tuple[Step, Callable[..., Any], tuple[Any, ...]]]:
-        ready = []
-        for step in list(pending):
-            blocker = next((f for f in prepared.needs[step] if f in failed), None)
-            if blocker is not None:
-                pending.remove(step)
-                failed[step] = f"needs {blocker.label}, which failed"
-                say(f"  input [{total - len(pending)}/{total}] {step.label}: skipped ({blocker.label} failed)")
-            elif prepared.needs[step] <= done:
-                pending.remove(step)
-                ready.append((step, _worker_build, (step,)))
-        return ready
-
-    def finished(step: Step, result: StepResult | BaseException) -> None:
-        n = len(done) + len(failed) + 1
-        if isinstance(result, BaseException):
-            failed[step] = _one_line(result)
-        elif result.ok:
-            done.add(step)
-            how = "built meanwhile by another process" if result.built_elsewhere else f"{result.seconds:.1f} s"
-            say(f"  input [{n}/{total}] {step.label}: {how}")
-            return
-        else:
-            failed[step] = _one_line(result.error)
-        say(f"  input [{n}/{total}] {step.label}: FAILED: {failed[step]}")
-
-    pool.drive(submit_ready, finished)
-    return failed
+# Rough relative cost of one build (measured on the 30-day world: a dbt build ~10-40 s, an index day ~5-40 s
+# with the model load, the warehouse pair ~10 s, other partitions ~1 s, a cell's evaluation ~5 s). Only a
+# scheduling hint: the longest chain of work left below a job goes first, so the slow builds start early.
+_COST_HINT = {"analytics_dbt": 20.0, "vector_index": 15.0, "rag_index": 15.0, "warehouse_raw": 8.0, "ledger": 2.0}
+_CELL_COST = 5.0
 
 
-def _evaluate(pool: _Pool, prepared: _Prepared, failed_steps: dict[Step, str], say: Progress
-              ) -> list[CellResult]:
-    """Phase 3: every distinct cell whose inputs were built, through `run_scenario` in the pool."""
-    failed_inputs = {i: (s, error) for s, error in failed_steps.items() for i in s.inputs}
-    by_key: dict[str, CellResult] = {}
-    queue: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+@dataclass
+class _Job:
+    """One unit of work for the pool: an input build (`step`) or a cell's evaluation (`key`)."""
+
+    id: Any  # the Step, or ("cell", scenario key)
+    label: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    needs: set[Any]
+    cost: float
+    rank: float = 0.0  # cost plus the most expensive chain of jobs waiting on this one
+
+
+def _jobs(prepared: _Prepared) -> list[_Job]:
+    """The input builds and the cells as one graph: a cell needs the builds of its missing inputs."""
+    step_of = {i: s for s in prepared.steps for i in s.inputs}
+    jobs = [_Job(s, s.label, _worker_build, (s,), set(prepared.needs[s]),
+                 max((_COST_HINT.get(i.asset, 1.0) for i in s.inputs), default=1.0)) for s in prepared.steps]
     for key, index in prepared.to_run.items():
         cell = prepared.cells[index]
-        blocked = next((failed_inputs[i] for i in prepared.inputs_of[key] if i in failed_inputs), None)
-        if blocked is not None:
-            by_key[key] = CellResult(cell, error=f"input {blocked[0].label} failed: {blocked[1]}")
-            say(f"  cell {cell.label}: FAILED: {by_key[key].error}")
-        else:
-            queue.append((key, _worker_cell, (cell,)))
-    total = len(queue)
+        jobs.append(_Job(("cell", key), cell.label, _worker_cell, (cell,),
+                         {step_of[i] for i in prepared.inputs_of[key]}, _CELL_COST))
+    by_id = {j.id: j for j in jobs}
+    waiting_on: dict[Any, list[_Job]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for need in j.needs:
+            waiting_on[need].append(j)
+    for j in reversed(jobs):  # dependents come later in this order (steps are topological, cells last)
+        j.rank = j.cost + max((d.rank for d in waiting_on[j.id]), default=0.0)
+    assert len(by_id) == len(jobs)
+    return jobs
 
-    def submit_ready() -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
-        ready = list(queue)
-        queue.clear()
-        return ready
 
-    def finished(key: str, result: CellResult | BaseException) -> None:
-        if isinstance(result, BaseException):
-            result = CellResult(prepared.cells[prepared.to_run[key]], error=_one_line(result))
-        by_key[key] = result
-        say(f"  cell [{sum(k in by_key for k in prepared.to_run) - (len(prepared.to_run) - total)}/{total}] "
-            f"{_describe(result)}")
+def _schedule(pool: _Pool, jobs: list[_Job], say: Progress) -> dict[Any, Any]:
+    """Run the jobs, at most `pool.workers` at a time, the highest-ranked ready job first. Returns each job's
+    outcome: its result, or the reason it did not run (a string). A job whose worker died is run once more."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
 
-    pool.drive(submit_ready, finished)
+    pending = {j.id: j for j in jobs}
+    outcomes: dict[Any, Any] = {}
+    running: dict[Future[Any], _Job] = {}
+    retried: set[Any] = set()
+    builds = sum(1 for j in jobs if not isinstance(j.id, tuple))
+    cells = len(jobs) - builds
+    counts = {"input": 0, "cell": 0}
+
+    def report(job: _Job, outcome: Any) -> None:
+        kind = "cell" if isinstance(job.id, tuple) else "input"
+        counts[kind] += 1
+        total = cells if kind == "cell" else builds
+        say(f"  {kind} [{counts[kind]}/{total}] {_describe(job, outcome)}")
+
+    while pending or running:
+        for job in list(pending.values()):
+            failed = next((n for n in job.needs if n in outcomes and not _succeeded(outcomes[n])), None)
+            if failed is not None:
+                del pending[job.id]
+                outcomes[job.id] = f"input {failed.label} failed"
+                report(job, outcomes[job.id])
+        ready = sorted((j for j in pending.values() if all(n in outcomes for n in j.needs)),
+                       key=lambda j: -j.rank)
+        for job in ready[:max(0, pool.workers - len(running))]:
+            del pending[job.id]
+            running[pool.submit(job.fn, job.args)] = job
+        if not running:
+            if pending:  # every job's needs are jobs of the graph, which is acyclic
+                raise RuntimeError(f"internal: {len(pending)} job(s) can never run")
+            break
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            job = running.pop(future)
+            try:
+                outcome = future.result()
+            except BrokenProcessPool as e:
+                if job.id not in retried:  # the worker died (under this job or another): once more
+                    retried.add(job.id)
+                    pending[job.id] = job
+                    continue
+                outcome = f"its worker process died twice ({_one_line(e)})"
+            except Exception as e:
+                outcome = _one_line(e)
+            outcomes[job.id] = outcome
+            report(job, outcome)
+    return outcomes
+
+
+def _succeeded(outcome: Any) -> bool:
+    return not isinstance(outcome, str) and outcome.ok
+
+
+def _results(prepared: _Prepared, outcomes: dict[Any, Any]) -> list[CellResult]:
+    """One result per cell, in input order; cells of one scenario key share its run."""
     out = []
     for i, cell in enumerate(prepared.cells):
         key = prepared.keys[i]
         if key is None or i in prepared.errors:
             out.append(CellResult(cell, error=prepared.errors.get(i, "not defined")))
             continue
-        shared = by_key[key]
-        out.append(shared if shared.cell == cell else CellResult(cell, shared.summary, shared.error, shared.seconds,
-                                                                 shared.log))
+        outcome = outcomes[("cell", key)]
+        if isinstance(outcome, str):
+            out.append(CellResult(cell, error=outcome))
+        else:
+            out.append(CellResult(cell, outcome.summary, outcome.error, outcome.seconds, outcome.log))
     return out
 
 
-def _describe(result: CellResult) -> str:
-    if not result.ok:
-        return f"{result.cell.label}: FAILED: {result.error}"
-    s = result.summary or {}
-    accuracy = s.get("accuracy")
-    return (f"{result.cell.label}: stale {s.get('stale_answers')}, exposure {s.get('exposure')}, accuracy "
-            f"{100 * (accuracy or 0):.1f}% ({result.seconds:.1f} s)")
+def _describe(job: _Job, outcome: Any) -> str:
+    if isinstance(outcome, str):
+        return f"{job.label}: FAILED: {outcome}"
+    if not outcome.ok:
+        return f"{job.label}: FAILED: {_one_line(outcome.error)}"
+    if isinstance(job.id, tuple):
+        s = outcome.summary or {}
+        return (f"{job.label}: stale {s.get('stale_answers')}, exposure {s.get('exposure')}, accuracy "
+                f"{100 * (s.get('accuracy') or 0):.1f}% ({outcome.seconds:.1f} s)")
+    if outcome.built_elsewhere:
+        return f"{job.label}: built meanwhile by another process"
+    return f"{job.label}: {outcome.seconds:.1f} s"
 
 
 def _one_line(e: BaseException | str | None) -> str:
@@ -349,33 +391,42 @@ def load_definitions(paths: StatePaths) -> dg.Definitions:
 
 @dataclass
 class _WorkerState:
-    session: Session
-    definitions: dg.Definitions
-    stack: contextlib.ExitStack
+    session: Session | None
+    definitions: dg.Definitions | None
+    error: str | None = None  # why the worker could not start (every job it gets fails with it)
 
 
 _WORKER: _WorkerState | None = None
 
 
-def _start_worker(root: str, torch_threads: int | None) -> None:
-    """Pool initializer: this worker's own session on the state folder, and the definitions bound to it."""
+def _start_worker(root: str, torch_threads: int) -> None:
+    """Pool initializer: this worker's own session on the state folder, and the definitions bound to it. An
+    error is kept for the jobs (an initializer that raises would break the pool without saying why)."""
     global _WORKER
-    if torch_threads is not None:
-        os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
+    os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
+    import atexit
+
     from churn_assets.orchestration.materialize import open_session
 
     stack = contextlib.ExitStack()
-    session = stack.enter_context(open_session(StatePaths.resolve(root)))
-    import atexit
-
     atexit.register(stack.close)
-    _WORKER = _WorkerState(session, load_definitions(session.paths), stack)
+    try:
+        session = stack.enter_context(open_session(StatePaths.resolve(root)))
+        _WORKER = _WorkerState(session, load_definitions(session.paths))
+    except Exception as e:
+        _WORKER = _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}")
 
 
-def _worker() -> _WorkerState:
+def _worker() -> tuple[Session, dg.Definitions]:
     if _WORKER is None:
-        raise RuntimeError("internal: a cell ran in a process whose worker was not started")
-    return _WORKER
+        raise RuntimeError("internal: a job ran in a process whose worker was not started")
+    if _WORKER.error is not None or _WORKER.session is None or _WORKER.definitions is None:
+        raise UserFacingError(_WORKER.error or "the worker could not start")
+    return _WORKER.session, _WORKER.definitions
+
+
+def _worker_ready() -> None:
+    """Nothing: submitted once per worker at start, so that they start while the caller plans."""
 
 
 def _worker_build(step: Step) -> StepResult:
@@ -383,42 +434,50 @@ def _worker_build(step: Step) -> StepResult:
     from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG
     from churn_assets.orchestration.scenario_materializer import LAUNCHED_BY, StepResult, build_step
 
-    w = _worker()
     try:
-        return build_step(w.session, w.definitions, step, {LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None)
-    except Exception as e:  # a lock or service error outside the run itself: this step fails alone
+        session, definitions = _worker()
+        return build_step(session, definitions, step, {LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None)
+    except Exception as e:  # a lock, service or start-up error outside the run itself: this step fails alone
         return StepResult(step, 0.0, error=_one_line(e))
 
 
 def _worker_cell(cell: Cell) -> CellResult:
     """Evaluate one cell in this worker through `run_scenario`; any error becomes the cell's own."""
-    w = _worker()
     log: list[str] = []
     started = time.perf_counter()
     try:
-        summary = run_scenario(w.session, w.definitions, cell.world, cell.arm, cell.t_prime, cell.t, cell.policy,
+        session, definitions = _worker()
+        summary = run_scenario(session, definitions, cell.world, cell.arm, cell.t_prime, cell.t, cell.policy,
                                cell.saas_profile, log.append, llm=cell.llm)
-    except UserFacingError as e:
-        return CellResult(cell, error=_one_line(e), seconds=time.perf_counter() - started, log=tuple(log))
     except Exception as e:
-        log += traceback.format_exc().splitlines()
+        if not isinstance(e, UserFacingError):
+            log += traceback.format_exc().splitlines()
         return CellResult(cell, error=_one_line(e), seconds=time.perf_counter() - started, log=tuple(log))
     return CellResult(cell, summary, seconds=time.perf_counter() - started, log=tuple(log))
 
 
 class _Pool:
-    """The workers: `workers` spawned processes, or this process itself when `workers` is 1.
+    """The workers: `workers` spawned processes, or this process itself when `workers` is 1 (then a job runs
+    when it is submitted, on the caller's session). A process pool broken by a dead worker is started again
+    on the next submit."""
 
-    `drive(next_jobs, finished)` submits the jobs `next_jobs()` returns (`(id, fn, args)`), waits for any to
-    finish, reports it with `finished(id, result or exception)`, and repeats until nothing is running and
-    `next_jobs` has nothing more. A worker that dies (a crash, the OOM killer) breaks a process pool and
-    every job running in it: the pool is started again and each of those jobs retried once, so only a job
-    that kills its worker twice fails (with the pool's error).
-    """
-
-    def __init__(self, session: Session, definitions: dg.Definitions, workers: int) -> None:
-        self.session, self.definitions, self.workers = session, definitions, workers
+    def __init__(self, session: Session, workers: int) -> None:
+        self.session, self.workers = session, workers
+        self.definitions: dg.Definitions | None = None  # the caller's, for `workers == 1`
         self.executor: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.executor = None
+
+    def warm_up(self) -> None:
+        if self.workers > 1:
+            for _ in range(self.workers):
+                self.submit(_worker_ready, ())
 
     def _start(self) -> ProcessPoolExecutor:
         import multiprocessing
@@ -430,44 +489,11 @@ class _Pool:
                                    initializer=_start_worker,
                                    initargs=(str(self.session.paths.root), max(1, cores // self.workers)))
 
-    def close(self) -> None:
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-            self.executor = None
-
-    def drive(self, next_jobs: Callable[[], list[tuple[Any, Callable[..., Any], tuple[Any, ...]]]],
-              finished: Callable[[Any, Any], None]) -> None:
-        from concurrent.futures import FIRST_COMPLETED, wait
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
         from concurrent.futures.process import BrokenProcessPool
 
         if self.workers == 1:
-            self._drive_inline(next_jobs, finished)
-            return
-        running: dict[Future[Any], tuple[Any, Callable[..., Any], tuple[Any, ...]]] = {}
-        retried: set[Any] = set()
-        while True:
-            for job in next_jobs():
-                running[self._submit(job[1], job[2])] = job
-            if not running:  # jobs only become ready when running ones finish: nothing more will come
-                return
-            ready, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in ready:
-                job = running.pop(future)
-                try:
-                    result = future.result()
-                except BrokenProcessPool as e:
-                    if job[0] not in retried:
-                        retried.add(job[0])
-                        running[self._submit(job[1], job[2])] = job
-                        continue
-                    result = UserFacingError(f"its worker process died twice ({_one_line(e)})")
-                except Exception as e:
-                    result = e
-                finished(job[0], result)
-
-    def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
-        from concurrent.futures.process import BrokenProcessPool
-
+            return self._run_here(fn, args)
         if self.executor is None:
             self.executor = self._start()
         try:
@@ -477,27 +503,17 @@ class _Pool:
             self.executor = self._start()
             return self.executor.submit(fn, *args)
 
-    def _drive_inline(self, next_jobs: Callable[[], list[tuple[Any, Callable[..., Any], tuple[Any, ...]]]],
-                      finished: Callable[[Any, Any], None]) -> None:
+    def _run_here(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
+        from concurrent.futures import Future
+
         global _WORKER
+        future: Future[Any] = Future()
         saved = _WORKER
-        _WORKER = _WorkerState(self.session, self.definitions, contextlib.ExitStack())
+        _WORKER = _WorkerState(self.session, self.definitions)
         try:
-            while jobs := next_jobs():
-                for job_id, fn, args in jobs:
-                    try:
-                        result = fn(*args)
-                    except Exception as e:
-                        result = e
-                    finished(job_id, result)
+            future.set_result(fn(*args))
+        except Exception as e:
+            future.set_exception(e)
         finally:
             _WORKER = saved
-
-
-@contextlib.contextmanager
-def _pool(session: Session, definitions: dg.Definitions, workers: int) -> Iterator[_Pool]:
-    pool = _Pool(session, definitions, workers)
-    try:
-        yield pool
-    finally:
-        pool.close()
+        return future
