@@ -264,10 +264,21 @@ class _Job:
 
 
 def _jobs(prepared: _Prepared) -> list[_Job]:
-    """The input builds and the cells as one graph: a cell needs the builds of its missing inputs."""
+    """The input builds and the cells as one graph: a cell needs the builds of its missing inputs, and the
+    embedding builds of a world (vector index and RAG corpus days) run one after the other, in day order: each
+    embeds only the chunks the earlier ones have not (two days built at once would both embed everything;
+    measured on the 30-day world: 35 s for the first day, 1.7 s for the next one after it)."""
+    from churn_assets.freshness.scenario import RAG_INDEX, VECTOR_INDEX
+
     step_of = {i: s for s in prepared.steps for i in s.inputs}
     jobs = [_Job(s, s.label, _worker_build, (s,), set(prepared.needs[s]),
                  max((_COST_HINT.get(i.asset, 1.0) for i in s.inputs), default=1.0)) for s in prepared.steps]
+    previous: dict[str, _Job] = {}
+    for job in sorted(jobs, key=lambda j: (j.id.world, j.id.day or dt.date.min, j.label)):
+        if {i.asset for i in job.id.inputs} & {VECTOR_INDEX, RAG_INDEX}:
+            if job.id.world in previous:
+                job.needs.add(previous[job.id.world].id)
+            previous[job.id.world] = job
     for key, index in prepared.to_run.items():
         cell = prepared.cells[index]
         jobs.append(_Job(("cell", key), cell.label, _worker_cell, (cell,),
@@ -277,19 +288,43 @@ def _jobs(prepared: _Prepared) -> list[_Job]:
     for j in jobs:
         for need in j.needs:
             waiting_on[need].append(j)
-    for j in reversed(jobs):  # dependents come later in this order (steps are topological, cells last)
+    for j in _topological(jobs)[::-1]:
         j.rank = j.cost + max((d.rank for d in waiting_on[j.id]), default=0.0)
     assert len(by_id) == len(jobs)
     return jobs
 
 
+def _topological(jobs: list[_Job]) -> list[_Job]:
+    """The jobs, each after everything it needs (the graph is acyclic: the steps' order and day order agree)."""
+    placed: set[Any] = set()
+    out: list[_Job] = []
+    todo = list(jobs)
+    while todo:
+        ready = [j for j in todo if j.needs <= placed]
+        if not ready:
+            raise RuntimeError("internal: the jobs' dependencies form a cycle")
+        for j in ready:
+            placed.add(j.id)
+            out.append(j)
+            todo.remove(j)
+    return out
+
+
+BUSY_RETRY_S = 1.0  # how soon a build whose lock another process holds is asked for again
+
+
 def _schedule(pool: _Pool, jobs: list[_Job], say: Progress) -> dict[Any, Any]:
     """Run the jobs, at most `pool.workers` at a time, the highest-ranked ready job first. Returns each job's
-    outcome: its result, or the reason it did not run (a string). A job whose worker died is run once more."""
+    outcome: its result, or the reason it did not run (a string).
+
+    A build whose lock another process holds comes back `busy` at once (a worker never idles on a lock while
+    other work is ready) and is asked for again `BUSY_RETRY_S` later; when the other process has finished, it
+    finds the inputs built and reuses them. A job whose worker died is run once more."""
     from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
     pending = {j.id: j for j in jobs}
+    not_before: dict[Any, float] = {}  # busy builds: when to ask again
     outcomes: dict[Any, Any] = {}
     running: dict[Future[Any], _Job] = {}
     retried: set[Any] = set()
@@ -310,16 +345,22 @@ def _schedule(pool: _Pool, jobs: list[_Job], say: Progress) -> dict[Any, Any]:
                 del pending[job.id]
                 outcomes[job.id] = f"input {failed.label} failed"
                 report(job, outcomes[job.id])
-        ready = sorted((j for j in pending.values() if all(n in outcomes for n in j.needs)),
-                       key=lambda j: -j.rank)
+        now = time.monotonic()
+        ready = sorted((j for j in pending.values() if all(n in outcomes for n in j.needs)
+                        and not_before.get(j.id, 0.0) <= now), key=lambda j: -j.rank)
         for job in ready[:max(0, pool.workers - len(running))]:
             del pending[job.id]
             running[pool.submit(job.fn, job.args)] = job
+        backed_off = [t for i, t in not_before.items() if i in pending]
         if not running:
+            if backed_off:
+                time.sleep(max(0.0, min(backed_off) - time.monotonic()))
+                continue
             if pending:  # every job's needs are jobs of the graph, which is acyclic
                 raise RuntimeError(f"internal: {len(pending)} job(s) can never run")
             break
-        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        timeout = max(0.0, min(backed_off) - time.monotonic()) if backed_off else None
+        done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
         for future in done:
             job = running.pop(future)
             try:
@@ -332,6 +373,12 @@ def _schedule(pool: _Pool, jobs: list[_Job], say: Progress) -> dict[Any, Any]:
                 outcome = f"its worker process died twice ({_one_line(e)})"
             except Exception as e:
                 outcome = _one_line(e)
+            if getattr(outcome, "busy", False):
+                if job.id not in not_before:
+                    say(f"  input {job.label}: another process is building it; doing other work meanwhile")
+                not_before[job.id] = time.monotonic() + BUSY_RETRY_S
+                pending[job.id] = job
+                continue
             outcomes[job.id] = outcome
             report(job, outcome)
     return outcomes
@@ -436,7 +483,8 @@ def _worker_build(step: Step) -> StepResult:
 
     try:
         session, definitions = _worker()
-        return build_step(session, definitions, step, {LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None)
+        return build_step(session, definitions, step, {LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None,
+                          wait=False)
     except Exception as e:  # a lock, service or start-up error outside the run itself: this step fails alone
         return StepResult(step, 0.0, error=_one_line(e))
 

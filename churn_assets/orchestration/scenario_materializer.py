@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from churn_assets.errors import UserFacingError
-from churn_assets.files import file_lock
+from churn_assets.files import LockTimeoutError, file_lock
 from churn_assets.freshness.scenario import LEDGER, WAREHOUSE, Scenario, ScenarioInput, ScenarioPlan
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, MaterializationError, Session, materialize
 from churn_assets.orchestration.partitions import world_day_key
@@ -89,10 +89,11 @@ class StepResult:
     run_id: str = ""
     error: str = ""  # "" when it succeeded
     built_elsewhere: bool = False  # another process built the inputs while this one waited for the step's lock
+    busy: bool = False  # not run: another process holds the step's lock (`build_step(..., wait=False)`)
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        return not self.error and not self.busy
 
 
 @dataclass
@@ -245,18 +246,26 @@ def step_lock(session: Session, step: Step) -> Path:
 
 
 def build_step(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str], say: Echo,
-               prefix: str = "") -> StepResult:
-    """Run one step under its lock, unless another process built its inputs meanwhile (then reuse them)."""
+               prefix: str = "", *, wait: bool = True) -> StepResult:
+    """Run one step under its lock, unless another process built its inputs meanwhile (then reuse them).
+    `wait` False: when another process holds the lock, return at once with `busy` set (a scheduler with other
+    work to give this process asks again later instead of idling a worker on the lock)."""
     started = time.perf_counter()
-    with file_lock(step_lock(session, step), what=f"the build of {step.label}",
-                   on_wait=lambda: say(f"  {prefix}{step.label}: another process is building it; waiting")):
-        # Looked at again under the lock: another process may have built it since this one planned.
-        existing, _ = existing_inputs(session, step.inputs)
-        if existing >= set(step.inputs):
-            result = StepResult(step, time.perf_counter() - started, built_elsewhere=True)
-            say(f"  {prefix}{step.label}: built meanwhile by another process; reused")
-            return result
-        return _materialize_step(session, definitions, step, tags, say, prefix, started)
+    try:
+        with file_lock(step_lock(session, step), what=f"the build of {step.label}", timeout=None if wait else 0,
+                       on_wait=lambda: say(f"  {prefix}{step.label}: another process is building it; waiting")
+                       if wait else None):
+            # Looked at again under the lock: another process may have built it since this one planned.
+            existing, _ = existing_inputs(session, step.inputs)
+            if existing >= set(step.inputs):
+                result = StepResult(step, time.perf_counter() - started, built_elsewhere=True)
+                say(f"  {prefix}{step.label}: built meanwhile by another process; reused")
+                return result
+            return _materialize_step(session, definitions, step, tags, say, prefix, started)
+    except LockTimeoutError:
+        if wait:
+            raise
+        return StepResult(step, time.perf_counter() - started, busy=True)
 
 
 def _materialize_step(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str],
