@@ -143,6 +143,9 @@ def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 
         pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
         definitions = load_definitions(session.paths)
         prepared = _prepare(session, definitions, cells, replan, say)
+        if on_cell is not None:  # cells refused before anything ran end here
+            for i, error in prepared.errors.items():
+                on_cell(CellResult(cells[i], error=error))
         pool.definitions = definitions
         outcomes = _schedule(pool, _jobs(prepared, tags or {}), say, on_cell)
     results = _results(prepared, outcomes)

@@ -167,9 +167,13 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
             record.save(session.paths)
             return
         batch, pending = pending[:batch_size], pending[batch_size:]
-        parallel.run_cells(session.paths, [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
-                                                         c.saas_profile, llm) for c in batch],
-                           workers=workers, progress=progress, tags={SWEEP_TAG: record.sweep_id}, on_cell=on_cell)
+        results = parallel.run_cells(session.paths, [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
+                                                                   c.saas_profile, llm) for c in batch],
+                                     workers=workers, progress=progress, tags={SWEEP_TAG: record.sweep_id},
+                                     on_cell=on_cell)
+        for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
+            if record.outcomes.get(record.key_of(cell), {}).get("status") not in (DONE, FAILED):
+                on_cell(result)
 
 
 def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -273,10 +277,10 @@ def plan_removal(session: Session, sweep_id: str) -> Removal:
 
 def remove_sweep(session: Session, removal: Removal) -> None:
     """Remove what `plan_removal` listed: catalog rows first (the only step that needs the database), then the
-    partitions and their materialization history, then the files, the record last (a rerun finds what is left)."""
+    partitions, then the files, the record last (a rerun finds what is left). Materialization history stays:
+    Dagster's SQL event storage cannot wipe single partitions (as for `worlds rm`, `world_registry.py`); a
+    removed partition no longer shows in the UI's partition lists."""
     import shutil
-
-    import dagster as dg
 
     from churn_assets.evaluation.catalog import delete_scenario_runs
     from churn_assets.fabric.postgres import connection
@@ -286,12 +290,9 @@ def remove_sweep(session: Session, removal: Removal) -> None:
         delete_scenario_runs(conn, removal.scenarios)
     instance = session.instance
     existing = [k for k in removal.scenarios if instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, k)]
-    if existing:
-        instance.wipe_asset_partitions(dg.AssetKey("eval_run"), existing)
     for key in existing:
         instance.delete_dynamic_partition(SCENARIO_PARTITIONS_NAME, key)
     if instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id):
-        instance.wipe_asset_partitions(dg.AssetKey("sweep_report"), [removal.sweep_id])
         instance.delete_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id)
     for folder in removal.folders:
         shutil.rmtree(folder, ignore_errors=True)

@@ -186,8 +186,8 @@ WORLD_ARTEFACTS: list[WorldArtefact] = [
 
 
 def _worlds_with_results(ctx: ArtefactContext) -> set[str]:
-    base = ctx.paths.root / "results"
-    return {p.name for p in base.iterdir() if p.is_dir()} if base.exists() else set()
+    base = ctx.paths.root / "results"  # a world's folder, beside `sweeps/` (the sweep reports)
+    return {p.name for p in base.iterdir() if p.is_dir() and WORLD_ID_RE.match(p.name)} if base.exists() else set()
 
 
 def _remove_results(ctx: ArtefactContext, world_id: str) -> None:
