@@ -6,6 +6,7 @@ Later issues add their deployment-wide settings (task count, task seed, ...) as 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -157,7 +158,9 @@ def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
     return parse_deployment(data, where)
 
 
-DEPLOYMENT_ENV = "CHURNBENCH_DEPLOYMENT"  # a deployment.yaml to use instead of the packaged one
+# A deployment.yaml to use instead of the packaged one (a deployment of its own, or a test whose worker
+# processes need another task count: they inherit the environment, not a test's monkeypatch).
+DEPLOYMENT_ENV = "CHURNBENCH_DEPLOYMENT"
 
 
 @cache
@@ -165,7 +168,6 @@ def deployment() -> DeploymentConfig:
     """The deployment config, read once per process (partitions are built from it at import): the file named
     by `CHURNBENCH_DEPLOYMENT`, else the packaged one. The code location's processes (the webserver's code
     server, each run) inherit the variable from `churnbench ui`, so all of them read the same file."""
-    import os
 
     return load_deployment(os.environ.get(DEPLOYMENT_ENV) or None)
 

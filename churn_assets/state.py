@@ -15,6 +15,8 @@ Layout::
                                 tasks/<T>/tasks.jsonl
       scenarios/<key>.json      defined scenarios (the `eval_run` partitions) and their plans
       results/<world>/          evaluation results
+      locks/<world>/            lock files of builds that processes sharing the folder must not run at once
+      dbt/runs/                 each dbt invocation's own target and log folder (removed when it succeeds)
 
 The embedded Postgres data directory is NOT inside the state folder: the embedded server, run as root,
 opens the permissions of every parent of its data directory (and runs as a system user that must
@@ -44,6 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from churn_assets.errors import UserFacingError
+
+# `atomic_write_text` is re-exported: the services and the Dagster wing have always imported it from here.
+from churn_assets.files import atomic_write_text as atomic_write_text
+from churn_assets.files import temporary_name
 from churn_assets.world.config import WORLD_ID_RE
 
 STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"
@@ -107,7 +113,16 @@ class StatePaths:
             # folder without one holds nothing an older churnbench wrote, so it is of today's format.
             if not self.state_format_file.exists():
                 write_state_format(self)
-            atomic_write_text(self.state_id_file, secrets.token_hex(8) + "\n")
+            # Linked into place, not renamed: two processes creating the folder at once must agree on one id
+            # (a rename would let the second overwrite the id the first has already recorded elsewhere).
+            tmp = temporary_name(self.state_id_file)
+            tmp.write_text(secrets.token_hex(8) + "\n")
+            try:
+                os.link(tmp, self.state_id_file)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
         return self
 
     @property
@@ -209,6 +224,27 @@ class StatePaths:
     def results_dir(self, world_id: str) -> Path:
         return self.root / "results" / validate_world_id(world_id)
 
+    # -- concurrency ----------------------------------------------------------------------------
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.root / "locks"
+
+    def world_locks_dir(self, world_id: str) -> Path:
+        return self.locks_dir / validate_world_id(world_id)
+
+    def lock_file(self, world_id: str, kind: str, name: str) -> Path:
+        """`<state>/locks/<world>/<kind>/<name>.lock`: the lock of one build of a world (`files.file_lock`)."""
+        for part in (kind, name):
+            if not part or "/" in part or part.startswith("."):
+                raise StateError(f"{part!r} cannot name a lock file under {self.locks_dir}")
+        return self.world_locks_dir(world_id) / kind / f"{name}.lock"
+
+    @property
+    def dbt_runs_dir(self) -> Path:
+        """`<state>/dbt/runs`: one target + log folder per dbt invocation."""
+        return self.root / "dbt" / "runs"
+
     def world_ids_on_disk(self) -> set[str]:
         """Worlds with a folder under `worlds/` (registered or not)."""
         if not self.worlds_dir.is_dir():
@@ -257,10 +293,3 @@ def _default_pg_root() -> Path:
     # /var/tmp survives reboots (unlike /tmp on many systems) and is world-traversable already.
     return DEFAULT_PG_ROOT if DEFAULT_PG_ROOT.is_dir() else Path(tempfile.gettempdir())
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

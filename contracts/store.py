@@ -6,6 +6,11 @@ folder (cleared by the next write of that day), never a half-written day under t
 folder counts as complete only when its manifest is there, and the manifest lists a SHA-256 per file,
 so a reader can tell unchanged documents across days, and tampering, by hash.
 
+One writer per day: `write_day` holds `<contracts root>/.<day>.lock` (an flock) while it writes. A day
+that is already complete with the same manifest and intact files is left as it is: between the two
+renames of a swap the day is briefly absent, and another process (a parallel cell) may be reading it, so
+an identical day is never swapped. Two processes building the same day therefore write it once.
+
 The manifest holds no wall-clock time: the same world and day give a byte-identical folder.
 """
 
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
+from churn_assets.files import file_lock
 
 if TYPE_CHECKING:  # only for annotations: `worlds rm` imports this module and needs no PDF library
     from contracts.render import RenderedContract
@@ -109,6 +115,25 @@ def write_day(target: Path, world_id: str, day: dt.date, documents: Iterable[Ren
     target = Path(target)
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
+    manifest = manifest_of(world_id, day, documents)
+    with file_lock(parent / f".{target.name}.lock", what=f"the documents of {target}"):
+        if _is_intact(target, manifest):
+            return manifest
+        _write_and_swap(target, documents, manifest)
+    return manifest
+
+
+def _is_intact(target: Path, manifest: DayManifest) -> bool:
+    """Whether `target` is a complete day with exactly `manifest` and files that match it."""
+    try:
+        stored = read_day(target)
+    except DocumentStoreError:
+        return False
+    return stored.manifest == manifest and stored.verify() == []
+
+
+def _write_and_swap(target: Path, documents: list[RenderedContract], manifest: DayManifest) -> None:
+    parent = target.parent
     _clear_leftovers(parent, target.name)
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = parent / f".{target.name}.tmp-{token}"
@@ -117,7 +142,6 @@ def write_day(target: Path, world_id: str, day: dt.date, documents: Iterable[Ren
         for doc in documents:
             (staging / f"{doc.contract_id}{MARKDOWN_SUFFIX}").write_bytes(doc.markdown)
             (staging / f"{doc.contract_id}{PDF_SUFFIX}").write_bytes(doc.pdf)
-        manifest = manifest_of(world_id, day, documents)
         # The manifest is written last: inside the staging folder too, "manifest present" means complete.
         (staging / MANIFEST_FILE).write_text(manifest.to_json())
         _fsync_dir(staging)
@@ -125,7 +149,6 @@ def write_day(target: Path, world_id: str, day: dt.date, documents: Iterable[Ren
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return manifest
 
 
 def _swap_into_place(staging: Path, target: Path, token: str) -> None:

@@ -14,9 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Rank of each part of churn_assets: a module may import its own rank or lower, never higher.
-# `errors` is the shared base every layer may raise from; `canonical` the one canonical JSON every hash uses.
+# `errors` is the shared base every layer may raise from; `canonical` the one canonical JSON every hash uses;
+# `files` the atomic writes and file locks of anything several processes may write.
 RANKS: dict[str, int] = {
-    "errors": 0, "canonical": 0,
+    "errors": 0, "canonical": 0, "files": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,
@@ -35,9 +36,11 @@ WING_RANKS: dict[str, int] = {
     "resources": 3, "materialize": 3,
     "scenario_inputs": 4, "state_migration": 4,
     "assets": 5,
-    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "sweeps": 6, "regression": 6,
-    "jobs": 7, "schedules": 7, "sensors": 7,
-    "definitions": 8,
+    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6,
+    "cells": 7,
+    "sweeps": 8, "regression": 8,
+    "jobs": 9, "schedules": 9, "sensors": 9,
+    "definitions": 10,
 }
 # The top-level `contracts` package (document rendering) sits with fabric.
 TOP_LEVEL_RANKS = {"contracts": 2}

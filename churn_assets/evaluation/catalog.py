@@ -273,10 +273,11 @@ def ensure_catalog(conn: sa.Connection) -> None:
 
 def _execute(conn: psycopg.Connection[Any], statement: sa.ClauseElement) -> psycopg.Cursor[Any]:
     """A Core statement on a psycopg 3 connection the caller owns: compiled for SQLAlchemy's psycopg dialect,
-    whose `%(name)s` placeholders psycopg takes as they are."""
+    whose `%(name)s` placeholders psycopg takes as they are (an `IN` list expanded into one placeholder per
+    value: SQLAlchemy's post-compile parameters exist only when SQLAlchemy executes the statement itself)."""
     from sqlalchemy.dialects.postgresql.psycopg import dialect
 
-    compiled = statement.compile(dialect=dialect())
+    compiled = statement.compile(dialect=dialect(), compile_kwargs={"render_postcompile": True})
     return conn.execute(str(compiled).encode(), compiled.params)
 
 

@@ -12,6 +12,12 @@ While a run is in progress, answers are appended to `tasks.partial.jsonl` (flush
 folder has no `summary.json`; an interrupted run resumes from that checkpoint only when both the
 experiment hash and the code version match (they name the folder). A completed folder is never
 written again.
+
+One writer per folder: a run holds `.lock` in its folder (`ResultsStore.run_lock`, an flock the kernel
+drops when the process dies) from before it looks at the folder until `summary.json` is written. A second
+run of the same key (another process or thread) waits there and then finds the folder complete and reuses
+it, or finds the checkpoint of a run that died and resumes it: two runs never interleave the checkpoint,
+and the second never writes `summary.json` over the first's.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +36,14 @@ from typing import Any
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import STALE_VERDICTS
+from churn_assets.files import atomic_write_text, file_lock
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
 STALE_FILE = "stale.csv"
 SUMMARY_FILE = "summary.json"
 TIMINGS_FILE = "timings.json"
+LOCK_FILE = ".lock"
 
 
 class ResultsError(UserFacingError):
@@ -144,6 +153,15 @@ class ResultsStore:
 
     def is_complete(self, key: RunKey) -> bool:
         return (self.run_dir(key) / SUMMARY_FILE).exists()
+
+    @contextmanager
+    def run_lock(self, key: RunKey, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold the folder's lock: the one writer of `key` (others wait; `on_wait` is called if this one
+        has to). Take it before `is_complete` / `open_run` and keep it until `finish` returned."""
+        run_dir = self.run_dir(key)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(run_dir / LOCK_FILE, what=f"the results folder {run_dir}", on_wait=on_wait):
+            yield
 
     def open_run(self, key: RunKey, experiment: Mapping[str, Any] | None = None) -> RunWriter:
         """A writer for `key`: fresh, or resuming the checkpoint of an interrupted run of the same identity.
@@ -271,6 +289,4 @@ def _stale_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text)

@@ -158,30 +158,36 @@ def evaluate(
     progress: Callable[[int, int], None] | None = None,
     transport_counters: Callable[[], Mapping[str, Any]] | None = None,
     catalog: RunCatalog | str | None = None,
+    on_wait: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary.
 
     `catalog` (a `RunCatalog` or a warehouse URL) records the run's status and figures; None records nothing.
+    Holds the results folder's lock throughout (`ResultsStore.run_lock`); `on_wait` is called when another
+    run of the same key holds it.
     """
     key = spec.key(code)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
     run_dir = store.run_dir(key)
-    finished = finished_summary(store, spec, code=code, catalog=cat)
-    if finished is not None:
-        return finished
-    writer = store.open_run(key, spec.experiment())
-    if cat is not None:
-        cat.start(spec.scenario, key, run_dir)
-    try:
-        summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
-                                       transport_counters)
-    except BaseException as e:
+    # One writer per results folder: a second run of this key (another cell of a parallel sweep) waits here,
+    # then reuses the finished folder, or resumes the checkpoint of a run that died.
+    with store.run_lock(key, on_wait=on_wait):
+        finished = finished_summary(store, spec, code=code, catalog=cat)
+        if finished is not None:
+            return finished
+        writer = store.open_run(key, spec.experiment())
         if cat is not None:
-            _record_failure(cat, key, e)
-        raise
-    if cat is not None:
-        cat.complete(spec.scenario, key, run_dir, summary, timings)
-    return summary
+            cat.start(spec.scenario, key, run_dir)
+        try:
+            summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
+                                           transport_counters)
+        except BaseException as e:
+            if cat is not None:
+                _record_failure(cat, key, e)
+            raise
+        if cat is not None:
+            cat.complete(spec.scenario, key, run_dir, summary, timings)
+        return summary
 
 
 def finished_summary(store: ResultsStore, spec: RunSpec, *, code: str | None = None,

@@ -46,7 +46,7 @@ from churn_assets.grounding.vector_index import built_days
 from churn_assets.orchestration.dbt_project import dbt_asset_keys
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import world_day_key
-from churn_assets.orchestration.scenarios import store_plan, stored_plan
+from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
 from churn_assets.world.ledger import LEDGER_FILE, load_ledger
 from contracts.store import stored_days
@@ -84,16 +84,18 @@ def scenario_plan(session: Session, scenario: Scenario, *, replan: bool = False,
     """The scenario's stored plan; planned and stored now when it has none (or `replan`). Refuses a plan
     made from another registry than today's. The scenario must be registered (`register_scenario`)."""
     registry = registry or load_registry()
-    stored = None if replan else stored_plan(session.paths, scenario.key)
-    if stored is not None:
-        if stored.registry_hash != registry.content_hash:
-            raise ScenarioError(
-                f"scenario {scenario.key} was planned with registry {stored.registry_hash}, the registry is now "
-                f"{registry.content_hash}: run it again with `--replan` to plan it with today's registry")
-        return stored
-    plan = make_plan(session, scenario, registry)
-    store_plan(session.paths, scenario.key, plan)
-    return plan
+    # Under the scenario's lock: two processes planning it at once make it once (the second reads the first's).
+    with scenario_lock(session.paths, scenario):
+        stored = None if replan else stored_plan(session.paths, scenario.key)
+        if stored is not None:
+            if stored.registry_hash != registry.content_hash:
+                raise ScenarioError(
+                    f"scenario {scenario.key} was planned with registry {stored.registry_hash}, the registry is "
+                    f"now {registry.content_hash}: run it again with `--replan` to plan it with today's registry")
+            return stored
+        plan = make_plan(session, scenario, registry)
+        store_plan(session.paths, scenario.key, plan)
+        return plan
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,6 +11,11 @@ model), which run together as `churnbench project` runs them. A failed run does 
 ones; at the end a `ScenarioMaterializationError` lists what failed (with the step's own message) and what
 was skipped because it depends on a failure.
 
+Several processes may build the inputs of their scenarios on one state folder at once (parallel cells,
+`orchestration/cells.py`). Each run holds the step's lock (`<state>/locks/<world>/inputs/<step>.lock`) and
+looks again, under it, whether the inputs exist: a step another process built meanwhile is reused, not
+built twice (a second dbt build of a world would drop the views a running evaluation reads).
+
 The definitions come from the caller (this module sits below `definitions.py` and never imports an asset).
 """
 
@@ -22,9 +27,11 @@ import io
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from churn_assets.errors import UserFacingError
+from churn_assets.files import LockTimeoutError, file_lock
 from churn_assets.freshness.scenario import LEDGER, WAREHOUSE, Scenario, ScenarioInput, ScenarioPlan
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, MaterializationError, Session, materialize
 from churn_assets.orchestration.partitions import world_day_key
@@ -81,10 +88,12 @@ class StepResult:
     seconds: float
     run_id: str = ""
     error: str = ""  # "" when it succeeded
+    built_elsewhere: bool = False  # another process built the inputs while this one waited for the step's lock
+    busy: bool = False  # not run: another process holds the step's lock (`build_step(..., wait=False)`)
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        return not self.error and not self.busy
 
 
 @dataclass
@@ -104,7 +113,12 @@ class ScenarioBuild:
 
     @property
     def built(self) -> list[ScenarioInput]:
-        return [i for r in self.results if r.ok for i in r.step.inputs]
+        return [i for r in self.results if r.ok and not r.built_elsewhere for i in r.step.inputs]
+
+    @property
+    def built_elsewhere(self) -> list[ScenarioInput]:
+        """Inputs missing at the start that another process built meanwhile (reused, not built here)."""
+        return [i for r in self.results if r.built_elsewhere for i in r.step.inputs]
 
     def seconds_per_asset(self) -> dict[str, list[float]]:
         """Run seconds by asset (the warehouse pair and the dbt build count as one)."""
@@ -188,7 +202,7 @@ def materialize_scenario(
     world = scenario.world_id
     if needs_ledger_to_plan(scenario) and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
         # Rates are measured on the ledger: build it first.
-        _run(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), {}, say)
+        build_step(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), {}, say)
     plan = scenario_plan(session, scenario, replan=replan)
     existing, vanished = existing_inputs(session, plan.inputs, check_data=check_data)
     missing = [i for i in plan.inputs if i not in existing]
@@ -208,7 +222,7 @@ def materialize_scenario(
             skipped.append(step)
             say(f"  [{n}/{len(steps)}] {step.label}: skipped ({blocker.step.label} failed)")
             continue
-        result = _run(session, definitions, step, run_tags, say, prefix=f"[{n}/{len(steps)}] ")
+        result = build_step(session, definitions, step, run_tags, say, prefix=f"[{n}/{len(steps)}] ")
         build.results.append(result)
         if not result.ok:
             failed.append(result)
@@ -219,14 +233,44 @@ def materialize_scenario(
         lines += [f"  failed  {r.step.label}: {r.error}" for r in failed]
         lines += [f"  skipped {s.label} (needs a failed input)" for s in skipped]
         raise ScenarioMaterializationError("\n".join(lines))
-    say(f"scenario {scenario.label}: built {len(build.built)} input(s) in {build.seconds:.1f} s; served "
+    elsewhere = f" ({len(build.built_elsewhere)} more built meanwhile by another process)" \
+        if build.built_elsewhere else ""
+    say(f"scenario {scenario.label}: built {len(build.built)} input(s){elsewhere} in {build.seconds:.1f} s; served "
         + ", ".join(f"{c} {d}" for c, d in plan.served_vintage.items()))
     return build
 
 
-def _run(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str], say: Echo,
-         prefix: str = "") -> StepResult:
+def step_lock(session: Session, step: Step) -> Path:
+    """The lock file of a step: one per (world, assets, day), shared by every process on the state folder."""
+    name = "+".join(sorted({i.asset for i in step.inputs})) + ("" if step.day is None else f"@{step.day}")
+    return session.paths.lock_file(step.world, "inputs", name)
+
+
+def build_step(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str], say: Echo,
+               prefix: str = "", *, wait: bool = True) -> StepResult:
+    """Run one step under its lock, unless another process built its inputs meanwhile (then reuse them).
+    `wait` False: when another process holds the lock, return at once with `busy` set (a scheduler with other
+    work to give this process asks again later instead of idling a worker on the lock)."""
     started = time.perf_counter()
+    try:
+        with file_lock(step_lock(session, step), what=f"the build of {step.label}", timeout=None if wait else 0,
+                       on_wait=lambda: say(f"  {prefix}{step.label}: another process is building it; waiting")
+                       if wait else None):
+            # Looked at again under the lock: another process may have built it since this one planned.
+            existing, _ = existing_inputs(session, step.inputs)
+            if existing >= set(step.inputs):
+                result = StepResult(step, time.perf_counter() - started, built_elsewhere=True)
+                say(f"  {prefix}{step.label}: built meanwhile by another process; reused")
+                return result
+            return _materialize_step(session, definitions, step, tags, say, prefix, started)
+    except LockTimeoutError:
+        if wait:
+            raise
+        return StepResult(step, time.perf_counter() - started, busy=True)
+
+
+def _materialize_step(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str],
+                      say: Echo, prefix: str, started: float) -> StepResult:
     # dagster-dbt echoes dbt's whole log to stdout: keep it for an error message instead.
     captured = io.StringIO()
     quiet = contextlib.redirect_stdout(captured) if any(a.startswith("analytics/") for a in step.assets) \

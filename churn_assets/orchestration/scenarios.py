@@ -19,11 +19,14 @@ written before plans were stored holds the definition alone; it loads unchanged 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
 
 from churn_assets.arms.registry import scenario_from_json
+from churn_assets.files import file_lock
 from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPlan, parse_scenario_key
 from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
 from churn_assets.state import StatePaths, atomic_write_text
@@ -49,15 +52,26 @@ def _write(paths: StatePaths, key: str, data: dict[str, Any]) -> None:
     atomic_write_text(paths.scenario_file(key), json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+@contextmanager
+def scenario_lock(paths: StatePaths, scenario: Scenario) -> Iterator[None]:
+    """The one writer of a scenario's file: its read-modify-writes (registering, planning once) run under it,
+    so two processes defining or planning the same scenario at once never drop each other's plan. Not
+    reentrant (an flock per open file): take it once, around `_read` ... `_write` / `store_plan`."""
+    with file_lock(paths.lock_file(scenario.world_id, "scenarios", scenario.key), what=f"scenario {scenario.key}"):
+        yield
+
+
 def register_scenario(paths: StatePaths, instance: dg.DagsterInstance, scenario: Scenario) -> str:
     """Store the definition and add the `eval_run` partition; returns the key. Idempotent: a stored plan of
     the same key is kept (a key names one definition)."""
     key = scenario.key
     path = paths.scenario_file(key)
-    data = _read(paths, key) if path.exists() else {}
-    if data.get("scenario") != scenario.to_json():
-        data["scenario"] = scenario.to_json()
-        _write(paths, key, data)
+    with scenario_lock(paths, scenario):
+        data = _read(paths, key) if path.exists() else {}
+        if data.get("scenario") != scenario.to_json():
+            data["scenario"] = scenario.to_json()
+            _write(paths, key, data)
+    # Dagster's Postgres storage inserts dynamic partitions with ON CONFLICT DO NOTHING: safe concurrently.
     if not instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, key):
         instance.add_dynamic_partitions(SCENARIO_PARTITIONS_NAME, [key])
     return key
@@ -76,6 +90,7 @@ def stored_plan(paths: StatePaths, key: str) -> ScenarioPlan | None:
 
 
 def store_plan(paths: StatePaths, key: str, plan: ScenarioPlan) -> None:
+    """Add the plan to the scenario's file; the caller holds `scenario_lock`."""
     data = _read(paths, key)
     data["plan"] = plan.to_json()
     _write(paths, key, data)

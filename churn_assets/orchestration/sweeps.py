@@ -5,9 +5,9 @@
 1. registers the sweep (a `sweep` dynamic partition, its record `<state>/sweeps/<sweep id>.json`) and its worlds
    (recipes are added as `churnbench worlds add` adds them; each world's ledger is materialized if missing);
 2. computes the exposure-only cells from the ledgers (`sweeps/exposure_cells.py`);
-3. evaluates every other cell through `run_scenario` (inputs built first, then `eval_run`), reusing a finished
-   cell (same experiment hash and code version) and saying so; a failed cell is recorded with its error and
-   fails alone;
+3. evaluates every other cell through `cells.run_cells` (the union of missing inputs built once, then each
+   cell's `eval_run`, in `workers` processes), reusing a finished cell (same experiment hash and code version)
+   and saying so; a failed cell is recorded with its error and fails alone;
 4. records, per evaluated cell, the rows its planned refreshes copied (from the stores' own meta tables);
 5. materializes the sweep's `sweep_report` partition.
 
@@ -24,10 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.errors import UserFacingError
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.partitions import SWEEP_PARTITIONS_NAME
-from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.orchestration.sweep_records import (
     DONE,
     FAILED,
@@ -121,33 +119,61 @@ def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo) ->
 
 def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
                    llm: Any = None, budget: BudgetGuard | None = None) -> None:
-    """Every evaluated cell through `run_scenario`, the record saved after each; a failed cell is recorded and
-    the next one runs. `llm`: the `LlmSettings` of an LLM sweep; `budget`: its spend cap (a cell that would take
-    the spend past it is skipped, and so is every later one)."""
+    """Every evaluated cell through `run_cells` (`workers` processes; the union of missing inputs built once),
+    the record saved as each cell ends; a failed cell is recorded and the others go on. `llm`: the
+    `LlmSettings` of an LLM sweep; `budget`: its spend cap, checked before each batch of `workers` cells (a
+    batch that would take the spend past it is skipped, and so is every later one)."""
+    from churn_assets.orchestration import cells as parallel
+
+    del definitions  # run_cells loads the code location in each process
     total = len(record.cells)
-    for n, cell in enumerate(record.cells, 1):
+    finished = 0
+    by_identity = {(c.world_id, c.arm, c.policy, c.t_prime, c.t, c.saas_profile): c for c in record.cells}
+
+    def on_cell(result: parallel.CellResult) -> None:
+        nonlocal finished
+        finished += 1
+        c = result.cell
+        cell = by_identity[(c.world, c.arm, c.policy, c.t_prime, c.t, c.saas_profile)]
         key = record.key_of(cell)
-        if budget is not None and not budget.allows_next():
-            record.outcomes[key] = {"status": SKIPPED, "error": f"not started: {budget.describe()}",
-                                    "cell": cell.to_json()}
-            echo(f"[{n}/{total}] {key}: skipped ({budget.describe()})")
-            record.save(session.paths)
-            continue
-        started = time.perf_counter()
-        try:
-            summary = run_scenario(session, definitions, cell.world_id, cell.arm, cell.t_prime, cell.t, cell.policy,
-                                   cell.saas_profile, lambda _m: None, llm=llm, tags={SWEEP_TAG: record.sweep_id})
-        except UserFacingError as e:
-            record.outcomes[key] = {"status": FAILED, "error": " ".join(str(e).split()), "cell": cell.to_json()}
-            echo(f"[{n}/{total}] {key}: FAILED: {record.outcomes[key]['error']}")
+        if result.summary is None:
+            record.outcomes[key] = {"status": FAILED, "error": result.error or "failed", "cell": cell.to_json()}
+            echo(f"[{finished}/{total}] {key}: FAILED: {record.outcomes[key]['error']}")
         else:
-            record.outcomes[key] = outcome_of(cell, summary, time.perf_counter() - started)
+            summary = result.summary
+            record.outcomes[key] = outcome_of(cell, summary, result.seconds)
             verb = "reused" if summary.get("reused") else "evaluated"
-            echo(f"[{n}/{total}] {key}: {verb}, stale {summary['stale_answers']}, exposure {summary['exposure']}")
+            echo(f"[{finished}/{total}] {key}: {verb}, stale {summary['stale_answers']}, "
+                 f"exposure {summary['exposure']}")
             if budget is not None:
                 budget.add(summary.get("llm_usage"))
                 echo(f"  {budget.describe()}")
         record.save(session.paths)
+
+    def progress(line: str) -> None:
+        if not line.lstrip().startswith("cell ["):  # on_cell says it with the sweep's key
+            echo(line)
+
+    pending = list(record.cells)
+    batch_size = len(pending) if budget is None else max(1, workers)
+    while pending:
+        if budget is not None and not budget.allows_next():
+            for cell in pending:
+                key = record.key_of(cell)
+                record.outcomes[key] = {"status": SKIPPED, "error": f"not started: {budget.describe()}",
+                                        "cell": cell.to_json()}
+                finished += 1
+                echo(f"[{finished}/{total}] {key}: skipped ({budget.describe()})")
+            record.save(session.paths)
+            return
+        batch, pending = pending[:batch_size], pending[batch_size:]
+        results = parallel.run_cells(session.paths, [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
+                                                                   c.saas_profile, llm) for c in batch],
+                                     workers=workers, progress=progress, tags={SWEEP_TAG: record.sweep_id},
+                                     on_cell=on_cell)
+        for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
+            if record.outcomes.get(record.key_of(cell), {}).get("status") not in (DONE, FAILED):
+                on_cell(result)
 
 
 def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -251,10 +277,10 @@ def plan_removal(session: Session, sweep_id: str) -> Removal:
 
 def remove_sweep(session: Session, removal: Removal) -> None:
     """Remove what `plan_removal` listed: catalog rows first (the only step that needs the database), then the
-    partitions and their materialization history, then the files, the record last (a rerun finds what is left)."""
+    partitions, then the files, the record last (a rerun finds what is left). Materialization history stays:
+    Dagster's SQL event storage cannot wipe single partitions (as for `worlds rm`, `world_registry.py`); a
+    removed partition no longer shows in the UI's partition lists."""
     import shutil
-
-    import dagster as dg
 
     from churn_assets.evaluation.catalog import delete_scenario_runs
     from churn_assets.fabric.postgres import connection
@@ -264,12 +290,9 @@ def remove_sweep(session: Session, removal: Removal) -> None:
         delete_scenario_runs(conn, removal.scenarios)
     instance = session.instance
     existing = [k for k in removal.scenarios if instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, k)]
-    if existing:
-        instance.wipe_asset_partitions(dg.AssetKey("eval_run"), existing)
     for key in existing:
         instance.delete_dynamic_partition(SCENARIO_PARTITIONS_NAME, key)
     if instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id):
-        instance.wipe_asset_partitions(dg.AssetKey("sweep_report"), [removal.sweep_id])
         instance.delete_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id)
     for folder in removal.folders:
         shutil.rmtree(folder, ignore_errors=True)

@@ -23,6 +23,7 @@ materializations until it is materialized again, which regenerates byte-identica
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from churn_assets.orchestration.partitions import (
     world_of_key,
 )
 from churn_assets.orchestration.scenarios import scenarios_of_world, stored_scenario_keys
-from churn_assets.state import StatePaths, atomic_write_text, validate_world_id
+from churn_assets.state import WORLD_ID_RE, StatePaths, atomic_write_text, validate_world_id
 from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 from contracts.store import CONTRACTS_DIRNAME
@@ -185,8 +186,8 @@ WORLD_ARTEFACTS: list[WorldArtefact] = [
 
 
 def _worlds_with_results(ctx: ArtefactContext) -> set[str]:
-    base = ctx.paths.root / "results"
-    return {p.name for p in base.iterdir() if p.is_dir()} if base.exists() else set()
+    base = ctx.paths.root / "results"  # a world's folder, beside `sweeps/` (the sweep reports)
+    return {p.name for p in base.iterdir() if p.is_dir() and WORLD_ID_RE.match(p.name)} if base.exists() else set()
 
 
 def _remove_results(ctx: ArtefactContext, world_id: str) -> None:
@@ -247,6 +248,39 @@ WORLD_ARTEFACTS.append(WorldArtefact("Dagster world-day partitions",
 # removed before the results files they point at
 WORLD_ARTEFACTS.append(WorldArtefact("results catalog rows", _with_warehouse(_catalog_worlds),
                                      _with_warehouse(_delete_catalog_rows)))
+
+
+_DBT_RUN_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)_s(?P<seed>\d+)_(?P<hash>[0-9a-f]{6})-")
+
+
+def _dbt_run_folders(paths: StatePaths) -> dict[str, list[Path]]:
+    """World -> the dbt run folders kept for it (`<state>/dbt/runs/<world as identifier>-<run>-<pid>-<token>`)."""
+    out: dict[str, list[Path]] = {}
+    if paths.dbt_runs_dir.is_dir():
+        for folder in paths.dbt_runs_dir.iterdir():
+            m = _DBT_RUN_RE.match(folder.name)
+            if m and folder.is_dir():
+                out.setdefault(f"{m['name']}-s{m['seed']}-{m['hash']}", []).append(folder)
+    return out
+
+
+def _worlds_with_locks(ctx: ArtefactContext) -> set[str]:
+    locks = ctx.paths.locks_dir
+    worlds = {p.name for p in locks.iterdir() if p.is_dir() and WORLD_ID_RE.match(p.name)} if locks.is_dir() else set()
+    return worlds | set(_dbt_run_folders(ctx.paths))
+
+
+def _remove_locks(ctx: ArtefactContext, world_id: str) -> None:
+    """The world's lock files (nothing holds them once it is unregistered) and its kept dbt run folders."""
+    shutil.rmtree(ctx.paths.world_locks_dir(world_id), ignore_errors=True)
+    for folder in _dbt_run_folders(ctx.paths).get(world_id, []):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# issue 20: lock files of the builds parallel cells share (`<state>/locks/<world>/`) and the folders of failed
+# dbt builds (`<state>/dbt/runs/`); removal runs in reverse, so these go first: once the world is unregistered
+# no build of it holds them
+WORLD_ARTEFACTS.append(WorldArtefact("lock files and kept dbt builds", _worlds_with_locks, _remove_locks))
 
 
 # ---------------------------------------------------------------------------------------------------

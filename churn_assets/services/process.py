@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import errno
-import fcntl
 import json
 import signal
 import socket
@@ -18,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from churn_assets.files import LockTimeoutError, file_lock
 from churn_assets.services.base import (
     LOCK_TIMEOUT_S,
     START_TIMEOUT_S,
@@ -114,26 +113,16 @@ def write_record(paths: StatePaths, name: str, record: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def services_lock(paths: StatePaths) -> Iterator[None]:
-    """One starter or stopper per state folder at a time (CLI, UI code server and tests may race)."""
+    """One starter or stopper per state folder at a time (CLI, UI code server, parallel cells and tests may
+    race): the second waits, then finds the first one's services running and reuses them."""
     paths.services_dir.mkdir(parents=True, exist_ok=True)
-    with paths.services_lock.open("a") as fh:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
-        while True:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > deadline:
-                    raise ServiceError(
-                        f"another churnbench command has held {paths.services_lock} for "
-                        f"{LOCK_TIMEOUT_S:.0f} s while starting or stopping services; try again") from None
-                time.sleep(0.05)
-        try:
+    try:
+        with file_lock(paths.services_lock, timeout=LOCK_TIMEOUT_S):
             yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except LockTimeoutError:
+        raise ServiceError(
+            f"another churnbench command has held {paths.services_lock} for "
+            f"{LOCK_TIMEOUT_S:.0f} s while starting or stopping services; try again") from None
 
 
 class ProcessService(Service):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from churn_assets.evaluation.paper import WINDOWS, T
 from churn_assets.sweeps.spec import SweepError, SweepSpec, WorldRecipe, WorldRef
@@ -177,7 +178,7 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
     replaces both of the preset's."""
     import dataclasses
 
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # field name -> value, checked by the dataclass on replace
     if arms:
         changes["arms"] = tuple(arms)
     if policies:
@@ -191,4 +192,4 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
         changes["agent"] = agent
     if saas_profile:
         changes["saas_profile"] = saas_profile
-    return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]
+    return dataclasses.replace(spec, **changes) if changes else spec

@@ -170,10 +170,10 @@ def load_baseline(path: Path) -> dict[str, Any]:
 
 
 def write_baseline(path: Path, baseline: Mapping[str, Any]) -> None:
+    from churn_assets.files import atomic_write_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
 
 def report_markdown(result: GateResult, figures: Mapping[str, Mapping[str, Any]], hashes: Mapping[str, Any],

@@ -17,6 +17,7 @@ from typing import Any
 
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
+from churn_assets.files import atomic_write_text
 from churn_assets.tasks.templates import Template, template
 
 TASKS_FILE = "tasks.jsonl"
@@ -83,10 +84,9 @@ def task_set_hash(tasks: Iterable[Task]) -> str:
 def write_tasks(tasks: Sequence[Task], path: Path) -> str:
     """Write `tasks.jsonl` atomically; returns the task-set hash."""
     text = task_lines(tasks)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    # A temporary file of this writer's own: two processes writing the same (world, T) never rename each
+    # other's half-written file into place.
+    atomic_write_text(path, text)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
+from churn_assets.files import atomic_write_text, temporary_name
 from churn_assets.world.events import SCHEMAS_BY_FORMAT, payload_error, round_payload
 
 FORMAT_VERSION = 2
@@ -83,14 +84,15 @@ def recorded_at(day: dt.date, position: int) -> str:
 class LedgerWriter:
     """Appends events to a format-2 ledger; `close()` writes the manifest that seals it.
 
-    The ledger file is written to a temporary name and renamed on close, so a crash never leaves a
-    ledger that looks complete.
+    The ledger file is written to a temporary name of this writer's own and renamed on close, so a crash
+    never leaves a ledger that looks complete, and two processes generating the same world at once each
+    write their own file (the same bytes: generation is deterministic) instead of one shared `.partial`.
     """
 
     def __init__(self, out_dir: Path, world_config: dict[str, Any], world_id: str, config_hash: str) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.out_dir / (LEDGER_FILE + ".partial")
+        self._tmp = temporary_name(self.out_dir / LEDGER_FILE)
         self._fh = self._tmp.open("w", encoding="utf-8", newline="\n")
         self._world_config = world_config
         self._world_id = world_id
@@ -156,9 +158,7 @@ class LedgerWriter:
             world_config=self._world_config,
         )
         self._tmp.replace(self.out_dir / LEDGER_FILE)
-        tmp_manifest = self.out_dir / (MANIFEST_FILE + ".partial")
-        tmp_manifest.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
-        tmp_manifest.replace(self.out_dir / MANIFEST_FILE)
+        atomic_write_text(self.out_dir / MANIFEST_FILE, json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
         return manifest
 
     def abort(self) -> None:

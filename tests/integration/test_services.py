@@ -236,7 +236,7 @@ def test_killed_mongo_is_reported_and_restarted(other_state: StatePaths, churnbe
 def test_postgres_killed_mid_materialization_gives_a_clear_error(other_state: StatePaths, churnbench_exe: str,
                                                                  cli_env: CliEnv) -> None:
     """`churnbench worlds materialize` of a 60-day world; Postgres is killed while the ledger is being
-    written (the `.partial` file exists): the command exits 1 within seconds naming Postgres."""
+    written (its temporary file exists): the command exits 1 within seconds naming Postgres."""
     from churn_assets.orchestration.materialize import open_session
     from churn_assets.orchestration.world_registry import add_world
     from churn_assets.world.config import load_config
@@ -246,12 +246,12 @@ def test_postgres_killed_mid_materialization_gives_a_clear_error(other_state: St
     with open_session(other_state) as session:
         add_world(other_state, session.instance, config)
     env = cli_env(other_state.root)
-    partial = other_state.ledger_dir(world_id) / "ledger.jsonl.partial"
+    ledger_dir = other_state.ledger_dir(world_id)
     proc = subprocess.Popen([churnbench_exe, "worlds", "materialize", world_id], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not partial.exists():
+        while not any(ledger_dir.glob(".ledger.jsonl.*.tmp")):  # the writer's own temporary file
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the ledger never started"
             time.sleep(0.01)

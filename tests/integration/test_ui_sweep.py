@@ -65,8 +65,9 @@ def wait_for_run(port: int, run_id: str) -> str:
 def run_log(port: int, run_id: str) -> str:
     data = gql(port, "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { "
                      "__typename ... on MessageEvent { message } ... on ExecutionStepFailureEvent { "
-                     "error { message } } } } } }", {"id": run_id})
-    return "\n".join(f"{e.get('message') or ''} {(e.get('error') or {}).get('message', '')}"
+                     "error { message } failureMetadata { description } } } } } }", {"id": run_id})
+    return "\n".join(f"{e.get('message') or ''} {(e.get('error') or {}).get('message', '')} "
+                     f"{(e.get('failureMetadata') or {}).get('description') or ''}"
                      for e in data["logsForRun"]["events"])
 
 
@@ -196,12 +197,14 @@ def test_an_eval_run_launched_with_missing_inputs_gets_them(ui: int, state_dir: 
     from churn_assets.arms.registry import define_scenario
     from churn_assets.orchestration.materialize import open_session
     from churn_assets.orchestration.scenarios import register_scenario
+    from churn_assets.orchestration.world_registry import add_world
     from churn_assets.state import StatePaths
     from churn_assets.world.config import load_config
 
-    world = load_config(days=30, overrides=[f"name={WORLD_NAME}"]).world_id
-    scenario = define_scenario(world, "naive", "tiered", dt.date(2024, 1, 20), dt.date(2024, 1, 21))
+    config = load_config(days=30, overrides=[f"name={WORLD_NAME}"])
+    scenario = define_scenario(config.world_id, "naive", "tiered", dt.date(2024, 1, 20), dt.date(2024, 1, 21))
     with open_session(StatePaths.resolve(state_dir)) as session:
+        add_world(session.paths, session.instance, config)  # registered by the sweep test too, when it ran first
         key = register_scenario(session.paths, session.instance, scenario)
     params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
                            "jobName": "__ASSET_JOB", "assetSelection": [{"path": ["eval_run"]}]},
@@ -209,13 +212,43 @@ def test_an_eval_run_launched_with_missing_inputs_gets_them(ui: int, state_dir: 
     launched = gql(ui, LAUNCH, {"params": params})["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
     assert wait_for_run(ui, launched["run"]["runId"]) == "FAILURE"
-    assert "input partition(s) missing" in run_log(ui, launched["run"]["runId"])
+    log = run_log(ui, launched["run"]["runId"])
+    assert "input partition(s) missing" in log, log
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while key not in materialized_partitions(ui, "eval_run"):
         assert time.monotonic() < deadline, "the scenario_inputs sensor did not get the partition materialized"
         time.sleep(3)
     query = ("query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { ... on Runs { results { "
-             "jobName status } } } }")
+             "runId jobName status } } } }")
     after = [{"key": "churnbench/after_run", "value": launched["run"]["runId"]}]
     runs = gql(ui, query, {"tags": after})["runsOrError"]["results"]
-    assert [(r["jobName"], r["status"]) for r in runs] == [("build_scenario", "SUCCESS")]
+    assert [r["jobName"] for r in runs] == ["build_scenario"]  # one run, requested once
+    # The partition is recorded before the run itself ends: wait for its status.
+    assert wait_for_run(ui, runs[0]["runId"]) == "SUCCESS"
+
+
+def test_a_malformed_partition_key_added_in_the_ui_fails_in_one_line(ui: int) -> None:
+    """A key typed into the UI's "Add a partition" dialog (the `addDynamicPartition` mutation) that is no
+    scenario key: its launch fails with one line saying why, not a stack trace."""
+    from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
+
+    bad = "grounding-at-d28"
+    added = gql(ui, """mutation($r: RepositorySelector!, $p: String!, $k: String!) {
+        addDynamicPartition(repositorySelector: $r, partitionsDefName: $p, partitionKey: $k) { __typename } }""",
+                {"r": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"},
+                 "p": SCENARIO_PARTITIONS_NAME, "k": bad})
+    assert added["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", added
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
+                           "jobName": "__ASSET_JOB", "assetSelection": [{"path": ["eval_run"]}]},
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": bad}]}}
+    launched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    assert wait_for_run(ui, launched["run"]["runId"]) == "FAILURE"
+    data = gql(ui, "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { "
+                   "__typename ... on ExecutionStepFailureEvent { error { message className } "
+                   "failureMetadata { description } } } } } }", {"id": launched["run"]["runId"]})
+    [failure] = [e for e in data["logsForRun"]["events"] if e["__typename"] == "ExecutionStepFailureEvent"]
+    description = (failure.get("failureMetadata") or {}).get("description") or ""
+    assert f"'{bad}' is not a scenario key" in description and "\n" not in description.strip(), failure
+    # A dg.Failure: the UI shows its description as the failure, not an exception from deep in the code.
+    assert (failure["error"] or {}).get("className") == "Failure", failure

@@ -13,6 +13,15 @@ Parsing: dbt re-parses the whole project when `--vars` differ from the saved par
 build of another world. Each world keeps its own parse state (`target/partial_parse/<world>.msgpack`),
 copied into the invocation's own target folder before dbt starts, so a world's second build parses
 only what changed.
+
+Concurrency (parallel cells, several processes on one state folder): every invocation gets its own target
+and log folder inside the state folder (`<state>/dbt/runs/<world>-<run>-<pid>-<token>/`, dagster-dbt sets
+DBT_TARGET_PATH and DBT_LOG_PATH to it), removed when the build succeeds and kept (the newest
+`KEEP_FAILED_RUNS`) when it fails; the manifest `@dbt_assets` reads at import stays in
+`dbt_project/target/`, and the saved parse states beside it are replaced by rename (a cache any process may
+read). A world's build holds a Postgres advisory lock on its analytics schema for the whole `dbt build`:
+two builds of one world would collide on dbt's `__dbt_tmp` / `__dbt_backup` relations and drop each other's
+views (a table rebuild drops the views on it with CASCADE).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
@@ -21,7 +30,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -97,20 +106,57 @@ def _parse_state(world_id: str) -> Path:
     return PARSE_STATE_DIR / f"{world_prefix(world_id)}.msgpack"
 
 
-def _prepare_target(world_id: str, run_id: str) -> Path:
-    """A fresh target folder for one invocation, seeded with the world's saved parse state. Folders of
-    failed builds are kept for their logs; only the newest `KEEP_FAILED_RUNS` of them."""
-    runs = Path(dbt_project.project_dir) / "target" / "runs"
+def _writer_pid(folder: Path) -> int | None:
+    """The process id in a run folder's name (`<world>-<run>-<pid>-<token>`), None for other names."""
+    parts = folder.name.rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def _in_progress(folder: Path) -> bool:
+    """Whether another live process may still be running dbt in `folder` (this process runs one build at a
+    time, so its own older folders are finished)."""
+    pid = _writer_pid(folder)
+    if pid is None or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prepare_target(runs: Path, world_id: str, run_id: str) -> Path:
+    """A fresh target (and log) folder for one invocation under `runs`, seeded with the world's saved parse
+    state. Folders of failed builds are kept for their logs, only the newest `KEEP_FAILED_RUNS` of them;
+    folders of builds still running in other processes are never touched."""
     if runs.is_dir():
-        kept = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in kept[KEEP_FAILED_RUNS:]:
+        finished = [p for p in runs.iterdir() if p.is_dir() and not _in_progress(p)]
+        for old in sorted(finished, key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_FAILED_RUNS:]:
             shutil.rmtree(old, ignore_errors=True)
-    target = runs / f"{world_prefix(world_id)}-{run_id[:8]}-{uuid.uuid4().hex[:6]}"
+    target = runs / f"{world_prefix(world_id)}-{run_id[:8]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     target.mkdir(parents=True, exist_ok=True)
     saved = _parse_state(world_id)
     if saved.exists():
         shutil.copyfile(saved, target / PARTIAL_PARSE_FILE)
     return target
+
+
+@contextmanager
+def world_build_lock(url: str, world_id: str, on_wait: Callable[[], None]) -> Iterator[None]:
+    """A session advisory lock on the world's analytics schema, held on a connection of its own while dbt runs
+    (Postgres drops it if this process dies); `on_wait` is called when another build holds it."""
+    name = f"churnbench dbt build {schema_name(world_id, 'analytics')}"
+    with connection(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone()
+        if not (row and row[0]):
+            on_wait()
+            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
 
 
 def _save_parse_state(target: Path, world_id: str) -> None:
@@ -147,12 +193,18 @@ def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> It
     with user_errors():
         url = state.service_urls().warehouse
         prepare_world(url, world_id)
-    target = _prepare_target(world_id, context.run.run_id)
+    target = _prepare_target(state.paths.dbt_runs_dir, world_id, context.run.run_id)
+
+    def waiting() -> None:
+        context.log.info(f"another dbt build of {world_id} is running; waiting for it")
+
     try:
-        with _environ(dbt_connection_env(url)):
-            invocation = DBT.cli(["build", "--vars", json.dumps({"world": world_id})], context=context,
-                                 target_path=target)
-        yield from invocation.stream()
+        with world_build_lock(url, world_id, waiting):
+            with _environ(dbt_connection_env(url)):
+                # dagster-dbt points DBT_TARGET_PATH and DBT_LOG_PATH at `target`: this invocation's own folder.
+                invocation = DBT.cli(["build", "--vars", json.dumps({"world": world_id})], context=context,
+                                     target_path=target)
+            yield from invocation.stream()
     except Exception:
         context.log.error(f"dbt build of {world_id} failed; its logs and artifacts are kept in {target}")
         raise

@@ -103,7 +103,9 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         saas = sources.saas
         summary = evaluate(arm, tasks, resolver, results_store(state), spec, exposure=exposure, progress=progress,
                            transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
-                           catalog=urls.warehouse)  # the results catalog records running -> complete/failed
+                           catalog=urls.warehouse,  # the results catalog records running -> complete/failed
+                           on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
+                                                            "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
         raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     finally:

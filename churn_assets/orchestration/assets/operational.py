@@ -3,7 +3,8 @@ against the truth schema by another path.
 
 Thin: the fold (`world/fold.py`) gives the state as of the day, `fabric/operational.py` turns it into
 documents, `fabric/mongo.py` writes them into the day's database `<world>_<yyyymmdd>` (idempotently: a
-database whose `_meta` names the same ledger head and document schema is left as it is). The check reads
+database whose `_meta` names the same ledger head and document schema is left as it is), under the state
+folder's lock of that day (`<state>/locks/<world>/operational_store/<day>.lock`). The check reads
 every document back and compares it with a fresh projection of the fold, plus a few counts asked of the
 server itself (active users, licenses of active users, open tickets) against the fold's query helpers.
 
@@ -42,6 +43,7 @@ from churn_assets.fabric.operational import (
     document_counts,
     project_operational,
 )
+from churn_assets.files import file_lock
 from churn_assets.orchestration.assets.common import problems_description, require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import not_checked, truth_parity
@@ -86,9 +88,16 @@ def operational_store(context: dg.AssetExecutionContext, state: StateResource) -
     head_hash = loaded.head_hash or ""
     folded = fold_ledger(loaded.records, day, format_version=loaded.format_version)
     collections = project_operational(folded, day, window_days=DEFAULT_WINDOW_DAYS)
+    # One writer per day database: `write_partition` drops and rewrites a database whose `_meta` does not match,
+    # and there is no rename to swap one in, so two processes building the same day would drop each other's
+    # half-written collections. Under the lock the second finds the first's `_meta` and skips.
+    lock = state.paths.lock_file(world_id, "operational_store", day.isoformat())
     try:
-        written = write_partition(_client(urls.mongodb), world_id, day, collections, indexes=INDEXES,
-                                  content_key=content_key(head_hash, DEFAULT_WINDOW_DAYS))
+        with file_lock(lock, what=f"the operational store of {world_id} as of {day}",
+                       on_wait=lambda: context.log.info(f"{world_id} {day}: another process is writing this "
+                                                        "database; waiting for it")):
+            written = write_partition(_client(urls.mongodb), world_id, day, collections, indexes=INDEXES,
+                                      content_key=content_key(head_hash, DEFAULT_WINDOW_DAYS))
     except OperationalStoreError as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
     action = "unchanged (already complete)" if written.skipped else (

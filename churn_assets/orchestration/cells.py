@@ -1,0 +1,548 @@
+"""Many evaluation cells in parallel worker processes (`run_cells`).
+
+A *cell* is one scenario to evaluate: world, arm, policy, T', T, SaaS profile (and, for the LLM agent, its
+settings). `scenario_runs.run_scenario` is the one way a cell is evaluated: define the scenario, build its
+missing inputs (`scenario_materializer`), materialize its `eval_run` partition, return the summary.
+`churnbench run` and `paper` call it in their own process; the sweeps call `run_cells`.
+
+    results = run_cells(StatePaths.resolve(), [Cell(world, "grounding", "tiered", t_prime, t), ...],
+                        workers=2, progress=print)
+
+`run_cells` runs a list of cells on one state folder in `workers` processes (`spawn`ed; `workers=1` runs in
+the calling process) and returns one `CellResult` per cell, in input order. Three phases:
+
+1. in the calling process: each distinct cell is defined and registered and gets its plan (stored, made
+   once); worlds without a ledger get it; the union of every cell's missing inputs is put in dependency
+   order (`scenario_materializer.plan_steps`);
+2. the input builds run in the pool, each as soon as the builds it depends on are done, so two workers
+   build independent partitions at once and no partition is built twice;
+3. the cells run in the pool, each through `run_scenario` (which now finds its inputs and only evaluates).
+
+A cell that fails (a bad scenario, an input build that failed, an evaluation that raised, a worker that
+died) fails alone: its `CellResult.error` says why in one line and the other cells go on. Two cells with the
+same scenario key are run once and share the result. `progress` gets one line per phase, per input built
+and per cell done.
+
+Concurrency with other processes on the same state folder (another `run_cells`, `churnbench run`, the UI) is
+safe: every build a cell may share with another holds a lock (`docs/decisions.md`, "Cells in parallel"), an
+input found built meanwhile is reused, and a second run of a finished experiment waits for the first and
+reuses its results folder.
+
+Each worker opens its own session (services found through the state folder, its own connection to the
+Dagster instance) and loads the code location by module name, as Dagster's code servers do: this module sits
+below `definitions.py` (the sweep job in `jobs.py` builds on it) and never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib
+import os
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from churn_assets.errors import UserFacingError
+from churn_assets.state import StatePaths
+
+if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnbench --help` stays fast
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    import dagster as dg
+
+    from churn_assets.arms.agents.llm import LlmSettings
+    from churn_assets.freshness.scenario import Scenario, ScenarioInput
+    from churn_assets.orchestration.materialize import Session
+    from churn_assets.orchestration.scenario_materializer import Step, StepResult
+
+# The code location (workspace.yaml's `module_name`); its `defs_for(state_dir)` binds definitions to a folder.
+CODE_LOCATION_MODULE = "churn_assets.orchestration.definitions"
+TORCH_THREADS_ENV = "CHURNBENCH_TORCH_THREADS"  # grounding/embeddings.py reads it when the model loads
+
+Progress = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------------------------------
+# One cell
+# ---------------------------------------------------------------------------------------------------
+
+
+def _define(world: str, arm: str, policy: str, t_prime: dt.date, t: dt.date, saas_profile: str,
+            llm: LlmSettings | None) -> Scenario:
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+
+    return define_scenario(world, arm, policy, t_prime, t, agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT,
+                           saas_profile=saas_profile, model_settings=llm.to_json() if llm else None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Many cells
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One scenario to evaluate (what `churnbench run` takes). `llm`: the settings of an LLM agent; None is
+    the deterministic agent."""
+
+    world: str
+    arm: str
+    policy: str
+    t_prime: dt.date
+    t: dt.date
+    saas_profile: str = "default"
+    llm: LlmSettings | None = None
+
+    @property
+    def label(self) -> str:
+        agent = "" if self.llm is None else f" {self.llm.agent_id}"
+        return f"{self.arm} ({self.policy}) T'={self.t_prime} T={self.t}{agent} [{self.world}]"
+
+    def scenario(self) -> Scenario:
+        """The checked scenario (raises the user's error for a bad one)."""
+        return _define(self.world, self.arm, self.policy, self.t_prime, self.t, self.saas_profile, self.llm)
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """What became of one cell: its summary (`run_scenario`'s: summary.json plus `results`, `seconds`,
+    `inputs_built`, `stale_answers`, ...) or the one-line error it failed with."""
+
+    cell: Cell
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    seconds: float = 0.0  # wall time of its evaluation (phase 3), 0 when it never ran
+    log: tuple[str, ...] = field(default=(), repr=False)  # the materializer's lines while it ran
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 1,
+              progress: Progress | None = None, replan: bool = False, tags: dict[str, str] | None = None,
+              on_cell: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+    """Evaluate `cells` on the state folder `state_paths` in `workers` processes; one result per cell, in
+    input order. The union of the cells' missing inputs is built once, each build as soon as the builds it
+    depends on are done, and each cell as soon as its own inputs are; a failed cell fails alone. `replan`:
+    plan every cell again (after a registry edit), as `churnbench run --replan` does. `tags`: added to every
+    run launched (a sweep's id). `on_cell`: called in this process as each cell ends (a sweep saves its record
+    there), with the cell's result. See the module docstring."""
+    if workers < 1:
+        raise UserFacingError(f"workers must be at least 1, not {workers}")
+    say = progress or (lambda _line: None)
+    started = time.perf_counter()
+    from churn_assets.orchestration.materialize import open_session
+
+    cells = list(cells)
+    with open_session(state_paths) as session, _Pool(session, workers) as pool:
+        pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
+        definitions = load_definitions(session.paths)
+        prepared = _prepare(session, definitions, cells, replan, say)
+        if on_cell is not None:  # cells refused before anything ran end here
+            for i, error in prepared.errors.items():
+                on_cell(CellResult(cells[i], error=error))
+        pool.definitions = definitions
+        outcomes = _schedule(pool, _jobs(prepared, tags or {}), say, on_cell)
+    results = _results(prepared, outcomes)
+    ok = sum(r.ok for r in results)
+    say(f"cells: {ok} of {len(results)} done, {len(results) - ok} failed, in {time.perf_counter() - started:.1f} s "
+        f"({pool.workers} worker{'s' if pool.workers > 1 else ''})")
+    return results
+
+
+@dataclass
+class _Prepared:
+    cells: list[Cell]
+    keys: list[str | None]  # the scenario key of each cell (None: it could not be defined)
+    errors: dict[int, str]  # cell index -> why it failed before running
+    to_run: dict[str, int]  # scenario key -> index of the first cell with it
+    inputs_of: dict[str, list[ScenarioInput]]  # scenario key -> its missing inputs
+    steps: list[Step]
+    needs: dict[Step, set[Step]]  # step -> the steps it depends on
+
+
+def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], replan: bool,
+             say: Progress) -> _Prepared:
+    """In the calling process: define, register and plan every distinct cell; the union of missing inputs."""
+    from churn_assets.freshness.scenario import LEDGER, ScenarioInput
+    from churn_assets.orchestration.scenario_inputs import existing_inputs, needs_ledger_to_plan, scenario_plan
+    from churn_assets.orchestration.scenario_materializer import (
+        Step,
+        asset_ancestors,
+        build_step,
+        depends_on,
+        plan_steps,
+    )
+    from churn_assets.orchestration.scenarios import register_scenario
+    from churn_assets.world.ledger import LEDGER_FILE
+
+    keys: list[str | None] = [None] * len(cells)
+    errors: dict[int, str] = {}
+    to_run: dict[str, int] = {}
+    plans = {}
+    for i, cell in enumerate(cells):
+        try:
+            scenario = cell.scenario()
+            keys[i] = key = scenario.key
+            if key in to_run:
+                continue
+            register_scenario(session.paths, session.instance, scenario)
+            world = scenario.world_id
+            if needs_ledger_to_plan(scenario) and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
+                # Rates are measured on the ledger: build it before planning.
+                step = Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None)
+                built = build_step(session, definitions, step, {}, say)
+                if not built.ok:
+                    raise UserFacingError(built.error)
+            plans[key] = scenario_plan(session, scenario, replan=replan)
+            to_run[key] = i
+        except UserFacingError as e:
+            errors[i] = _one_line(e)
+    wanted = list(dict.fromkeys(item for plan in plans.values() for item in plan.inputs))
+    existing, _ = existing_inputs(session, wanted)
+    missing = [item for item in wanted if item not in existing]
+    ancestors = asset_ancestors(definitions)
+    steps = plan_steps(missing, ancestors)
+    needs = {s: {o for o in steps if depends_on(s, o, ancestors)} for s in steps}
+    missing_set = set(missing)
+    inputs_of = {key: [i for i in plan.inputs if i in missing_set] for key, plan in plans.items()}
+    say(f"cells: {len(cells)} ({len(to_run)} distinct, {len(errors)} refused); inputs: {len(wanted)}, "
+        f"{len(wanted) - len(missing)} exist, {len(missing)} to build in {len(steps)} run(s)")
+    for i, error in errors.items():
+        say(f"  cell {cells[i].label}: FAILED: {error}")
+    return _Prepared(cells, keys, errors, to_run, inputs_of, steps, needs)
+
+
+# Rough relative cost of one build (measured on the 30-day world: a dbt build ~10-40 s, an index day ~5-40 s
+# with the model load, the warehouse pair ~10 s, other partitions ~1 s, a cell's evaluation ~5 s). Only a
+# scheduling hint: the longest chain of work left below a job goes first, so the slow builds start early.
+_COST_HINT = {"analytics_dbt": 20.0, "vector_index": 15.0, "rag_index": 15.0, "warehouse_raw": 8.0, "ledger": 2.0}
+_CELL_COST = 5.0
+
+
+@dataclass
+class _Job:
+    """One unit of work for the pool: an input build (`step`) or a cell's evaluation (`key`)."""
+
+    id: Any  # the Step, or ("cell", scenario key)
+    label: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    needs: set[Any]
+    cost: float
+    rank: float = 0.0  # cost plus the most expensive chain of jobs waiting on this one
+
+
+def _jobs(prepared: _Prepared, tags: dict[str, str]) -> list[_Job]:
+    """The input builds and the cells as one graph: a cell needs the builds of its missing inputs, and the
+    embedding builds of a world (vector index and RAG corpus days) run one after the other, in day order: each
+    embeds only the chunks the earlier ones have not (two days built at once would both embed everything;
+    measured on the 30-day world: 35 s for the first day, 1.7 s for the next one after it)."""
+    from churn_assets.freshness.scenario import RAG_INDEX, VECTOR_INDEX
+
+    step_of = {i: s for s in prepared.steps for i in s.inputs}
+    jobs = [_Job(s, s.label, _worker_build, (s, tags), set(prepared.needs[s]),
+                 max((_COST_HINT.get(i.asset, 1.0) for i in s.inputs), default=1.0)) for s in prepared.steps]
+    previous: dict[str, _Job] = {}
+    for job in sorted(jobs, key=lambda j: (j.id.world, j.id.day or dt.date.min, j.label)):
+        if {i.asset for i in job.id.inputs} & {VECTOR_INDEX, RAG_INDEX}:
+            if job.id.world in previous:
+                job.needs.add(previous[job.id.world].id)
+            previous[job.id.world] = job
+    for key, index in prepared.to_run.items():
+        cell = prepared.cells[index]
+        jobs.append(_Job(("cell", key), cell.label, _worker_cell, (cell, tags),
+                         {step_of[i] for i in prepared.inputs_of[key]}, _CELL_COST))
+    by_id = {j.id: j for j in jobs}
+    waiting_on: dict[Any, list[_Job]] = {j.id: [] for j in jobs}
+    for j in jobs:
+        for need in j.needs:
+            waiting_on[need].append(j)
+    for j in _topological(jobs)[::-1]:
+        j.rank = j.cost + max((d.rank for d in waiting_on[j.id]), default=0.0)
+    assert len(by_id) == len(jobs)
+    return jobs
+
+
+def _topological(jobs: list[_Job]) -> list[_Job]:
+    """The jobs, each after everything it needs (the graph is acyclic: the steps' order and day order agree)."""
+    placed: set[Any] = set()
+    out: list[_Job] = []
+    todo = list(jobs)
+    while todo:
+        ready = [j for j in todo if j.needs <= placed]
+        if not ready:
+            raise RuntimeError("internal: the jobs' dependencies form a cycle")
+        for j in ready:
+            placed.add(j.id)
+            out.append(j)
+            todo.remove(j)
+    return out
+
+
+BUSY_RETRY_S = 1.0  # how soon a build whose lock another process holds is asked for again
+
+
+def _schedule(pool: _Pool, jobs: list[_Job], say: Progress,
+              on_cell: Callable[[CellResult], None] | None = None) -> dict[Any, Any]:
+    """Run the jobs, at most `pool.workers` at a time, the highest-ranked ready job first. Returns each job's
+    outcome: its result, or the reason it did not run (a string).
+
+    A build whose lock another process holds comes back `busy` at once (a worker never idles on a lock while
+    other work is ready) and is asked for again `BUSY_RETRY_S` later; when the other process has finished, it
+    finds the inputs built and reuses them. A job whose worker died is run once more."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pending = {j.id: j for j in jobs}
+    not_before: dict[Any, float] = {}  # busy builds: when to ask again
+    outcomes: dict[Any, Any] = {}
+    running: dict[Future[Any], _Job] = {}
+    retried: set[Any] = set()
+    builds = sum(1 for j in jobs if not isinstance(j.id, tuple))
+    cells = len(jobs) - builds
+    counts = {"input": 0, "cell": 0}
+
+    def report(job: _Job, outcome: Any) -> None:
+        kind = "cell" if isinstance(job.id, tuple) else "input"
+        counts[kind] += 1
+        total = cells if kind == "cell" else builds
+        say(f"  {kind} [{counts[kind]}/{total}] {_describe(job, outcome)}")
+        if kind == "cell" and on_cell is not None:
+            cell = job.args[0]
+            on_cell(CellResult(cell, error=outcome) if isinstance(outcome, str) else outcome)
+
+    while pending or running:
+        for job in list(pending.values()):
+            failed = next((n for n in job.needs if n in outcomes and not _succeeded(outcomes[n])), None)
+            if failed is not None:
+                del pending[job.id]
+                outcomes[job.id] = f"input {failed.label} failed"
+                report(job, outcomes[job.id])
+        now = time.monotonic()
+        ready = sorted((j for j in pending.values() if all(n in outcomes for n in j.needs)
+                        and not_before.get(j.id, 0.0) <= now), key=lambda j: -j.rank)
+        for job in ready[:max(0, pool.workers - len(running))]:
+            del pending[job.id]
+            running[pool.submit(job.fn, job.args)] = job
+        backed_off = [t for i, t in not_before.items() if i in pending]
+        if not running:
+            if backed_off:
+                time.sleep(max(0.0, min(backed_off) - time.monotonic()))
+                continue
+            if pending:  # every job's needs are jobs of the graph, which is acyclic
+                raise RuntimeError(f"internal: {len(pending)} job(s) can never run")
+            break
+        timeout = max(0.0, min(backed_off) - time.monotonic()) if backed_off else None
+        done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+        for future in done:
+            job = running.pop(future)
+            try:
+                outcome = future.result()
+            except BrokenProcessPool as e:
+                if job.id not in retried:  # the worker died (under this job or another): once more
+                    retried.add(job.id)
+                    pending[job.id] = job
+                    continue
+                outcome = f"its worker process died twice ({_one_line(e)})"
+            except Exception as e:
+                outcome = _one_line(e)
+            if getattr(outcome, "busy", False):
+                if job.id not in not_before:
+                    say(f"  input {job.label}: another process is building it; doing other work meanwhile")
+                not_before[job.id] = time.monotonic() + BUSY_RETRY_S
+                pending[job.id] = job
+                continue
+            outcomes[job.id] = outcome
+            report(job, outcome)
+    return outcomes
+
+
+def _succeeded(outcome: Any) -> bool:
+    return not isinstance(outcome, str) and outcome.ok
+
+
+def _results(prepared: _Prepared, outcomes: dict[Any, Any]) -> list[CellResult]:
+    """One result per cell, in input order; cells of one scenario key share its run."""
+    out = []
+    for i, cell in enumerate(prepared.cells):
+        key = prepared.keys[i]
+        if key is None or i in prepared.errors:
+            out.append(CellResult(cell, error=prepared.errors.get(i, "not defined")))
+            continue
+        outcome = outcomes[("cell", key)]
+        if isinstance(outcome, str):
+            out.append(CellResult(cell, error=outcome))
+        else:
+            out.append(CellResult(cell, outcome.summary, outcome.error, outcome.seconds, outcome.log))
+    return out
+
+
+def _describe(job: _Job, outcome: Any) -> str:
+    if isinstance(outcome, str):
+        return f"{job.label}: FAILED: {outcome}"
+    if not outcome.ok:
+        return f"{job.label}: FAILED: {_one_line(outcome.error)}"
+    if isinstance(job.id, tuple):
+        s = outcome.summary or {}
+        return (f"{job.label}: stale {s.get('stale_answers')}, exposure {s.get('exposure')}, accuracy "
+                f"{100 * (s.get('accuracy') or 0):.1f}% ({outcome.seconds:.1f} s)")
+    if outcome.built_elsewhere:
+        return f"{job.label}: built meanwhile by another process"
+    return f"{job.label}: {outcome.seconds:.1f} s"
+
+
+def _one_line(e: BaseException | str | None) -> str:
+    text = " ".join(str(e or "").split())
+    if isinstance(e, BaseException) and not isinstance(e, UserFacingError):
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text[:1000] or "unknown error"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------------------------------
+
+
+def load_definitions(paths: StatePaths) -> dg.Definitions:
+    """The code location's definitions bound to `paths` (one per process: `defs_for` caches them)."""
+    module = importlib.import_module(CODE_LOCATION_MODULE)
+    return module.defs_for(str(paths.root))
+
+
+@dataclass
+class _WorkerState:
+    session: Session | None
+    definitions: dg.Definitions | None
+    error: str | None = None  # why the worker could not start (every job it gets fails with it)
+
+
+_WORKER: _WorkerState | None = None
+
+
+def _start_worker(root: str, torch_threads: int) -> None:
+    """Pool initializer: this worker's own session on the state folder, and the definitions bound to it. An
+    error is kept for the jobs (an initializer that raises would break the pool without saying why)."""
+    global _WORKER
+    os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
+    import atexit
+
+    from churn_assets.orchestration.materialize import open_session
+
+    stack = contextlib.ExitStack()
+    atexit.register(stack.close)
+    try:
+        session = stack.enter_context(open_session(StatePaths.resolve(root)))
+        _WORKER = _WorkerState(session, load_definitions(session.paths))
+    except Exception as e:
+        _WORKER = _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}")
+
+
+def _worker() -> tuple[Session, dg.Definitions]:
+    if _WORKER is None:
+        raise RuntimeError("internal: a job ran in a process whose worker was not started")
+    if _WORKER.error is not None or _WORKER.session is None or _WORKER.definitions is None:
+        raise UserFacingError(_WORKER.error or "the worker could not start")
+    return _WORKER.session, _WORKER.definitions
+
+
+def _worker_ready() -> None:
+    """Nothing: submitted once per worker at start, so that they start while the caller plans."""
+
+
+def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
+    """Build one input step in this worker (the materializer's own run: lock, look again, materialize)."""
+    from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG
+    from churn_assets.orchestration.scenario_materializer import LAUNCHED_BY, StepResult, build_step
+
+    try:
+        session, definitions = _worker()
+        return build_step(session, definitions, step, {**tags, LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None,
+                          wait=False)
+    except Exception as e:  # a lock, service or start-up error outside the run itself: this step fails alone
+        return StepResult(step, 0.0, error=_one_line(e))
+
+
+def _worker_cell(cell: Cell, tags: dict[str, str]) -> CellResult:
+    """Evaluate one cell in this worker through `run_scenario`; any error becomes the cell's own."""
+    from churn_assets.orchestration.scenario_runs import run_scenario
+
+    log: list[str] = []
+    started = time.perf_counter()
+    try:
+        session, definitions = _worker()
+        summary = run_scenario(session, definitions, cell.world, cell.arm, cell.t_prime, cell.t, cell.policy,
+                               cell.saas_profile, log.append, llm=cell.llm, tags=tags or None)
+    except Exception as e:
+        if not isinstance(e, UserFacingError):
+            log += traceback.format_exc().splitlines()
+        return CellResult(cell, error=_one_line(e), seconds=time.perf_counter() - started, log=tuple(log))
+    return CellResult(cell, summary, seconds=time.perf_counter() - started, log=tuple(log))
+
+
+class _Pool:
+    """The workers: `workers` spawned processes, or this process itself when `workers` is 1 (then a job runs
+    when it is submitted, on the caller's session). A process pool broken by a dead worker is started again
+    on the next submit."""
+
+    def __init__(self, session: Session, workers: int) -> None:
+        self.session, self.workers = session, workers
+        self.definitions: dg.Definitions | None = None  # the caller's, for `workers == 1`
+        self.executor: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.executor = None
+
+    def warm_up(self) -> None:
+        if self.workers > 1:
+            for _ in range(self.workers):
+                self.submit(_worker_ready, ())
+
+    def _start(self) -> ProcessPoolExecutor:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        cores = len(os.sched_getaffinity(0))
+        # spawn, not fork: this process holds Dagster's storage connections, pymongo clients and threads.
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker,
+                                   initargs=(str(self.session.paths.root), max(1, cores // self.workers)))
+
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self.workers == 1:
+            return self._run_here(fn, args)
+        if self.executor is None:
+            self.executor = self._start()
+        try:
+            return self.executor.submit(fn, *args)
+        except BrokenProcessPool:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = self._start()
+            return self.executor.submit(fn, *args)
+
+    def _run_here(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
+        from concurrent.futures import Future
+
+        global _WORKER
+        future: Future[Any] = Future()
+        saved = _WORKER
+        _WORKER = _WorkerState(self.session, self.definitions)
+        try:
+            future.set_result(fn(*args))
+        except Exception as e:
+            future.set_exception(e)
+        finally:
+            _WORKER = saved
+        return future
