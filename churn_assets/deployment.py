@@ -69,10 +69,21 @@ class TaskSettings:
 
 
 @dataclass(frozen=True)
+class RegressionSettings:
+    """The `regression` section: when the `nightly_regression` schedule ticks (a cron string in `timezone`), and
+    whether it starts running (off by default: opening `churnbench ui` starts nothing on a clock)."""
+
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
+    running: bool = False
+
+
+@dataclass(frozen=True)
 class DeploymentConfig:
     calendar: Calendar
     data: dict[str, Any]  # the file as read
     tasks: TaskSettings
+    regression: RegressionSettings = RegressionSettings()
 
 
 # --- the file's schema: a new deployment-wide section is a new field here ----------------------------------
@@ -88,15 +99,45 @@ class TasksSection(StrictModel):
     seed: Annotated[int, Field(ge=0, description="an integer >= 0")] = TaskSettings.seed
 
 
+def _cron(value: Any) -> Any:
+    """A five-field cron string (the schedule's definition checks the rest when the code location loads)."""
+    import re
+
+    field = re.compile(r"^[0-9A-Za-z*/,\-]+$")
+    if not isinstance(value, str) or len(value.split()) != 5 or not all(field.match(f) for f in value.split()):
+        raise ValueError("a cron string of five fields, e.g. \"0 2 * * *\"")
+    return value
+
+
+def _timezone(value: Any) -> Any:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(str(value))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError("an IANA time zone, e.g. UTC or Europe/Berlin") from None
+    return value
+
+
+class RegressionSection(StrictModel):
+    schedule: Annotated[str, BeforeValidator(_cron), Field(description="a cron string")] = RegressionSettings.cron
+    timezone: Annotated[str, BeforeValidator(_timezone), Field(description="a time zone")] = \
+        RegressionSettings.timezone
+    running: Annotated[bool, Field(description="true or false")] = RegressionSettings.running
+
+
 class DeploymentFile(StrictModel):
     calendar: CalendarSection
     tasks: Annotated[TasksSection, BeforeValidator(none_is(dict))] = TasksSection()
+    regression: Annotated[RegressionSection, BeforeValidator(none_is(dict))] = RegressionSection()
 
 
 def parse_deployment(data: Any, where: str) -> DeploymentConfig:
     checked = parse(DeploymentFile, data, lambda message: DeploymentConfigError(f"{where}: {message}"))
+    r = checked.regression
     return DeploymentConfig(calendar=Calendar(start=checked.calendar.start, days=checked.calendar.days),
-                            data=data, tasks=TaskSettings(count=checked.tasks.count, seed=checked.tasks.seed))
+                            data=data, tasks=TaskSettings(count=checked.tasks.count, seed=checked.tasks.seed),
+                            regression=RegressionSettings(cron=r.schedule, timezone=r.timezone, running=r.running))
 
 
 def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
@@ -129,6 +170,11 @@ def deployment() -> DeploymentConfig:
     server, each run) inherit the variable from `churnbench ui`, so all of them read the same file."""
 
     return load_deployment(os.environ.get(DEPLOYMENT_ENV) or None)
+
+
+def regression_settings(config: DeploymentConfig | None = None) -> RegressionSettings:
+    """When the nightly regression runs (defaults when the section is absent)."""
+    return (config or deployment()).regression
 
 
 def task_settings(config: DeploymentConfig | None = None) -> TaskSettings:

@@ -25,7 +25,8 @@ def test_packaged_file() -> None:
     config = load_deployment()
     assert (config.calendar.start, config.calendar.days) == (dt.date(2024, 1, 1), 180)
     assert task_settings(config) == TaskSettings(count=180, seed=0)
-    assert config.data == {"calendar": CALENDAR, "tasks": {"count": 180, "seed": 0}}
+    assert config.data == {"calendar": CALENDAR, "tasks": {"count": 180, "seed": 0},
+                           "regression": {"schedule": "0 2 * * *", "timezone": "UTC", "running": False}}
 
 
 @pytest.mark.parametrize("tasks", [{}, None, {"count": 180}])
@@ -67,5 +68,6 @@ def test_a_bad_file_is_named(tmp_path: Path) -> None:
 
 def test_every_field_says_what_it_must_be() -> None:
     leaves = leaf_fields(DeploymentFile)
-    assert set(leaves) == {"calendar.start", "calendar.days", "tasks.count", "tasks.seed"}
+    assert set(leaves) == {"calendar.start", "calendar.days", "tasks.count", "tasks.seed", "regression.schedule",
+                           "regression.timezone", "regression.running"}
     assert all(field.description for field in leaves.values())

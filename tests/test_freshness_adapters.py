@@ -86,3 +86,46 @@ def test_automation_requests_missing_then_settles() -> None:
     dg.materialize([vendor_price_list, seat_assignments], instance=instance)
     second = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
     assert second.total_requested == 0
+
+
+def test_the_example_code_location_loads_with_tiers_and_a_stopped_sensor() -> None:
+    import runpy
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    example = root / "examples" / "production_tiers" / "definitions.py"
+    workspace = yaml.safe_load((root / "workspace.yaml").read_text())
+    files = [e["python_file"] for e in workspace["load_from"] if "python_file" in e]
+    assert {"relative_path": "examples/production_tiers/definitions.py", "attribute": "defs",
+            "working_directory": ".", "location_name": "production_tiers"} in files
+    defs = runpy.run_path(str(example))["defs"]
+    dg.Definitions.validate_loadable(defs)
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    hot = specs["seat_assignments"]
+    assert hot.freshness_policy.fail_window.to_timedelta() == dt.timedelta(days=2)
+    assert hot.tags["churnbench/ttl_days"] == "1" and hot.tags["churnbench/freshness_tier"] == "hot"
+    assert specs["ticket_feed"].freshness_policy is None and specs["ticket_feed"].automation_condition is None
+    sensor = defs.resolve_sensor_def(AUTOMATION_SENSOR_NAME)
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED  # opening the UI launches nothing
+
+
+def test_the_automation_acts_on_fail_not_on_warn() -> None:
+    from churn_assets.freshness.adapters import refresh_when_due
+
+    labels = str(refresh_when_due())
+    assert "freshness_failed" in labels and "freshness_warned" not in labels
+
+
+def test_the_staged_caches_show_their_tier_without_a_wall_clock_policy() -> None:
+    from churn_assets.orchestration.definitions import defs
+
+    specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
+    for c in load_registry().staged_classes:
+        name = "vector_index" if c.staged_index == "vector_index" else f"staged_{c.name}"
+        spec = specs[name]
+        assert (spec.tags["churnbench/entity_class"], spec.tags["churnbench/freshness_tier"],
+                spec.tags["churnbench/ttl_days"]) == (c.name, c.freshness_tier, str(c.ttl_days)), name
+        assert f"TTL {c.ttl_days} day(s)" in (spec.description or "")
+        assert spec.freshness_policy is None and spec.automation_condition is None  # section 10

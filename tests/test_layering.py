@@ -38,7 +38,7 @@ WING_RANKS: dict[str, int] = {
     "assets": 5,
     "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6,
     "cells": 7,
-    "sweeps": 8,
+    "sweeps": 8, "regression": 8,
     "jobs": 9, "schedules": 9, "sensors": 9,
     "definitions": 10,
 }

@@ -6,6 +6,7 @@ refuses a bad file with a message naming the class and the problem.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,6 +24,14 @@ from churn_assets.world.validation import StrictModel, fail, none_is, one_of, pa
 FRESHNESS_TIERS = ("hot", "warm", "cold", "live")
 LIVE = "live"  # the tier read at T: never cached, so it has no TTL and no staged location
 REGISTRY_RESOURCE = "registry.yaml"
+# A registry file to read instead of the packaged one (a re-tiered deployment, or the regression test's degraded
+# registry). The code location's processes and in-process runs inherit it, so every reader sees the same file.
+REGISTRY_FILE_ENV = "CHURNBENCH_REGISTRY"
+# Tags naming a cached asset's class and tier, on churnbench's staged caches (simulated clock) and, through the
+# production adapter (`freshness/adapters.py`), on a data engineer's wall-clock assets: one vocabulary in the UI.
+ENTITY_CLASS_TAG = "churnbench/entity_class"
+FRESHNESS_TIER_TAG = "churnbench/freshness_tier"
+TTL_TAG = "churnbench/ttl_days"
 
 
 class RegistryError(UserFacingError, ValueError):
@@ -52,6 +61,21 @@ class EntityClass:
     @property
     def staged_location(self) -> str | None:
         return self.staged_table or self.staged_index
+
+    @property
+    def tier_tags(self) -> dict[str, str]:
+        """The class, tier and TTL as asset tags (a live class has no TTL tag)."""
+        tags = {ENTITY_CLASS_TAG: self.name, FRESHNESS_TIER_TAG: self.freshness_tier}
+        return tags if self.ttl_days is None else {**tags, TTL_TAG: str(self.ttl_days)}
+
+    @property
+    def tier_sentence(self) -> str:
+        """One sentence for descriptions: the tier, the TTL and the staleness rule it implies."""
+        if self.ttl_days is None:
+            return f"Entity class {self.name}, freshness tier live: never cached, read at T."
+        k = self.ttl_days
+        return (f"Entity class {self.name}, freshness tier {self.freshness_tier}, TTL {k} day(s): refreshed when its "
+                f"age exceeds {k} (served age at most {k}, a refresh every {k + 1} days).")
 
 
 @dataclass(frozen=True)
@@ -104,7 +128,9 @@ class Registry:
 
 
 def load_registry(path: str | Path | None = None) -> Registry:
-    """Load and validate the registry (the packaged `registry.yaml` by default)."""
+    """Load and validate the registry: `path`, else the file named by `CHURNBENCH_REGISTRY`, else the packaged
+    `registry.yaml`."""
+    path = path if path is not None else (os.environ.get(REGISTRY_FILE_ENV) or None)
     if path is None:
         where = f"churn_assets/grounding/{REGISTRY_RESOURCE}"
         text = resources.files("churn_assets.grounding").joinpath(REGISTRY_RESOURCE).read_text()

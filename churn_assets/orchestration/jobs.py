@@ -1,4 +1,5 @@
-"""Jobs of the code location: `sweep` (a grid of evaluation cells and its report, launched from the Launchpad)
+"""Jobs of the code location: `sweep` (a grid of evaluation cells and its report, launched from the Launchpad),
+`regression` (the regression preset and its gate; the `nightly_regression` schedule launches it)
 and `build_scenario` (a defined scenario's missing inputs, then its `eval_run`; the `scenario_inputs` sensor
 launches it when an `eval_run` launched from the UI finds inputs missing). `definitions.py` registers `JOBS`.
 
@@ -143,4 +144,40 @@ def build_scenario_job() -> None:
     build_scenario_inputs()
 
 
-JOBS: tuple[dg.JobDefinition, ...] = (sweep_job, build_scenario_job)
+class RegressionConfig(dg.Config):
+    parallelism: int = Field(1, ge=1, le=8, description="Cells evaluated at once (worker processes).")
+
+
+@dg.op(description="Run the `regression` sweep preset (finished cells reused), then materialize its "
+                   "`regression_report`, whose blocking `regression_gate` check compares the figures and config "
+                   "hashes with baselines/regression.json. Fails when the gate fails, naming what moved.")
+def run_regression_gate(context: dg.OpExecutionContext, config: RegressionConfig, state: StateResource) -> str:
+    from churn_assets.errors import UserFacingError
+    from churn_assets.orchestration.asset_graph import asset_defs_for
+    from churn_assets.orchestration.materialize import Session
+    from churn_assets.orchestration.regression import run_regression
+
+    paths = state.paths
+    try:
+        session = Session(paths, state.service_urls(), context.instance)
+        outcome = run_regression(session, asset_defs_for(str(paths.root)), echo=context.log.info,
+                                 workers=config.parallelism)
+    except UserFacingError as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+    result = outcome.result
+    context.add_output_metadata({"sweep_id": outcome.record.sweep_id, "gate_passed": result.passed,
+                                 "figures_moved": len(result.moved), "hashes_changed": len(result.hash_changes)})
+    if not result.passed:
+        raise dg.Failure(description=result.summary() + "\n" + "\n".join(result.lines()), allow_retries=False)
+    return outcome.record.sweep_id
+
+
+@dg.job(name="regression", description="The nightly regression: the `regression` sweep preset (two 30-day worlds, "
+        "grounding on and off and naive at T - 27, deterministic agent) and its gated `regression_report` against "
+        "baselines/regression.json. The `nightly_regression` schedule launches it.",
+        tags={"churnbench/kind": "regression"})
+def regression_job() -> None:
+    run_regression_gate()
+
+
+JOBS: tuple[dg.JobDefinition, ...] = (sweep_job, build_scenario_job, regression_job)

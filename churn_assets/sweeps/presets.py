@@ -27,6 +27,13 @@ CACHE_AGE_GAPS = tuple(range(1, 36))
 PARITY_GAPS = tuple(range(26, 32))  # the 2x2 around D+28 that the README quotes beside the single figure
 SMOKE_T = dt.date(2024, 1, 30)
 SMOKE_DAYS = 30
+REGRESSION_SEEDS = (42, 7)
+# T' = 2024-01-02, the smoke preset's early T' (its inputs are shared), and T one day before the smoke T: a gap of
+# 27 days, where a hot class's TTL 1 serves data 1 day old and TTL 3 serves it 3 days old. At gap 28 (and 29)
+# TTL 1 and TTL 3 happen to serve the same day (28 is a multiple of both periods, 2 and 4), so the gate could
+# not see the acceptance's degraded registry there.
+REGRESSION_T = dt.date(2024, 1, 29)
+REGRESSION_GAPS = (27,)
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,20 @@ def smoke(args: PresetArgs) -> SweepSpec:
                                  "check that the sweep machinery works")
 
 
+def regression(args: PresetArgs) -> SweepSpec:
+    """The nightly regression (`churnbench regression`, the `regression` job): a fixed small grid whose figures a
+    committed baseline pins. Its worlds are the smoke preset's 30-day worlds, so a state folder that ran the
+    smoke sweep reuses their inputs."""
+    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
+
+    return SweepSpec("regression", args.world_refs(REGRESSION_SEEDS, days=SMOKE_DAYS),
+                     (TIERED_ARM, UNTIERED_ARM, "naive"), ("tiered",), REGRESSION_T, gaps=REGRESSION_GAPS,
+                     description="the nightly regression: two 30-day worlds (seeds 42 and 7), grounding tiered and "
+                                 "off and naive at T = 2024-01-29, T' = T - 27, deterministic agent; the regression "
+                                 "gate compares its verdict counts, exposure and accuracy with "
+                                 "baselines/regression.json")
+
+
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("cache-age", "stale answers, exposure and prediction against cache age (gaps 1-35), on and off",
            cache_age),
@@ -139,6 +160,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("budget", "stale answers against refresh cost for four ways of spending a refresh budget", budget),
     Preset("seeds", "the paper's 2x2 over seeds with a bootstrap interval of on versus off", seeds),
     Preset("smoke", "a 30-day world, two arms, two T' (seconds, not minutes)", smoke),
+    Preset("regression", "the nightly regression: two 30-day worlds, grounding on and off and naive at T - 27, "
+           "gated against baselines/regression.json", regression),
 )}
 
 

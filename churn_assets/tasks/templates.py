@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.tasks.answers import (
     DATE,
     ENTITY,
@@ -432,6 +433,26 @@ TEMPLATES: tuple[Template, ...] = (
 )
 
 TEMPLATES_BY_ID: dict[str, Template] = {t.template_id: t for t in TEMPLATES}
+
+
+def _hashable(value: Any) -> Any:
+    """A template field as plain JSON: sets sorted (their order varies between processes), values named by repr."""
+    if isinstance(value, frozenset | set):
+        return sorted(str(v) for v in value)
+    if isinstance(value, tuple | list):
+        return [_hashable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def templates_hash() -> str:
+    """SHA-256 (16 hex digits) of the template list: every field of every template (texts, answer types,
+    classes, measures, sampling, weights, what moves the answer). The regression baseline records it."""
+    import dataclasses
+
+    data = [{f.name: _hashable(getattr(t, f.name)) for f in dataclasses.fields(t)} for t in TEMPLATES]
+    return sha256_hex(canonical_json(data))[:16]
 
 
 def template(template_id: str) -> Template:

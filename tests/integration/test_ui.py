@@ -53,9 +53,12 @@ def wait_for_asset_nodes(port: int, proc: subprocess.Popen[bytes], log: Path) ->
     nodes: dict[tuple[str, ...], Any] = {}
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"churnbench ui exited early:\n{log.read_text()[-3000:]}"
+        entries = graphql(port, "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }")
+        loaded = [e["loadStatus"] == "LOADED"
+                  for e in entries["data"]["workspaceOrError"]["locationEntries"]]  # type: ignore[index]
         data = graphql(port, "{ assetNodes { assetKey { path } partitionKeys } }")
         nodes = {tuple(n["assetKey"]["path"]): n for n in data["data"]["assetNodes"]}  # type: ignore[index]
-        if nodes:
+        if nodes and loaded and all(loaded):  # every code location of workspace.yaml, not just the first
             return nodes
         time.sleep(1)
     status = graphql(port, "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "

@@ -17,12 +17,14 @@ import yaml
 
 from churn_assets.deployment import DEPLOYMENT_ENV
 from churn_assets.services import free_port
+from churn_assets.sweeps.regression import BASELINE_ENV
 
-from .test_ui import graphql, wait_for_asset_nodes, wait_until_answering
+from .test_ui import wait_for_asset_nodes, wait_until_answering
 
 pytestmark = pytest.mark.integration
 
 LOCATION = "churnbench"  # workspace.yaml
+EXAMPLE_LOCATION = "production_tiers"  # workspace.yaml: examples/production_tiers/definitions.py
 RUN_TIMEOUT_S = 900
 TASKS = 20
 WORLD_NAME = "uisweep"  # its own world: the UI's runs use 20 tasks, the in-process tests 180
@@ -78,7 +80,8 @@ def materialized_partitions(port: int, asset: str) -> set[str]:
 @pytest.fixture(scope="module")
 def ui(state_dir: Path, tmp_path_factory: pytest.TempPathFactory, churnbench_exe: str,
        cli_env: Callable[..., dict[str, str]]) -> Iterator[int]:
-    """`churnbench ui` on the session's state folder, with a deployment of 20 tasks per task set."""
+    """`churnbench ui` on the session's state folder, with a deployment of 20 tasks per task set, and a regression
+    baseline that does not exist (the regression job launched here fails fast on it, before running its sweep)."""
     folder = tmp_path_factory.mktemp("ui-sweep")
     packaged = yaml.safe_load((Path(__file__).parents[2] / "churn_assets" / "deployment.yaml").read_text())
     packaged["tasks"]["count"] = TASKS
@@ -88,7 +91,8 @@ def ui(state_dir: Path, tmp_path_factory: pytest.TempPathFactory, churnbench_exe
     log = folder / "ui.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([churnbench_exe, "ui", "--port", str(port)],
-                                env=cli_env(state_dir, **{DEPLOYMENT_ENV: str(deployment)}),
+                                env=cli_env(state_dir, **{DEPLOYMENT_ENV: str(deployment),
+                                                          BASELINE_ENV: str(folder / "no-baseline.json")}),
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait_until_answering(port, proc, log)
@@ -105,12 +109,64 @@ def ui(state_dir: Path, tmp_path_factory: pytest.TempPathFactory, churnbench_exe
 
 
 def test_the_ui_lists_the_jobs_and_sensors(ui: int) -> None:
-    data = graphql(ui, "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } "
-                       "sensors { name sensorState { status } } } } } }")
-    [repo] = data["data"]["repositoriesOrError"]["nodes"]  # type: ignore[index]
-    assert {"sweep", "build_scenario"} <= {j["name"] for j in repo["jobs"]}
+    repos = repositories(ui)
+    repo = repos[LOCATION]
+    assert {"sweep", "build_scenario", "regression"} <= {j["name"] for j in repo["jobs"]}
     sensors = {s["name"]: s["sensorState"]["status"] for s in repo["sensors"]}
     assert sensors["scenario_inputs"] == "RUNNING"
+    schedules = {s["name"]: s for s in repo["schedules"]}
+    nightly = schedules["nightly_regression"]
+    assert (nightly["cronSchedule"], nightly["executionTimezone"]) == ("0 2 * * *", "UTC")
+    assert nightly["pipelineName"] == "regression" and nightly["scheduleState"]["status"] == "STOPPED"
+    # The example code location: its refresh sensor is listed, stopped (opening the UI launches nothing).
+    example = {s["name"]: s["sensorState"]["status"] for s in repos[EXAMPLE_LOCATION]["sensors"]}
+    assert example == {"churnbench_tier_refresh_sensor": "STOPPED"}
+
+
+def repositories(port: int) -> dict[str, dict[str, Any]]:
+    data = gql(port, "{ repositoriesOrError { ... on RepositoryConnection { nodes { location { name } jobs { name } "
+                     "sensors { name sensorState { status } } schedules { name cronSchedule executionTimezone "
+                     "pipelineName scheduleState { status } } } } } }")
+    return {r["location"]["name"]: r for r in data["repositoriesOrError"]["nodes"]}
+
+
+ASSET_NODES = """{ assetNodes { assetKey { path } repository { location { name } } description tags { key value }
+  internalFreshnessPolicy { __typename ... on TimeWindowFreshnessPolicy { failWindowSeconds warnWindowSeconds } }
+  assetChecksOrError { ... on AssetChecks { checks { name blocking } } } } }"""
+
+
+def test_the_ui_shows_the_tiers_the_checks_and_the_example_location(ui: int) -> None:
+    nodes = {(n["repository"]["location"]["name"], "/".join(n["assetKey"]["path"])): n
+             for n in gql(ui, ASSET_NODES)["assetNodes"]}
+    staged = nodes[(LOCATION, "staged_prices")]
+    tags = {t["key"]: t["value"] for t in staged["tags"]}
+    assert (tags["churnbench/entity_class"], tags["churnbench/freshness_tier"], tags["churnbench/ttl_days"]) == (
+        "prices", "warm", "7")
+    assert "freshness tier warm, TTL 7 day(s)" in staged["description"]
+    assert staged["internalFreshnessPolicy"] is None  # simulated calendar: no wall-clock policy (section 10)
+    hot = {t["key"]: t["value"] for t in nodes[(LOCATION, "staged_assignments")]["tags"]}
+    assert (hot["churnbench/freshness_tier"], hot["churnbench/ttl_days"]) == ("hot", "1")
+    checks = {c["name"]: c["blocking"] for c in nodes[(LOCATION, "eval_run")]["assetChecksOrError"]["checks"]}
+    assert {f"served_age_within_ttl_{c}" for c in ("assignments", "user_status", "prices", "cost_center_membership",
+                                                   "contract_terms", "vendor_dims")} <= set(checks)
+    gate = {c["name"]: c["blocking"] for c in nodes[(LOCATION, "regression_report")]["assetChecksOrError"]["checks"]}
+    assert gate == {"regression_gate": True}
+    # The example's wall-clock caches carry the registry's policies: TTL k -> warn k days, fail k + 1 days.
+    prices = nodes[(EXAMPLE_LOCATION, "vendor_price_list")]["internalFreshnessPolicy"]
+    assert (prices["warnWindowSeconds"], prices["failWindowSeconds"]) == (7 * 86400, 8 * 86400)
+    assert nodes[(EXAMPLE_LOCATION, "ticket_feed")]["internalFreshnessPolicy"] is None  # live: never cached
+
+
+def test_the_regression_job_launches_from_the_ui(ui: int) -> None:
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
+                           "jobName": "regression"}, "runConfigData": {}}
+    launched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    assert wait_for_run(ui, run_id) == "FAILURE"  # this UI's baseline file does not exist: it stops at once
+    log = run_log(ui, run_id)
+    assert "no-baseline.json: file not found" in log, log[-3000:]
+    assert "evaluated, stale" not in log  # nothing ran before the baseline was read
 
 
 def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui: int) -> None:

@@ -24,6 +24,7 @@ import dagster as dg
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
 from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
+from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_vector_index, staging_schema
 from churn_assets.orchestration.assets.common import require_world_day, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
@@ -36,6 +37,8 @@ from churn_assets.world.fold import fold_ledger
 from contracts.store import DocumentStoreError, StoredDay, day_dir, read_day
 
 GROUP = "grounding"
+# The class this index caches (the registry says which: `staged: {index: vector_index}`), for its tier tags.
+_CONTRACT_TERMS = next(c for c in load_registry().staged_classes if c.staged_index == "vector_index")
 
 
 def day_documents(paths: StatePaths, world_id: str, day: dt.date) -> tuple[StoredDay, dict[str, str]]:
@@ -75,7 +78,9 @@ def index_metadata(build: IndexBuild) -> dict[str, Any]:
     deps=[contract_documents],
     group_name=GROUP,
     kinds={"python", "postgres"},
-    description="Contract chunks as of the day, embedded with all-MiniLM-L6-v2 (offline) in pgvector "
+    tags=_CONTRACT_TERMS.tier_tags,
+    description=f"{_CONTRACT_TERMS.tier_sentence} Contract chunks as of the day, embedded with all-MiniLM-L6-v2 "
+                "(offline) in pgvector "
                 "(<world>_staging.vector_index_chunks + embeddings). Chunks carry a content hash, the "
                 "contract id and the as-of day; a day re-embeds only chunks whose hash is new. The cached "
                 "copy of contract_terms: a partition is a refresh on that day.",

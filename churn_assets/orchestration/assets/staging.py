@@ -19,7 +19,7 @@ import warnings
 import dagster as dg
 
 from churn_assets.fabric.postgres import connection
-from churn_assets.grounding.registry import load_registry
+from churn_assets.grounding.registry import EntityClass, load_registry
 from churn_assets.grounding.staging import StagedSpec, staged_specs, verify_partition, write_partition
 from churn_assets.orchestration.assets.common import require_world_day, user_errors
 from churn_assets.orchestration.dbt_project import analytics_key
@@ -38,14 +38,18 @@ def _partition(state: StateResource, partition_key: str) -> tuple[str, dt.date]:
     return world_id, day
 
 
-def _staged_asset(spec: StagedSpec) -> dg.AssetsDefinition:
+def _staged_asset(spec: StagedSpec, entity_class: EntityClass) -> dg.AssetsDefinition:
+    # The tier is shown as tags and in the description; no wall-clock freshness policy or automation is attached
+    # (section 10): these partitions are refreshes on the simulated calendar, planned by `freshness/`.
     @dg.asset(
         name=spec.asset_name,
+        tags=entity_class.tier_tags,
         partitions_def=world_day_partitions,
         deps=[dg.AssetDep(analytics_key(spec.source_relation), partition_mapping=OF_THE_WORLD)],
         group_name=GROUP,
         kinds={"postgres", "sql"},
-        description=f"Staged cache of entity class {spec.class_name}: partition (world, d) is the refresh on d, "
+        description=f"{entity_class.tier_sentence} "
+                    f"Staged cache of entity class {spec.class_name}: partition (world, d) is the refresh on d, "
                     f"a copy of <world>_analytics.{spec.source_relation} as it looked on d (rows with "
                     f"valid_from <= d; later ends and dates stored as NULL) in <world>_staging.{spec.table} "
                     "with refresh_day = d.",
@@ -106,6 +110,7 @@ def _staged_check(spec: StagedSpec, asset: dg.AssetsDefinition) -> dg.AssetCheck
 
 
 # One asset (and its check) per staged class of the registry: the registry is the list.
-STAGED_SPECS = staged_specs(load_registry())
-STAGED_ASSETS = [_staged_asset(spec) for spec in STAGED_SPECS]
+REGISTRY = load_registry()
+STAGED_SPECS = staged_specs(REGISTRY)
+STAGED_ASSETS = [_staged_asset(spec, REGISTRY[spec.class_name]) for spec in STAGED_SPECS]
 STAGED_CHECKS = [_staged_check(spec, asset) for spec, asset in zip(STAGED_SPECS, STAGED_ASSETS, strict=True)]
