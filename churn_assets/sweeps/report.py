@@ -121,8 +121,9 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
         data["seeds"] = seeds
         diff_rows = [{"window": w, **{k: v for k, v in d.items() if k != "per_seed"}}
                      for w, d in seeds["differences"].items()]
-        sections.append("## The 2x2 over seeds\n\n" + _md_table(seeds["per_world"], list(seeds["per_world"][0])
-                                                                 if seeds["per_world"] else ["world_id"])
+        # World and label first, then the cells in the 2x2's reading order (the dict's own order is arrival order).
+        columns = sorted({k for row in seeds["per_world"] for k in row} - {"world_id", "label"})
+        sections.append("## The 2x2 over seeds\n\n" + _md_table(seeds["per_world"], ["world_id", "label", *columns])
                         + "\nOff minus tiered (stale answers), paired by seed, bootstrap 90% interval over seeds:\n\n"
                         + _md_table(diff_rows, ["window", "seeds", "mean_off_minus_on", "interval_90"]))
     add("verdict_bars", plots.verdict_bars(cells, folder / "verdict_bars.png", "Verdicts per arm and policy"))
