@@ -5,6 +5,7 @@
   half of one, and two writers of the same path never write into each other's temporary file (a shared
   temporary name let one writer rename the other's half-written file into place, or fail on a name the other
   had just renamed away).
+- `other_process_alive(pid)`: whether another live process has that id (a leftover's writer may still run).
 - `file_lock(path)`: an exclusive `fcntl.flock` on `path` (created if missing, never deleted: deleting a lock
   file while another process waits on it would let a third one lock a new file of the same name). The lock is
   held by the open file description, so two threads of one process exclude each other too, and the kernel
@@ -28,6 +29,20 @@ from pathlib import Path
 from churn_assets.errors import UserFacingError
 
 POLL_S = 0.05
+
+
+def other_process_alive(pid: int) -> bool:
+    """Whether a process other than this one has the id `pid`. This process's own id is False: a caller asks
+    about a leftover it did not write now. A process of another user counts as alive (PermissionError)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class LockTimeoutError(UserFacingError):

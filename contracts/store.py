@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
-from churn_assets.files import file_lock
+from churn_assets.files import file_lock, other_process_alive
 
 if TYPE_CHECKING:  # only for annotations: `worlds rm` imports this module and needs no PDF library
     from contracts.render import RenderedContract
@@ -170,20 +170,8 @@ def _clear_leftovers(parent: Path, name: str) -> None:
     writer that is still running: their names carry its process id)."""
     for leftover in parent.glob(f".{name}.*-*"):
         pid = leftover.name.rsplit(".", 1)[-1].split("-")[1] if "-" in leftover.name else ""
-        if leftover.is_dir() and not (pid.isdigit() and _pid_alive(int(pid))):
+        if leftover.is_dir() and not (pid.isdigit() and other_process_alive(int(pid))):
             shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process is not writing that day right now: the folder is a leftover
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_dir(path: Path) -> None:

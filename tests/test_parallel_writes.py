@@ -23,7 +23,7 @@ from scripted_answer import ScriptedAnswer
 
 from churn_assets.evaluation.results import PARTIAL_FILE, SUMMARY_FILE, TASKS_FILE, ResultsStore
 from churn_assets.evaluation.runner import RunSpec, evaluate
-from churn_assets.files import LockTimeoutError, atomic_write_text, file_lock, is_locked
+from churn_assets.files import LockTimeoutError, atomic_write_text, file_lock, is_locked, other_process_alive
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off
 from churn_assets.freshness.scenario import Scenario
@@ -268,3 +268,16 @@ def test_a_state_folder_created_by_two_processes_at_once_gets_one_id(tmp_path: P
     monkeypatch.undo()
     assert paths.state_id == first
     assert sorted(p.name for p in paths.root.iterdir()) == [".state-id", "state-format"]  # no temporary left
+
+
+def test_other_process_alive_tells_a_live_writer_from_a_leftover() -> None:
+    """What the dbt run folders and the contract documents' leftovers are judged by: this process is not
+    "another writer", a running child is, and a child that has exited is not."""
+    assert not other_process_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert other_process_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait(10)
+    assert not other_process_alive(child.pid)

@@ -505,7 +505,7 @@ class RunCatalog:
             parts = parse_scenario_key(ref)
             keys = [str(parts), parts.legacy]
         except ScenarioKeyError:
-            pass
+            pass  # not a scenario key: the ref is matched as a run id or run folder name below
         clauses = [t.c.scenario_key.in_(keys), t.c.experiment_hash.concat("__").concat(t.c.code_version) == ref]
         if ref.isdigit():
             clauses.append(t.c.run_id == int(ref))

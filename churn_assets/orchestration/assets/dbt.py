@@ -42,6 +42,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection, dbt_connection_env, read_load_key, schema_name, world_prefix
 from churn_assets.fabric.roles import ensure_arm_role, grant_arm_access
 from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
+from churn_assets.files import other_process_alive
 from churn_assets.freshness.scenario import DBT_BUILD  # the planner's name for a world's whole dbt build
 from churn_assets.orchestration.assets.common import require_world, user_errors
 from churn_assets.orchestration.dbt_project import (
@@ -116,15 +117,7 @@ def _in_progress(folder: Path) -> bool:
     """Whether another live process may still be running dbt in `folder` (this process runs one build at a
     time, so its own older folders are finished)."""
     pid = _writer_pid(folder)
-    if pid is None or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid is not None and other_process_alive(pid)
 
 
 def _prepare_target(runs: Path, world_id: str, run_id: str) -> Path:
