@@ -58,8 +58,8 @@ def test_keys_from_env_or_file(tmp_path: Path) -> None:
 
 def test_match_key_is_exact() -> None:
     keys = parse_keys(keys_json(), "test")
-    assert match_key(keys, FAST).key_id == "fast"
-    assert match_key(keys, SLOW).key_id == "slow"
+    assert match_key(keys, FAST).key.key_id == "fast"  # type: ignore[union-attr]
+    assert match_key(keys, SLOW).key.key_id == "slow"  # type: ignore[union-attr]
     for wrong in (None, "", FAST[:-1], FAST + "f", "é" * 20):
         assert match_key(keys, wrong) is None
 

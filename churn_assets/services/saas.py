@@ -1,5 +1,6 @@
 """The embedded SaaS API (`python -m saas_mock` under uvicorn) on a free loopback port, and its API keys
-(`<state>/services/saas-keys.json`, mode 0600, one key per profile)."""
+(`<state>/services/saas-keys.json`, mode 0600, one per-tenant issuer key per profile: the key a client of
+world W sends is derived from it, `churn_assets.credentials.tenant_key`, and reads tenant W only)."""
 
 from __future__ import annotations
 
@@ -77,26 +78,28 @@ def saas_keys_file(paths: StatePaths) -> Path:
 
 
 def ensure_saas_keys(paths: StatePaths) -> Path:
-    """Write the embedded SaaS API's keys file (one random key per profile, mode 0600) unless it exists."""
-    import secrets
+    """Write the embedded SaaS API's keys file (one random per-tenant issuer key per profile, mode 0600) unless
+    it exists with per-tenant keys (a file of an older churnbench, whose keys read every tenant, is replaced:
+    this runs before the server starts, which reads it once)."""
+    from churn_assets.credentials import new_secret, write_private
 
     target = saas_keys_file(paths)
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    keys = {"keys": [{"id": f"churnbench-{profile}", "key": secrets.token_urlsafe(32), "profile": profile}
+    try:
+        entries = json.loads(target.read_text())["keys"]
+        if entries and all(entry.get("per_tenant") is True for entry in entries):
+            return target
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        pass
+    keys = {"keys": [{"id": f"churnbench-{profile}", "key": new_secret(), "profile": profile, "per_tenant": True}
                      for profile in SAAS_PROFILES]}
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(keys, indent=2) + "\n")
-    tmp.replace(target)
+    write_private(target, json.dumps(keys, indent=2) + "\n")
     return target
 
 
-def saas_api_key(paths: StatePaths | None = None, profile: str = "default") -> str:
-    """The API key a client sends: CHURNBENCH_SAAS_API_KEY, else the embedded keys file's key for `profile`.
-    With CHURNBENCH_SAAS_URL set the key must come from the environment (the deployment issued it)."""
+def saas_api_key(paths: StatePaths | None = None, profile: str = "default", *, world_id: str | None = None) -> str:
+    """The API key a client of tenant `world_id` sends: CHURNBENCH_SAAS_API_KEY, else the key derived for that
+    tenant from the embedded keys file's issuer key for `profile` (it reads that tenant only). With
+    CHURNBENCH_SAAS_URL set the key must come from the environment (the deployment issued it)."""
     key = os.environ.get(SAAS_API_KEY_ENV)
     if key:
         return key
@@ -111,6 +114,12 @@ def saas_api_key(paths: StatePaths | None = None, profile: str = "default") -> s
         raise ServiceError(f"no SaaS API keys in {target}: `churnbench services up` writes them") from None
     for entry in entries:
         if entry.get("profile") == profile:
-            return str(entry["key"])
+            if not entry.get("per_tenant"):
+                return str(entry["key"])  # a key of an older file: the server started with it reads every tenant
+            if world_id is None:
+                raise ServiceError(f"the SaaS keys in {target} are per tenant: name the world the key is for")
+            from churn_assets.credentials import tenant_key
+
+            return tenant_key(str(entry["key"]), world_id)
     known = ", ".join(sorted({str(e.get("profile")) for e in entries}))
     raise ServiceError(f"{target} has no key for SaaS profile {profile!r} (it has: {known})")
