@@ -82,22 +82,25 @@ def ensure_arm_role(conn: psycopg.Connection[Any], world_id: str, secret: str) -
     """Create the world's arm role when missing, (re)set its password from `secret`, harden the warehouse and
     grant the world's schemas (idempotent); True when the role was created.
 
-    Safe when several processes race: roles are cluster-wide, so this runs under one advisory lock."""
+    Safe when several processes race: the cluster-wide steps run under one advisory lock, the world's role
+    under the world's (the lock `grant_arm_access` takes)."""
     from psycopg import sql
 
     role = arm_role(world_id)
     password = sql.Literal(arm_password(world_id, secret))
-    conn.autocommit = True  # so that `transaction()` below is the one real transaction
+    conn.autocommit = True  # so that each `transaction()` below is a real transaction
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('churnbench arm role'))")
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('churnbench arm roles'))")
         _drop_legacy_role(conn)
+        harden_warehouse(conn)
+    with conn.transaction():
+        _lock_role(conn, role)
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is not None
         verb = "ALTER" if exists else "CREATE"
         conn.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION "
                              "NOBYPASSRLS PASSWORD {}").format(ident(role), password))
         # Every session starts read-only (a second line of defence: the privileges are the first).
         conn.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(ident(role)))
-        harden_warehouse(conn)
     grant_arm_access(conn, world_id)
     return not exists
 
@@ -112,7 +115,7 @@ def grant_arm_access(conn: psycopg.Connection[Any], world_id: str) -> None:
     role = arm_role(world_id)
     analytics, staging = schema_name(world_id, "analytics"), schema_name(world_id, "staging")
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('churnbench arm role'))")
+        _lock_role(conn, role)
         if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT "
                                  "NOREPLICATION NOBYPASSRLS").format(ident(role)))
@@ -126,6 +129,11 @@ def grant_arm_access(conn: psycopg.Connection[Any], world_id: str) -> None:
         conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(ident(staging), ident(role)))
         conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(
             ident(staging), ident(role)))
+
+
+def _lock_role(conn: psycopg.Connection[Any], role: str) -> None:
+    """One creator of a role at a time (CREATE ROLE of one name in two sessions: one fails)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"churnbench arm role {role}",))
 
 
 def drop_arm_role(conn: psycopg.Connection[Any], world_id: str) -> bool:
