@@ -12,7 +12,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-from churn_assets.services.base import SAAS_API_KEY_ENV, SAAS_KEYS_FILENAME, SAAS_URL_ENV, ServiceError
+from churn_assets.services.base import (
+    SAAS_API_KEY_ENV,
+    SAAS_KEY_ISSUER_ENV,
+    SAAS_KEYS_FILENAME,
+    SAAS_URL_ENV,
+    ServiceError,
+)
 from churn_assets.services.process import ProcessService
 from churn_assets.state import StatePaths
 
@@ -97,15 +103,23 @@ def ensure_saas_keys(paths: StatePaths) -> Path:
 
 
 def saas_api_key(paths: StatePaths | None = None, profile: str = "default", *, world_id: str | None = None) -> str:
-    """The API key a client of tenant `world_id` sends: CHURNBENCH_SAAS_API_KEY, else the key derived for that
-    tenant from the embedded keys file's issuer key for `profile` (it reads that tenant only). With
-    CHURNBENCH_SAAS_URL set the key must come from the environment (the deployment issued it)."""
+    """The API key a client of tenant `world_id` sends: CHURNBENCH_SAAS_API_KEY as it is, else the key derived
+    for that tenant from CHURNBENCH_SAAS_KEY_ISSUER or from the embedded keys file's issuer key for `profile` (a
+    derived key reads that tenant only). With CHURNBENCH_SAAS_URL set the key must come from the environment
+    (the deployment issued it)."""
+    from churn_assets.credentials import tenant_key
+
     key = os.environ.get(SAAS_API_KEY_ENV)
     if key:
         return key
+    issuer = os.environ.get(SAAS_KEY_ISSUER_ENV)
+    if issuer:
+        if world_id is None:
+            raise ServiceError(f"{SAAS_KEY_ISSUER_ENV} issues one key per tenant: name the world the key is for")
+        return tenant_key(issuer, world_id)
     if os.environ.get(SAAS_URL_ENV):
-        raise ServiceError(f"{SAAS_URL_ENV} is set: set {SAAS_API_KEY_ENV} to the API key that SaaS "
-                           "deployment issued")
+        raise ServiceError(f"{SAAS_URL_ENV} is set: set {SAAS_KEY_ISSUER_ENV} (a per-tenant issuer key) or "
+                           f"{SAAS_API_KEY_ENV} (one key) to what that SaaS deployment issued")
     paths = paths or StatePaths.resolve()
     target = saas_keys_file(paths)
     try:
@@ -118,8 +132,6 @@ def saas_api_key(paths: StatePaths | None = None, profile: str = "default", *, w
                 return str(entry["key"])  # a key of an older file: the server started with it reads every tenant
             if world_id is None:
                 raise ServiceError(f"the SaaS keys in {target} are per tenant: name the world the key is for")
-            from churn_assets.credentials import tenant_key
-
             return tenant_key(str(entry["key"]), world_id)
     known = ", ".join(sorted({str(e.get("profile")) for e in entries}))
     raise ServiceError(f"{target} has no key for SaaS profile {profile!r} (it has: {known})")
