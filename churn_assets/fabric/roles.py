@@ -155,8 +155,38 @@ def worlds_with_arm_roles(conn: psycopg.Connection[Any]) -> set[str]:
 
 
 def _drop_legacy_role(conn: psycopg.Connection[Any]) -> None:
-    """The shared role of older state folders: every world could be read through it."""
+    """The shared role of older state folders, through which every world could be read: each world it could
+    read gets its own role first, with the same SELECT grants (an as-of view built before this change is granted
+    to the old role only, and its world may not be rebuilt), then the old role goes."""
+    from psycopg import sql
+
+    from churn_assets.fabric.postgres import parse_schema_name
+
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (LEGACY_ARM_ROLE,)).fetchone() is None:
+        return
+    rows = conn.execute(
+        """SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE c.relkind IN ('r', 'v', 'm', 'p') AND has_table_privilege(%s, c.oid, 'SELECT')""",
+        (LEGACY_ARM_ROLE,)).fetchall()
+    worlds: set[str] = set()
+    for schema, relation in rows:
+        parsed = parse_schema_name(schema)
+        if parsed is None or parsed[1] not in ("analytics", "staging"):
+            continue
+        if parsed[0] not in worlds:
+            grant_arm_access(conn, parsed[0])  # creates the role (no password yet: it cannot log in until set)
+            worlds.add(parsed[0])
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(ident(schema, relation), ident(arm_role(parsed[0]))))
     _drop_role(conn, LEGACY_ARM_ROLE)
+
+
+def prepare_arm(warehouse_url: str, world_id: str, secret: str) -> None:
+    """Make sure the world's arm role exists with its current password before an arm connects (a world built
+    by an older churnbench, or with another secret, is not rebuilt just for that). A few statements."""
+    from churn_assets.fabric.postgres import connection
+
+    with connection(warehouse_url, autocommit=True) as conn:
+        ensure_arm_role(conn, world_id, secret)
 
 
 def _drop_role(conn: psycopg.Connection[Any], role: str) -> bool:

@@ -163,6 +163,29 @@ def test_an_arm_role_logs_in_only_with_its_own_worlds_password(session: Session,
     psycopg.connect(arm_url(url, mine), password=arm_password(mine, secret), connect_timeout=10).close()
 
 
+def test_the_shared_role_of_an_older_state_folder_is_replaced_without_losing_a_grant(
+        session: Session, world: Projected, secret: str) -> None:
+    """A view built by an older churnbench is granted to `churnbench_arm` only; its world's role inherits the
+    grant when the old role goes (the world is not rebuilt for it)."""
+    from psycopg import sql
+
+    from churn_assets.fabric.roles import LEGACY_ARM_ROLE
+
+    view = sql.Identifier(world.schema("analytics"), "products_as_of")
+    mine = sql.Identifier(arm_role(world.world_id))
+    with connection(session.urls.warehouse, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(LEGACY_ARM_ROLE)))
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(view, sql.Identifier(LEGACY_ARM_ROLE)))
+        conn.execute(sql.SQL("REVOKE SELECT ON {} FROM {}").format(view, mine))
+        with connect_arm(session.urls.warehouse, world.world_id, secret) as arm, \
+                pytest.raises(psycopg.errors.InsufficientPrivilege):
+            arm.execute(sql.SQL("SELECT count(*) FROM {}").format(view))
+        ensure_arm_role(conn, world.world_id, secret)
+        assert conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (LEGACY_ARM_ROLE,)).fetchone() is None
+    with connect_arm(session.urls.warehouse, world.world_id, secret) as arm:
+        assert arm.execute(sql.SQL("SELECT count(*) FROM {}").format(view)).fetchone() is not None
+
+
 def test_the_mongo_server_has_no_authentication_and_an_arm_sees_only_its_worlds_reads(
         session: Session, world: Projected) -> None:
     client = mongo_client(session.urls.mongodb)
