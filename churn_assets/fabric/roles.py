@@ -72,10 +72,17 @@ def harden_warehouse(conn: psycopg.Connection[Any]) -> None:
     role is granted CONNECT instead), create temporary tables, write large objects. Idempotent."""
     from psycopg import sql
 
-    db = conn.execute("SELECT current_database()").fetchone()
-    assert db is not None
-    conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC").format(ident(db[0])))
-    conn.execute(_REVOKE_LARGE_OBJECT_WRITERS)
+    # Checked first: GRANT and REVOKE rewrite the catalog row even when nothing changes, and two sessions
+    # rewriting one row fail with "tuple concurrently updated" (parallel cells of other worlds).
+    row = conn.execute("SELECT current_database(), has_database_privilege('public', current_database(), 'CONNECT') "
+                       "OR has_database_privilege('public', current_database(), 'TEMPORARY'), "
+                       "has_function_privilege('public', 'pg_catalog.lo_create(oid)', 'EXECUTE')").fetchone()
+    assert row is not None
+    db, public_connects, public_writes_objects = row
+    if public_connects:
+        conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC").format(ident(db)))
+    if public_writes_objects:
+        conn.execute(_REVOKE_LARGE_OBJECT_WRITERS)
 
 
 def ensure_arm_role(conn: psycopg.Connection[Any], world_id: str, secret: str) -> bool:
@@ -120,9 +127,16 @@ def grant_arm_access(conn: psycopg.Connection[Any], world_id: str) -> None:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT "
                                  "NOREPLICATION NOBYPASSRLS").format(ident(role)))
             conn.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(ident(role)))
-        db = conn.execute("SELECT current_database()").fetchone()
-        assert db is not None
-        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(ident(db[0]), ident(role)))
+        # The role's own grant, not what it has through PUBLIC (which `harden_warehouse` revokes).
+        row = conn.execute(
+            """SELECT current_database(), EXISTS (
+                   SELECT 1 FROM pg_database d, aclexplode(d.datacl) a JOIN pg_roles r ON r.oid = a.grantee
+                   WHERE d.datname = current_database() AND r.rolname = %s AND a.privilege_type = 'CONNECT')""",
+            (role,)).fetchone()
+        assert row is not None
+        if not row[1]:  # the database's row is shared by every world: one writer at a time (see harden_warehouse)
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('churnbench arm roles'))")
+            conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(ident(row[0]), ident(role)))
         for schema in (analytics, staging):
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident(schema)))
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ident(schema), ident(role)))
