@@ -162,6 +162,11 @@ class StatePaths:
         return self.services_dir / ".lock"
 
     @property
+    def arm_secret_file(self) -> Path:
+        """The generated secret the arms' Postgres passwords derive from (`fabric/roles.py`), mode 0600."""
+        return self.services_dir / "postgres-arm-secret"
+
+    @property
     def mongo_dir(self) -> Path:
         return self.services_dir / "mongo"
 

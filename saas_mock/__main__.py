@@ -87,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     cache = ProjectionCache(source, max_views=args.max_views, revalidate_s=args.revalidate_s)
     app = create_app(keys, cache)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    plans = ", ".join(f"{k.key_id}={k.plan.profile}({k.plan.rate_per_minute:g}/min, {k.plan.latency_ms:g} ms)"
-                      for k in keys)
+    plans = ", ".join(f"{k.key_id}={k.plan.profile}({k.plan.rate_per_minute:g}/min, {k.plan.latency_ms:g} ms, "
+                      f"{k.scope})" for k in keys)
+    unscoped = [k.key_id for k in keys if k.tenants is None and not k.per_tenant]
+    if unscoped:
+        print(f"saas_mock: warning: key(s) {', '.join(unscoped)} read every tenant (give them `tenants` or "
+              "`per_tenant: true` to scope them)", file=sys.stderr, flush=True)
     print(f"saas_mock: serving http://{args.host}:{args.port} keys: {plans}", flush=True)
     # Access logs off: at hundreds of requests a second they cost more than the answers.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,

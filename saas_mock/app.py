@@ -9,7 +9,8 @@ Endpoints (all `GET`, all under `/v1/tenants/{world}`, all with a required `as_o
   (definition in `saas_mock/projection.py`);
 - `/prices`: the price list (list price per seat and month, USD) on the day.
 
-Every `/v1` request needs an API key in the `X-API-Key` header (401 otherwise); each key has a plan
+Every `/v1` request needs an API key in the `X-API-Key` header (401 otherwise), issued for the tenant asked
+for (403 otherwise: keys are scoped to tenants, `saas_mock/config.py`); each key has a plan
 (`saas_mock/config.py`): over its rate the answer is 429 with `Retry-After` (whole seconds); every
 authenticated answer is delayed by the plan's latency. `/health` needs no key; `/openapi.json` and
 `/docs` describe the API. Answers carry `X-SaaS-Profile` (the key's plan) and `X-RateLimit-Remaining`.
@@ -164,6 +165,7 @@ class PriceList(BaseModel):
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or unknown API key"},
+    403: {"model": ErrorBody, "description": "the key is not issued for this tenant"},
     404: {"model": ErrorBody, "description": "unknown tenant, user or product"},
     422: {"description": "invalid parameters, or `as_of` outside the tenant's calendar"},
     429: {"model": ErrorBody, "description": "over the key's rate limit; retry after `Retry-After` seconds"},
@@ -202,12 +204,13 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
     )
     app.state.api = api_state
 
-    async def authorize(request: Request, response: Response,
+    async def authorize(request: Request, response: Response, world: WorldParam,
                         api_key: Annotated[str | None, Depends(_api_key_header)]) -> Plan:
-        key = match_key(api_state.keys, api_key)
-        if key is None:
+        match = match_key(api_state.keys, api_key)
+        if match is None:
             raise HTTPException(401, "missing or unknown API key (send it in the X-API-Key header)",
                                 headers={"WWW-Authenticate": "ApiKey"})
+        key = match.key
         plan = key.plan
         decision = api_state.limiter.check(key.key_id, plan)
         if plan.latency_ms > 0:
@@ -221,6 +224,9 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
             raise HTTPException(429, f"rate limit of {plan.rate_per_minute:g} requests per minute exceeded "
                                 f"for key {key.key_id}",
                                 headers={**headers, "Retry-After": decision.retry_after_header})
+        if not match.allows(world):
+            # After the latency and the limiter: a refusal costs a caller what an answer does.
+            raise HTTPException(403, f"key {key.key_id} is not issued for tenant {world}", headers=headers)
         response.headers.update(headers)
         return plan
 

@@ -10,9 +10,16 @@ Keys come only from the environment or from a file in the state folder, never fr
 (other users can read command lines):
 
 - `CHURNBENCH_SAAS_API_KEYS`: JSON, `{"keys": [{"id": "...", "key": "...", "profile": "default"}, ...]}`
-  (optional per key: `rate_per_minute`, `burst`, `latency_ms`);
+  (optional per key: `rate_per_minute`, `burst`, `latency_ms`, and the key's scope: `tenants`, a list of world ids
+  it may read, or `per_tenant: true`);
 - or a file of the same JSON, `--keys-file` / `CHURNBENCH_SAAS_KEYS_FILE`; the embedded service writes
   `<state>/services/saas-keys.json` (mode 0600) with one key per built-in profile on its first start.
+
+Keys are scoped to tenants (worlds). A key with `tenants` reads only those; a key with `per_tenant: true` is
+not itself accepted but issues one key per tenant, `<world>.<HMAC-SHA256 of the world under the key>`
+(`churn_assets.credentials.tenant_key`), which reads that tenant only: the embedded keys file holds such keys,
+so a new world needs no new file and no restart. A request for a tenant the key is not for is answered 403. A
+key with neither reads every tenant (an operator's key; the server says so at start).
 
 Keys are compared in constant time (`hmac.compare_digest`, against every known key, no early exit).
 """
@@ -29,7 +36,9 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from churn_assets.credentials import tenant_key
 from churn_assets.errors import UserFacingError
+from churn_assets.world.config import WORLD_ID_RE
 from churn_assets.world.validation import StrictModel, fail, one_of, parse
 
 KEYS_ENV = "CHURNBENCH_SAAS_API_KEYS"
@@ -74,6 +83,17 @@ class ApiKey:
     key_id: str
     secret: bytes
     plan: Plan
+    tenants: frozenset[str] | None = None  # None: every tenant (unless `per_tenant`)
+    per_tenant: bool = False  # the secret issues `<world>.<mac>` keys, one per tenant, and is not a key itself
+
+    def allows(self, world: str) -> bool:
+        return self.tenants is None or world in self.tenants
+
+    @property
+    def scope(self) -> str:
+        if self.per_tenant:
+            return "one tenant per derived key"
+        return "every tenant" if self.tenants is None else f"{len(self.tenants)} tenant(s)"
 
 
 def plan_for(profile: str, overrides: Mapping[str, Any] | None = None) -> Plan:
@@ -98,7 +118,8 @@ def parse_keys(text: str, where: str) -> list[ApiKey]:
         raise SaasConfigError(f"{where}: not valid JSON ({e.msg})") from None
     # Never quote a value in the message: the values are secrets.
     checked = parse(KeysFile, data, lambda message: SaasConfigError(f"{where}: {message}"), show_input=False)
-    return [ApiKey(entry.id or "", entry.key.encode(), plan_for(entry.profile, entry.given()))
+    return [ApiKey(entry.id or "", entry.key.encode(), plan_for(entry.profile, entry.given()),
+                   None if entry.tenants is None else frozenset(entry.tenants), entry.per_tenant)
             for entry in checked.keys]
 
 
@@ -127,6 +148,15 @@ class KeyEntry(PlanOverrides):
     key: Annotated[str, Field(min_length=16, description="a string of at least 16 characters")]
     profile: Annotated[str, BeforeValidator(one_of(PROFILES, "SaaS profile")),
                        Field(description="a profile name")] = DEFAULT_PROFILE
+    tenants: Annotated[list[Annotated[str, Field(pattern=WORLD_ID_RE.pattern)]] | None,
+                       Field(min_length=1, description="a non-empty list of world ids")] = None
+    per_tenant: bool = False
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> KeyEntry:
+        if self.per_tenant and self.tenants is not None:
+            raise fail("a key has `tenants` or `per_tenant`, not both")
+        return self
 
 
 KEYS_SHAPE = '{"keys": [{"id": ..., "key": ..., "profile": ...}]}'
@@ -186,14 +216,31 @@ def with_overrides(keys: Sequence[ApiKey], **overrides: float | None) -> list[Ap
     return out
 
 
-def match_key(keys: Sequence[ApiKey], presented: str | None) -> ApiKey | None:
-    """The key whose secret equals `presented`, compared in constant time against every key."""
+@dataclass(frozen=True)
+class Match:
+    """The key a presented secret is, and the tenant it was issued for when it is a derived key."""
+
+    key: ApiKey
+    tenant: str | None = None  # a per-tenant key's tenant
+
+    def allows(self, world: str) -> bool:
+        return self.tenant == world if self.key.per_tenant else self.key.allows(world)
+
+
+def match_key(keys: Sequence[ApiKey], presented: str | None) -> Match | None:
+    """The key `presented` is (a key's own secret, or a per-tenant key derived from one), compared in constant
+    time against every key."""
     if not presented:
         return None
     given = presented.encode("utf-8", "surrogateescape")
-    found: ApiKey | None = None
+    tenant = presented.split(".", 1)[0] if "." in presented else None
+    found: Match | None = None
     for key in keys:
         # No early exit: the time taken does not tell which key (or how much of one) matched.
-        if hmac.compare_digest(key.secret, given):
-            found = key
+        if key.per_tenant:
+            expected = tenant_key(key.secret.decode(), tenant).encode() if tenant else b""
+            if hmac.compare_digest(expected, given) and tenant:
+                found = Match(key, tenant)
+        elif hmac.compare_digest(key.secret, given):
+            found = Match(key)
     return found

@@ -16,8 +16,9 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 # Every dependency at the version of constraints.txt (the full resolved set, dev extra included; README says how to
 # regenerate it). torch is not in it: pyproject's torch==2.13.0 resolves to the build this machine has (the CPU
-# wheel here), which a constraints file shared across machines cannot name.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+# wheel here), which a constraints file shared across machines cannot name. The `cluster` extra (dagster-docker, the
+# compose deployment's run launcher) is small and lets tests/test_docker_config.py check docker/dagster.yaml.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,cluster]"
 # The dbt manifest that Dagster reads when the code location loads (`@dbt_assets`, churn_assets/assets/dbt.py).
 # `dbt parse` needs no database (profiles.yml defaults every connection variable); partial parsing keeps a
 # second run to a few seconds.

@@ -58,8 +58,8 @@ def test_keys_from_env_or_file(tmp_path: Path) -> None:
 
 def test_match_key_is_exact() -> None:
     keys = parse_keys(keys_json(), "test")
-    assert match_key(keys, FAST).key_id == "fast"
-    assert match_key(keys, SLOW).key_id == "slow"
+    assert match_key(keys, FAST).key.key_id == "fast"  # type: ignore[union-attr]
+    assert match_key(keys, SLOW).key.key_id == "slow"  # type: ignore[union-attr]
     for wrong in (None, "", FAST[:-1], FAST + "f", "é" * 20):
         assert match_key(keys, wrong) is None
 
@@ -257,3 +257,47 @@ def test_every_answer_says_its_day_and_hashes_its_records(client: TestClient, so
         key = "items" if records in ("tickets", "prices") else "licenses"
         assert body["content_hash"] == sha256_hex(canonical_json(body[key])), records
         assert body[key], records  # the hash of something, not of an empty list
+
+
+# --- keys scoped to tenants -----------------------------------------------------------------------------------
+
+
+def test_keys_are_scoped_to_tenants() -> None:
+    from churn_assets.credentials import tenant_key
+
+    issuer, scoped = "i" * 20, "t" * 20
+    a, b = "default-s42-3f9a1c", "default-s43-3f9a1c"
+    keys = parse_keys(json.dumps({"keys": [
+        {"id": "issuer", "key": issuer, "profile": "unlimited", "per_tenant": True},
+        {"id": "scoped", "key": scoped, "profile": "unlimited", "tenants": [a]},
+        {"id": "open", "key": FAST, "profile": "unlimited"},
+    ]}), "test")
+    derived = match_key(keys, tenant_key(issuer, a))
+    assert derived is not None and derived.key.key_id == "issuer" and derived.allows(a) and not derived.allows(b)
+    assert match_key(keys, issuer) is None  # an issuer is not a key itself
+    assert match_key(keys, f"{a}.{tenant_key(issuer, a).split('.', 1)[1][:-1]}x") is None  # a forged mac
+    assert match_key(keys, tenant_key("another issuer 0123", a)) is None
+    one = match_key(keys, scoped)
+    assert one is not None and one.allows(a) and not one.allows(b)
+    every = match_key(keys, FAST)
+    assert every is not None and every.allows(a) and every.allows(b)
+    for bad in ('{"keys": [{"key": "' + issuer + '", "per_tenant": true, "tenants": ["' + a + '"]}]}',
+                '{"keys": [{"key": "' + issuer + '", "tenants": ["not a world"]}]}',
+                '{"keys": [{"key": "' + issuer + '", "tenants": []}]}'):
+        with pytest.raises(SaasConfigError):
+            parse_keys(bad, "test")
+
+
+def test_a_key_for_another_tenant_is_answered_403(source: LedgerSource) -> None:
+    from churn_assets.credentials import tenant_key
+
+    issuer = "i" * 20
+    keys = parse_keys(json.dumps({"keys": [{"id": "issuer", "key": issuer, "profile": "unlimited",
+                                             "per_tenant": True}]}), "test")
+    client = TestClient(create_app(keys, ProjectionCache(source, revalidate_s=60)))
+    mine, other = source.world_id, "other-s1-000000"
+    assert get(client, f"/v1/tenants/{mine}/prices", tenant_key(issuer, mine), as_of="2024-01-10").status_code == 200
+    refused = get(client, f"/v1/tenants/{mine}/prices", tenant_key(issuer, other), as_of="2024-01-10")
+    assert refused.status_code == 403 and "not issued for tenant" in refused.json()["detail"]
+    # Refused before any lookup: a key cannot probe which other tenants exist.
+    assert get(client, f"/v1/tenants/{other}/prices", tenant_key(issuer, mine), as_of="2024-01-10").status_code == 403

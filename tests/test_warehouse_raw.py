@@ -25,7 +25,7 @@ from churn_assets.fabric.postgres import (
     world_schemas,
 )
 from churn_assets.fabric.quality import UNALLOCATED, Mismatch, compare_measures, parity_days
-from churn_assets.fabric.roles import ARM_ROLE, arm_url
+from churn_assets.fabric.roles import arm_password, arm_role, arm_url
 from churn_assets.fabric.truth import EVENTS, LEDGER, truth_tables
 from churn_assets.fabric.warehouse_raw import (
     CONTRACT_TERM_FIELDS,
@@ -247,13 +247,26 @@ def test_dbt_connection_env_from_a_socket_url() -> None:
     assert env["CHURNBENCH_DBT_PASSWORD"] == "s3cret" and env["CHURNBENCH_DBT_HOST"] == "db.example"
 
 
-def test_arm_url_and_role_name_match_the_dbt_grants(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CHURNBENCH_ARM_PASSWORD", raising=False)
-    assert arm_url("postgresql://postgres@/churnbench?host=/tmp/s") == "postgresql://churnbench_arm@/churnbench?host=/tmp/s"
-    monkeypatch.setenv("CHURNBENCH_ARM_PASSWORD", "p w")
-    assert arm_url("postgresql://admin:x@db:5432/wh") == "postgresql://churnbench_arm:p%20w@db:5432/wh"
+def test_arm_url_and_role_name_match_the_dbt_grants() -> None:
+    world = "default-s42-3f9a1c"
+    assert arm_role(world) == "default_s42_3f9a1c_arm"
+    # No password in the URL (connect_arm passes it as a parameter), whatever the warehouse URL had.
+    assert arm_url("postgresql://postgres@/churnbench?host=/tmp/s", world) == \
+        "postgresql://default_s42_3f9a1c_arm@/churnbench?host=/tmp/s"
+    assert arm_url("postgresql://admin:x@db:5432/wh", world) == "postgresql://default_s42_3f9a1c_arm@db:5432/wh"
     project = yaml.safe_load((DBT_DIR / "dbt_project.yml").read_text())
-    assert project["models"]["churnbench"]["as_of"]["+grants"]["select"] == [ARM_ROLE]
+    (grant,) = project["models"]["churnbench"]["as_of"]["+grants"]["select"]
+    # dbt renders `var('world') | replace('-', '_')` with the world of the build: the same rule as arm_role.
+    jinja = "{{ var('world', 'unset-s0-000000') | replace('-', '_') }}"
+    assert grant == jinja + "_arm"
+    assert grant.replace(jinja, world.replace("-", "_")) == arm_role(world)
+
+
+def test_arm_passwords_differ_per_world_and_secret() -> None:
+    a, b = "default-s42-3f9a1c", "default-s43-3f9a1c"
+    assert arm_password(a, "s1") == arm_password(a, "s1")
+    assert len({arm_password(a, "s1"), arm_password(b, "s1"), arm_password(a, "s2")}) == 3
+    assert "s1" not in arm_password(a, "s1")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import httpx
 import tenacity
@@ -49,6 +50,14 @@ DEFAULT_BACKOFF_MAX_S = 30.0
 MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer pause is treated as down: fail the call instead
 PAGE_SIZE = 500
 RETRY_AFTER_STATUSES = (429, 503)  # the answers whose `Retry-After` says when to come back (RFC 9110, 10.2.3)
+
+
+def segment(value: str) -> str:
+    """One URL path segment: every character that is not unreserved is percent-encoded (`/`, `?`, `#` and `..`
+    in a user id cannot reach another endpoint or tenant); query parameters are httpx's to encode."""
+    if value in (".", ".."):  # dot segments are resolved away by URL normalisation: never a valid id anyway
+        return value.replace(".", "%2E")
+    return quote(value, safe="")
 
 
 class SaasError(UserFacingError):
@@ -248,12 +257,13 @@ class SaasClient:
     # -- endpoints --------------------------------------------------------------------------------
 
     def entitlements(self, world: str, user_id: str, *, as_of: str) -> dict[str, Any]:
-        body: dict[str, Any] = self.get(f"/v1/tenants/{world}/entitlements/{user_id}", {"as_of": as_of})
+        body: dict[str, Any] = self.get(f"/v1/tenants/{segment(world)}/entitlements/{segment(user_id)}",
+                                        {"as_of": as_of})
         return body
 
     def tickets_page(self, world: str, *, as_of: str, status: str | None = None, product: str | None = None,
                      page: int = 1, page_size: int = PAGE_SIZE) -> dict[str, Any]:
-        body: dict[str, Any] = self.get(f"/v1/tenants/{world}/tickets", {
+        body: dict[str, Any] = self.get(f"/v1/tenants/{segment(world)}/tickets", {
             "as_of": as_of, "status": status, "product": product, "page": page, "page_size": page_size})
         return body
 
@@ -272,12 +282,12 @@ class SaasClient:
         return list(self.iter_tickets(world, as_of=as_of, status=status, product=product))
 
     def utilization(self, world: str, product_id: str, *, as_of: str, window_days: int = 30) -> dict[str, Any]:
-        body: dict[str, Any] = self.get(f"/v1/tenants/{world}/products/{product_id}/utilization",
+        body: dict[str, Any] = self.get(f"/v1/tenants/{segment(world)}/products/{segment(product_id)}/utilization",
                                         {"as_of": as_of, "window_days": window_days})
         return body
 
     def prices(self, world: str, *, as_of: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.get(f"/v1/tenants/{world}/prices", {"as_of": as_of})["items"]
+        items: list[dict[str, Any]] = self.get(f"/v1/tenants/{segment(world)}/prices", {"as_of": as_of})["items"]
         return items
 
     # -- lifecycle --------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import ident, relation_exists, schema_name
-from churn_assets.fabric.roles import ensure_arm_role, grant_arm_access
+from churn_assets.fabric.roles import grant_arm_access
 from churn_assets.grounding.registry import EntityClass, Registry
 
 if TYPE_CHECKING:
@@ -400,7 +400,6 @@ def _ensure_table(conn: psycopg.Connection[Any], world_id: str, spec: StagedSpec
     for statement in create_table_sql(spec, columns, staging):
         conn.execute(statement)
     # In the creating transaction, so no reader ever sees a staged table the arms cannot read.
-    ensure_arm_role(conn)
     grant_arm_access(conn, world_id)
     return True
 

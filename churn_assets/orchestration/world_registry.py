@@ -35,6 +35,7 @@ from churn_assets.deployment import deployment
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
+from churn_assets.fabric.roles import drop_arm_role, worlds_with_arm_roles
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
 from churn_assets.orchestration.partitions import (
     SCENARIO_PARTITIONS_NAME,
@@ -175,6 +176,8 @@ WORLD_ARTEFACTS: list[WorldArtefact] = [
     WorldArtefact("ledger files", _worlds_with("ledger"), _remove_path("ledger")),
     # issue 5: the Postgres schemas <world>_truth, _raw, _analytics, _staging (removed after everything in them)
     WorldArtefact("warehouse schemas", _with_warehouse(worlds_with_schemas), _with_warehouse(drop_world_schemas)),
+    # issue 22: the world's read-only arm role (cluster-wide; its grants go with it)
+    WorldArtefact("warehouse arm role", _with_warehouse(worlds_with_arm_roles), _with_warehouse(drop_arm_role)),
     WorldArtefact("contract documents", _worlds_with(CONTRACTS_DIRNAME), _remove_path(CONTRACTS_DIRNAME)),
     # issue 6: one MongoDB database per (world, as-of day), `<world>_<yyyymmdd>`
     WorldArtefact("operational store", _with_mongo(lambda client: set(world_databases(client))),

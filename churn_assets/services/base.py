@@ -18,6 +18,9 @@ MONGODB_URI_ENV = "CHURNBENCH_MONGODB_URI"
 SAAS_URL_ENV = "CHURNBENCH_SAAS_URL"
 # The key a client sends to the SaaS API; required with CHURNBENCH_SAAS_URL, else read from the state folder.
 SAAS_API_KEY_ENV = "CHURNBENCH_SAAS_API_KEY"
+# A per-tenant issuer key of an external SaaS API (its keys file has it with `per_tenant: true`): each world's
+# client derives its own tenant's key from it (`churn_assets.credentials.tenant_key`).
+SAAS_KEY_ISSUER_ENV = "CHURNBENCH_SAAS_KEY_ISSUER"
 SAAS_KEYS_FILENAME = "saas-keys.json"
 # External Postgres only: where Dagster keeps runs and events (default: the CHURNBENCH_POSTGRES_URL database).
 DAGSTER_POSTGRES_URL_ENV = "CHURNBENCH_DAGSTER_POSTGRES_URL"

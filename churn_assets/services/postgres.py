@@ -167,6 +167,7 @@ class PostgresService(Service):
             raise ServiceError(f"{self.label} did not start in {paths.pg_data}: {one_line(last_error)}\n"
                                f"--- {paths.pg_data / 'log'} (tail) ---\n{log_tail(paths.pg_data / 'log')}")
         assert pm is not None
+        require_passwords(paths.pg_data)
         self._bootstrap(url)
         write_record(paths, self.name, {"pid": pm["pid"], "pg_data": str(paths.pg_data),
                                          "socket_dir": pm["socket_dir"], "port": pm["port"],
@@ -206,12 +207,18 @@ class PostgresService(Service):
                 assert setting is not None  # SHOW returns one row
                 if setting[0] != "off":
                     cur.execute("ALTER SYSTEM SET synchronous_commit = off")
-                    cur.execute("SELECT pg_reload_conf()")
+                # Reads pg_hba.conf again too (`require_passwords`).
+                cur.execute("SELECT pg_reload_conf()")
                 cur.execute("SELECT datname FROM pg_database")
                 have = {row[0] for row in cur.fetchall()}
                 for db in (DAGSTER_DATABASE, WAREHOUSE_DATABASE):
                     if db not in have:
                         cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+                # Only the superuser (and the arm roles granted CONNECT on the warehouse, fabric/roles.py)
+                # may connect; a new role may not open Dagster's database or `postgres`.
+                for db in ("postgres", DAGSTER_DATABASE, WAREHOUSE_DATABASE):
+                    cur.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC").format(
+                        sql.Identifier(db)))
         finally:
             conn.close()
         conn = psycopg2.connect(libpq_url(with_database(url, WAREHOUSE_DATABASE)),
@@ -246,6 +253,37 @@ class PostgresService(Service):
         stopped = self._stop_postmaster(paths)
         paths.service_record(self.name).unlink(missing_ok=True)
         return replace(before, state="stopped", action="stopped" if stopped else "was not running")
+
+
+PG_HBA = """\
+# Written by churnbench (churn_assets/services/postgres.py) on every start; edits are overwritten.
+# The server listens on its Unix socket only, in its data directory (mode 0700: only the server's system
+# user and root reach it). The superuser is trusted there; every other role (the arms' per-world roles)
+# must give its password.
+local   all             postgres                                trust
+local   all             all                                     scram-sha-256
+"""
+
+
+def require_passwords(pg_data: Path) -> None:
+    """Make the cluster ask every role but the superuser for its scram-sha-256 password (pgserver's initdb
+    trusts every local and loopback connection). Takes effect at the next configuration reload."""
+    target = pg_data / "pg_hba.conf"
+    try:
+        if target.read_text() == PG_HBA:
+            return
+    except FileNotFoundError:
+        pass
+    owner = pg_data.stat()
+    tmp = pg_data / f".pg_hba.conf.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(PG_HBA)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if os.name == "posix" and os.geteuid() == 0:  # the server runs as `pgserver` and must read it
+        os.chown(tmp, owner.st_uid, owner.st_gid)
+    tmp.replace(target)
 
 
 @contextlib.contextmanager

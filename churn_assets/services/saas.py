@@ -1,5 +1,6 @@
 """The embedded SaaS API (`python -m saas_mock` under uvicorn) on a free loopback port, and its API keys
-(`<state>/services/saas-keys.json`, mode 0600, one key per profile)."""
+(`<state>/services/saas-keys.json`, mode 0600, one per-tenant issuer key per profile: the key a client of
+world W sends is derived from it, `churn_assets.credentials.tenant_key`, and reads tenant W only)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-from churn_assets.services.base import SAAS_API_KEY_ENV, SAAS_KEYS_FILENAME, SAAS_URL_ENV, ServiceError
+from churn_assets.services.base import (
+    SAAS_API_KEY_ENV,
+    SAAS_KEY_ISSUER_ENV,
+    SAAS_KEYS_FILENAME,
+    SAAS_URL_ENV,
+    ServiceError,
+)
 from churn_assets.services.process import ProcessService
 from churn_assets.state import StatePaths
 
@@ -77,32 +84,42 @@ def saas_keys_file(paths: StatePaths) -> Path:
 
 
 def ensure_saas_keys(paths: StatePaths) -> Path:
-    """Write the embedded SaaS API's keys file (one random key per profile, mode 0600) unless it exists."""
-    import secrets
+    """Write the embedded SaaS API's keys file (one random per-tenant issuer key per profile, mode 0600) unless
+    it exists with per-tenant keys (a file of an older churnbench, whose keys read every tenant, is replaced:
+    this runs before the server starts, which reads it once)."""
+    from churn_assets.credentials import new_secret, write_private
 
     target = saas_keys_file(paths)
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    keys = {"keys": [{"id": f"churnbench-{profile}", "key": secrets.token_urlsafe(32), "profile": profile}
+    try:
+        entries = json.loads(target.read_text())["keys"]
+        if entries and all(entry.get("per_tenant") is True for entry in entries):
+            return target
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        pass
+    keys = {"keys": [{"id": f"churnbench-{profile}", "key": new_secret(), "profile": profile, "per_tenant": True}
                      for profile in SAAS_PROFILES]}
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(keys, indent=2) + "\n")
-    tmp.replace(target)
+    write_private(target, json.dumps(keys, indent=2) + "\n")
     return target
 
 
-def saas_api_key(paths: StatePaths | None = None, profile: str = "default") -> str:
-    """The API key a client sends: CHURNBENCH_SAAS_API_KEY, else the embedded keys file's key for `profile`.
-    With CHURNBENCH_SAAS_URL set the key must come from the environment (the deployment issued it)."""
+def saas_api_key(paths: StatePaths | None = None, profile: str = "default", *, world_id: str | None = None) -> str:
+    """The API key a client of tenant `world_id` sends: CHURNBENCH_SAAS_API_KEY as it is, else the key derived
+    for that tenant from CHURNBENCH_SAAS_KEY_ISSUER or from the embedded keys file's issuer key for `profile` (a
+    derived key reads that tenant only). With CHURNBENCH_SAAS_URL set the key must come from the environment
+    (the deployment issued it)."""
+    from churn_assets.credentials import tenant_key
+
     key = os.environ.get(SAAS_API_KEY_ENV)
     if key:
         return key
+    issuer = os.environ.get(SAAS_KEY_ISSUER_ENV)
+    if issuer:
+        if world_id is None:
+            raise ServiceError(f"{SAAS_KEY_ISSUER_ENV} issues one key per tenant: name the world the key is for")
+        return tenant_key(issuer, world_id)
     if os.environ.get(SAAS_URL_ENV):
-        raise ServiceError(f"{SAAS_URL_ENV} is set: set {SAAS_API_KEY_ENV} to the API key that SaaS "
-                           "deployment issued")
+        raise ServiceError(f"{SAAS_URL_ENV} is set: set {SAAS_KEY_ISSUER_ENV} (a per-tenant issuer key) or "
+                           f"{SAAS_API_KEY_ENV} (one key) to what that SaaS deployment issued")
     paths = paths or StatePaths.resolve()
     target = saas_keys_file(paths)
     try:
@@ -111,6 +128,10 @@ def saas_api_key(paths: StatePaths | None = None, profile: str = "default") -> s
         raise ServiceError(f"no SaaS API keys in {target}: `churnbench services up` writes them") from None
     for entry in entries:
         if entry.get("profile") == profile:
-            return str(entry["key"])
+            if not entry.get("per_tenant"):
+                return str(entry["key"])  # a key of an older file: the server started with it reads every tenant
+            if world_id is None:
+                raise ServiceError(f"the SaaS keys in {target} are per tenant: name the world the key is for")
+            return tenant_key(str(entry["key"]), world_id)
     known = ", ".join(sorted({str(e.get("profile")) for e in entries}))
     raise ServiceError(f"{target} has no key for SaaS profile {profile!r} (it has: {known})")

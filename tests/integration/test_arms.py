@@ -43,6 +43,7 @@ from churn_assets.arms.extraction import K
 from churn_assets.arms.hierarchical import WORKERS
 from churn_assets.arms.registry import arm_names, arm_spec, define_scenario, make_arm
 from churn_assets.fabric.postgres import connection, schema_name
+from churn_assets.fabric.roles import arm_secret
 from churn_assets.fabric.sources import close_sources, connect_sources
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off, Tiered
@@ -187,7 +188,8 @@ def run(session: Session, session_defs: dg.Definitions, small_world: str) -> Ite
     result = Run(world, tasks, resolver, {})
 
     sources = connect_sources(world, warehouse_url=session.urls.warehouse, mongo_url=session.urls.mongodb,
-                              saas_url=session.urls.saas, saas_key=saas_api_key(session.paths), documents_root=root)
+                              saas_url=session.urls.saas, saas_key=saas_api_key(session.paths, world_id=world),
+                              documents_root=root, warehouse_secret=arm_secret(session.paths.arm_secret_file))
     try:
         for name in ARMS:
             scenario = define_scenario(world, name, "tiered", T_PRIME, T)

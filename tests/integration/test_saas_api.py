@@ -278,11 +278,11 @@ def test_services_up_starts_the_saas_api(services: ServiceUrls, state_paths: Sta
     assert services.saas is not None and services.saas.startswith("http://127.0.0.1:")
     assert (state_paths.services_dir / "saas-keys.json").stat().st_mode & 0o077 == 0  # keys file is private
     state = fold_ledger(records, DAY_B)
-    with SaasClient(services.saas, saas_api_key(state_paths)) as client:
+    with SaasClient(services.saas, saas_api_key(state_paths, world_id=tenant)) as client:
         prices = {p["product_id"]: p["list_price_usd"] for p in client.prices(tenant, as_of=DAY_B)}
     assert prices == {pid: p.list_price_on(dt.date.fromisoformat(DAY_B)) for pid, p in state.prices.products.items()}
     reference = httpx.get(f"{services.saas}/v1/tenants/{tenant}/prices", params={"as_of": DAY_B},
-                          headers={"X-API-Key": saas_api_key(state_paths, "reference")}, timeout=10)
+                          headers={"X-API-Key": saas_api_key(state_paths, "reference", world_id=tenant)}, timeout=10)
     assert reference.headers["X-SaaS-Profile"] == "reference"
 
 

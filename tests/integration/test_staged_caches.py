@@ -28,7 +28,7 @@ import pytest
 
 from churn_assets.arms.registry import define_scenario
 from churn_assets.fabric.postgres import connection, schema_exists, schema_name
-from churn_assets.fabric.roles import ARM_ROLE
+from churn_assets.fabric.roles import arm_role, arm_secret
 from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.staging import (
@@ -124,7 +124,7 @@ def test_a_staged_partition_equals_its_source_as_of_the_day(scenario: ScenarioBu
         # Readable by the arms' read-only role.
         for spec in SPECS.values():
             row = conn.execute("SELECT has_table_privilege(%s, %s, 'SELECT')",
-                               (ARM_ROLE, f'"{staging}"."{spec.table}"')).fetchone()
+                               (arm_role(world), f'"{staging}"."{spec.table}"')).fetchone()
             assert row == (True,), spec.table
 
 
@@ -191,7 +191,8 @@ def test_a_read_of_a_partition_whose_content_is_another_days_stops_with_an_integ
     assert served["user_status"] == T  # the hot class is refreshed on T; its T' copy differs (tested above)
 
     def read_users() -> Any:
-        sources = connect_sources(world, warehouse_url=url)
+        sources = connect_sources(world, warehouse_url=url,
+                                  warehouse_secret=arm_secret(session.paths.arm_secret_file))
         try:
             router = Router(load_registry(), sources, t=T, served=served, mode=RoutingMode.REGISTRY)
             return router.retrieve([Request("users")])

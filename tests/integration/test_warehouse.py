@@ -22,7 +22,7 @@ from churn_assets.fabric.postgres import (
     world_schemas,
 )
 from churn_assets.fabric.quality import parity, parity_days
-from churn_assets.fabric.roles import ARM_ROLE, arm_readable, arm_url
+from churn_assets.fabric.roles import arm_readable, arm_role, arm_secret, connect_arm
 from churn_assets.fabric.truth import read_truth_records
 from churn_assets.fabric.warehouse_raw import META_TABLE, RAW_TABLES
 from churn_assets.orchestration.assets.common import load_world_ledger
@@ -160,8 +160,8 @@ def test_arm_role_reads_as_of_views_and_staging_only(session: Session, world: Pr
         assert set(readable) == {world.schema("analytics"), staging}
         assert all(v.endswith("_as_of") or v == "dim_date" for v in readable[world.schema("analytics")])
         assert "assignments_as_of" in readable[world.schema("analytics")]
-        with psycopg.connect(arm_url(session.urls.warehouse), autocommit=True) as arm:
-            assert arm.execute("SELECT current_user").fetchone() == (ARM_ROLE,)
+        with connect_arm(session.urls.warehouse, world.world_id, arm_secret(session.paths.arm_secret_file)) as arm:
+            assert arm.execute("SELECT current_user").fetchone() == (arm_role(world.world_id),)
             n = arm.execute(f'SELECT count(*) FROM "{world.schema("analytics")}".active_users_as_of '
                             "WHERE as_of_day = %s", (AT,)).fetchone()
             assert n is not None and n[0] > 0

@@ -57,6 +57,14 @@ def populate_world(session: Session, defs: dg.Definitions, world_id: str) -> Non
     materialize(session, defs, ["operational_store"], [world_day_key(world_id, "2024-01-02")])  # issue 6
     materialize(session, defs, ["vector_index"], [world_day_key(world_id, "2024-01-02")])  # issue 8
     _evaluation_artefacts(session, world_id)  # issue 13
+    _arm_role(session, world_id)  # issue 22
+
+
+def _arm_role(session: Session, world_id: str) -> None:
+    """The world's read-only Postgres role, as a dbt build or an evaluation makes it."""
+    from churn_assets.fabric.roles import arm_secret, prepare_arm
+
+    prepare_arm(session.urls.warehouse, world_id, arm_secret(session.paths.arm_secret_file))
 
 
 def _evaluation_artefacts(session: Session, world_id: str) -> None:

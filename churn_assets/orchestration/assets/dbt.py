@@ -40,7 +40,7 @@ from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtC
 
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection, dbt_connection_env, read_load_key, schema_name, world_prefix
-from churn_assets.fabric.roles import ensure_arm_role, grant_arm_access
+from churn_assets.fabric.roles import arm_secret, ensure_arm_role
 from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
 from churn_assets.files import other_process_alive
 from churn_assets.freshness.scenario import DBT_BUILD  # the planner's name for a world's whole dbt build
@@ -162,14 +162,14 @@ def _save_parse_state(target: Path, world_id: str) -> None:
     tmp.replace(_parse_state(world_id))
 
 
-def prepare_world(url: str, world_id: str) -> None:
-    """What a dbt build of a world needs first: its raw layer, and the arm role with its schema grants."""
+def prepare_world(url: str, world_id: str, secret: str) -> None:
+    """What a dbt build of a world needs first: its raw layer, and the world's arm role (its password derived
+    from `secret`) with its schema grants."""
     with connection(url, autocommit=True) as conn:
         if read_load_key(conn, schema_name(world_id, "raw"), RAW_META_TABLE) is None:
             raise UserFacingError(f"world {world_id} has no raw layer ({schema_name(world_id, 'raw')}): "
                                   "materialize `warehouse_raw` first")
-        ensure_arm_role(conn)
-        grant_arm_access(conn, world_id)
+        ensure_arm_role(conn, world_id, secret)
 
 
 @dbt_assets(
@@ -185,7 +185,7 @@ def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> It
     require_world(state, world_id)
     with user_errors():
         url = state.service_urls().warehouse
-        prepare_world(url, world_id)
+        prepare_world(url, world_id, arm_secret(state.paths.arm_secret_file))
     target = _prepare_target(state.paths.dbt_runs_dir, world_id, context.run.run_id)
 
     def waiting() -> None:

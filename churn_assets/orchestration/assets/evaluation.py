@@ -51,6 +51,7 @@ def results_store(state: StateResource) -> ResultsStore:
 )
 def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     from churn_assets.arms.registry import make_arm
+    from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
     from churn_assets.services import saas_api_key
 
@@ -88,9 +89,13 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
             agent = agent_for_scenario(scenario.agent_id, scenario.model_settings)
         except UserFacingError as e:
             raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
+    saas_key = saas_api_key(paths, scenario.saas_profile, world_id=world) if urls.saas else None
+    with user_errors():
+        warehouse_secret = arm_secret(paths.arm_secret_file)
+        prepare_arm(urls.warehouse, world, warehouse_secret)
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
-                              saas_key=saas_api_key(paths, scenario.saas_profile) if urls.saas else None,
-                              documents_root=paths.contracts_root(world))
+                              saas_key=saas_key, documents_root=paths.contracts_root(world),
+                              warehouse_secret=warehouse_secret)
     try:
         arm = make_arm(scenario, sources, served=plan.served_vintage, agent=agent)
         exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,

@@ -216,7 +216,7 @@ with warnings.catch_warnings():
             urls = state.service_urls()
             if urls.saas is None:
                 return not_checked("no SaaS API is configured or running")
-            client = SaasClient(urls.saas, saas_api_key(state.paths))
+            client = SaasClient(urls.saas, saas_api_key(state.paths, world_id=world_id))
         except ServiceError as e:
             return not_checked(str(e))
         with client:
