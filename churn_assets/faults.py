@@ -15,6 +15,8 @@ variable unset, `fault_point` is one dictionary lookup. The points, where they a
 - `task_write`, `after_tasks` `evaluation/results.RunWriter.append`, before a task's row is written / once it is
                              fsynced (answering)
 - `finish`                   `RunWriter.finish`, tasks.jsonl and stale.csv written, summary.json not yet
+- `materialize`              `orchestration/materialize.materialize`, before each partition's run, with the world's
+                             use lock and the build's lock held (a command paused or killed mid-way)
 - `atomic_write`             `files.atomic_write_bytes`, before the temporary file is written (any state file)
 """
 

@@ -24,6 +24,7 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
+from churn_assets.faults import fault_point
 from churn_assets.orchestration.dead_runs import process_tags, reap_dead_runs
 from churn_assets.orchestration.partitions import (
     scenario_partitions,
@@ -160,6 +161,7 @@ def materialize(
         world = _world_of(partitions_def, str(pk))
         in_use = using_world(paths, world) if world is not None else nullcontext()
         with in_use, service_errors(paths), warnings.catch_warnings():
+            fault_point("materialize")  # the reliability tests pause or kill a command here (its locks held)
             warnings.simplefilter("ignore", dg.PreviewWarning)
             result = job.execute_in_process(
                 instance=instance, partition_key=str(pk), asset_selection=keys,

@@ -1,7 +1,8 @@
-"""Fixtures of the reliability suite: a 30-day world of its own (its inputs are built by the first test that runs a
-scenario on it, so a kill during input materialization finds them missing), and `cli`, the real `churnbench` in a
-subprocess on the session's state folder, with an optional `CHURNBENCH_FAULT` (churn_assets/faults.py) and a
-20-task deployment (section 10's test budget)."""
+"""Fixtures of the reliability suite: `cli`, the real `churnbench` in a subprocess on the session's state folder,
+with an optional `CHURNBENCH_FAULT` (churn_assets/faults.py) and a 20-task deployment (section 10's test budget);
+and the window the suite evaluates on the session's `small_world`, whose day partitions at T no other test
+builds (so a kill during input materialization finds them missing, while the world's warehouse and dbt build
+are shared with the rest of the session)."""
 
 from __future__ import annotations
 
@@ -10,31 +11,20 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from churn_assets.deployment import DEPLOYMENT_ENV
 from churn_assets.faults import FAULT_ENV
-from churn_assets.orchestration.materialize import Session
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = 20
-# The regression preset's window on a 30-day world: T' early, T late (most classes change in between).
-T_PRIME, T = "2024-01-02", "2024-01-29"
+# T' early, T late in the 30-day world (most classes change in between); no other test evaluates at this T.
+T_PRIME, T = "2024-01-05", "2024-01-26"
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
-@pytest.fixture(scope="session")
-def fault_world(session: Session, session_defs: dg.Definitions) -> str:
-    """A registered 30-day world (seed 42, named `faults`) with its ledger; nothing else built."""
-    from churn_assets.orchestration.materialize import materialize
-    from churn_assets.orchestration.world_registry import add_world
-    from churn_assets.world.config import load_config
-
-    config = load_config(days=30, name="faults")
-    add_world(session.paths, session.instance, config)
-    materialize(session, session_defs, ["ledger"], [config.world_id])
-    return config.world_id
+def scenario_key(world: str, arm: str = "naive") -> str:
+    return f"{arm}__tiered__tp{T_PRIME.replace('-', '')}__t{T.replace('-', '')}__det__default__{world}"
 
 
 @pytest.fixture(scope="session")

@@ -20,14 +20,15 @@ from churn_assets.evaluation.results import OWNER_FILE, PARTIAL_FILE, SUMMARY_FI
 from churn_assets.orchestration.dead_runs import PID_TAG, reap_dead_runs
 from churn_assets.orchestration.materialize import Session
 
-from .conftest import TASKS, Cli, run_args
+from .conftest import T_PRIME, TASKS, Cli, T, run_args, scenario_key
 
 pytestmark = pytest.mark.integration
 KILLED = -signal.SIGKILL
 
 
-def _runs_of(session: Session, pid: int) -> list[dg.DagsterRun]:
-    return list(session.instance.get_runs(filters=dg.RunsFilter(tags={PID_TAG: str(pid)})))
+def _runs_of(session: Session, pid: int, started: bool = False) -> list[dg.DagsterRun]:
+    statuses = [dg.DagsterRunStatus.STARTED] if started else []
+    return list(session.instance.get_runs(filters=dg.RunsFilter(tags={PID_TAG: str(pid)}, statuses=statuses)))
 
 
 def _catalog_row(session: Session, key: str) -> object:
@@ -36,23 +37,22 @@ def _catalog_row(session: Session, key: str) -> object:
 
 
 def test_a_run_killed_at_each_point_resumes_to_the_results_of_an_uninterrupted_run(
-        session: Session, session_defs: dg.Definitions, fault_world: str, cli: Cli) -> None:
+        session: Session, session_defs: dg.Definitions, small_world: str, cli: Cli) -> None:
     from churn_assets.fabric.mongo import database_name, read_meta
     from churn_assets.services import mongo_client
 
-    args = run_args(fault_world)
-    key = f"naive__tiered__tp20240102__t20240129__det__default__{fault_world}"
-    scenario_results = session.paths.results_dir(fault_world) / key
+    args = run_args(small_world)
+    key = scenario_key(small_world)
+    scenario_results = session.paths.results_dir(small_world) / key
 
     # 1. Killed while the operational store of T is written: the database has no `_meta`, so no reader takes
     #    it for complete, and its Dagster run is left STARTED by the dead process.
     killed = cli(*args, fault="operational_before_meta:1")
     assert killed.returncode == KILLED, killed.stderr[-2000:]
-    [input_run] = _runs_of(session, killed.pid)
-    assert input_run.status == dg.DagsterRunStatus.STARTED
+    [input_run] = _runs_of(session, killed.pid, started=True)
     client = mongo_client(session.urls.mongodb)
     try:
-        assert read_meta(client[database_name(fault_world, dt.date(2024, 1, 29))]) is None
+        assert read_meta(client[database_name(small_world, dt.date.fromisoformat(T))]) is None
     finally:
         client.close()
 
@@ -67,7 +67,7 @@ def test_a_run_killed_at_each_point_resumes_to_the_results_of_an_uninterrupted_r
     assert not (run_dir / SUMMARY_FILE).exists()
     assert json.loads((run_dir / OWNER_FILE).read_text())["pid"] == answering.pid
     assert _catalog_row(session, key).status == "running"
-    [eval_run] = [r for r in _runs_of(session, answering.pid) if r.status == dg.DagsterRunStatus.STARTED]
+    [eval_run] = _runs_of(session, answering.pid, started=True)
 
     # What the next command does when it opens the state folder (and the UI's sensor every minute).
     dead = reap_dead_runs(session.paths, session.instance, session.urls.warehouse)
@@ -84,27 +84,35 @@ def test_a_run_killed_at_each_point_resumes_to_the_results_of_an_uninterrupted_r
     assert (run_dir / TASKS_FILE).exists() and not (run_dir / SUMMARY_FILE).exists()
     assert len((run_dir / PARTIAL_FILE).read_text().splitlines()) == TASKS
 
-    # 4. The run completes from its checkpoint: every task was answered before, none is asked again.
-    resumed = cli(*args)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "results catalog run" in resumed.stderr and "recorded failed" in resumed.stderr
+    # 4. The run completes from its checkpoint (in this process: the same code, so the same identity): every task
+    #    was answered before, none is asked again.
+    assert {(d.where, d.recorded) for d in reap_dead_runs(session.paths, session.instance, session.urls.warehouse)} \
+        == {("dagster", "failed"), ("catalog", "failed")}
+    resumed = _run(session, session_defs, small_world)
+    assert resumed["reused"] is False and Path(resumed["results"]) == run_dir
     assert json.loads((run_dir / TIMINGS_FILE).read_text())["resumed_tasks"] == TASKS
     row = _catalog_row(session, key)
     assert row.status == "complete" and row.attempts == 3 and row.tasks == TASKS
     for pid in (killed.pid, answering.pid, finishing.pid):
-        assert all(r.status != dg.DagsterRunStatus.STARTED for r in _runs_of(session, pid))
+        assert _runs_of(session, pid, started=True) == []
 
     # 5. The same run uninterrupted (its finished folder moved aside) gives the same bytes.
     kept = run_dir.with_name(run_dir.name + ".resumed")
     shutil.move(run_dir, kept)
     try:
-        fresh = cli(*args)
-        assert fresh.returncode == 0, fresh.stderr[-2000:]
+        _run(session, session_defs, small_world)
         assert json.loads((run_dir / TIMINGS_FILE).read_text())["resumed_tasks"] == 0
         for name in (TASKS_FILE, SUMMARY_FILE, "stale.csv"):
             assert (run_dir / name).read_bytes() == (kept / name).read_bytes(), name
     finally:
         shutil.rmtree(kept, ignore_errors=True)
+
+
+def _run(session: Session, definitions: dg.Definitions, world: str, policy: str = "tiered") -> dict[str, object]:
+    from churn_assets.orchestration.scenario_runs import run_scenario
+
+    return run_scenario(session, definitions, world, "naive", dt.date.fromisoformat(T_PRIME), dt.date.fromisoformat(T),
+                        policy, "default", lambda _line: None)
 
 
 def test_a_checkpoint_with_a_torn_line_is_rewritten_atomically(tmp_path: Path) -> None:
