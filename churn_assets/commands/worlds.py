@@ -154,10 +154,13 @@ def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]
         for world_id in world_ids:
             # The lock the scenario materializer's build of the same partition holds: two `worlds add
             # --materialize` (or a run building its ledger) of one world build it one after the other.
-            lock = input_lock(session.paths, world_id, assets)
-            with file_lock(lock, what=f"the build of {', '.join(assets)} [{world_id}]",
-                           on_wait=lambda w=world_id: click.echo(f"{', '.join(assets)} [{w}]: another churnbench "
-                                                                 "process is building it; waiting")):
+            what = f"{', '.join(assets)} [{world_id}]"
+
+            def waiting(what: str = what) -> None:
+                click.echo(f"{what}: another churnbench process is building it; waiting")
+
+            with file_lock(input_lock(session.paths, world_id, assets), what=f"the build of {what}",
+                           on_wait=waiting):
                 materialize(session, definitions, assets, [world_id], on_partition=done)
 
 
