@@ -57,6 +57,7 @@ DEFAULT_STATE_DIRNAME = ".churnbench"
 # Where embedded Postgres data directories go; its parents must already be world-traversable.
 PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
 DEFAULT_PG_ROOT = Path("/var/tmp")
+PG_HOME_PREFIX = "churnbench-pg-"
 
 STATE_FORMAT = 2
 STATE_FORMAT_FILE = "state-format"
@@ -177,8 +178,7 @@ class StatePaths:
     @property
     def pg_home(self) -> Path:
         """Folder made for the embedded Postgres of this state folder (outside it, see module doc)."""
-        base = Path(os.environ.get(PG_ROOT_ENV) or _default_pg_root())
-        return base / f"churnbench-pg-{self.path_hash}"
+        return pg_root() / f"{PG_HOME_PREFIX}{self.path_hash}"
 
     @property
     def pg_data(self) -> Path:
@@ -245,6 +245,11 @@ class StatePaths:
                 raise StateError(f"{part!r} cannot name a lock file under {self.locks_dir}")
         return self.world_locks_dir(world_id) / kind / f"{name}.lock"
 
+    def world_use_lock(self, world_id: str) -> Path:
+        """`<state>/locks/<world>/in-use.lock`: held shared by every command building or evaluating the world,
+        exclusively by its removal (`orchestration/world_registry.using_world`)."""
+        return self.world_locks_dir(world_id) / "in-use.lock"
+
     @property
     def dbt_runs_dir(self) -> Path:
         """`<state>/dbt/runs`: one target + log folder per dbt invocation."""
@@ -292,6 +297,11 @@ def require_current_format(paths: StatePaths) -> None:
                                    f"{found}, this one reads {STATE_FORMAT}): run `{MIGRATE_COMMAND}` first")
         write_state_format(paths)
     _CURRENT.add(paths.root)
+
+
+def pg_root() -> Path:
+    """The folder every state folder's embedded Postgres cluster lives in (`churnbench services gc` scans it)."""
+    return Path(os.environ.get(PG_ROOT_ENV) or _default_pg_root())
 
 
 def _default_pg_root() -> Path:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # `files` the atomic writes and file locks of anything several processes may write; `credentials` the generated
 # secret files and the secrets derived from them (the SaaS API derives tenant keys with it too).
 RANKS: dict[str, int] = {
-    "errors": 0, "canonical": 0, "files": 0, "credentials": 0,
+    "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,
@@ -33,7 +33,7 @@ RANKS: dict[str, int] = {
 WING_RANKS: dict[str, int] = {
     "partitions": 0, "dbt_project": 0,
     "scenarios": 1, "sweep_records": 1,
-    "world_registry": 2,
+    "world_registry": 2, "dead_runs": 2,
     "resources": 3, "materialize": 3,
     "scenario_inputs": 4, "state_migration": 4,
     "assets": 5,

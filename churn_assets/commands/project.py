@@ -49,8 +49,9 @@ def project(world_id: str, at: str | None) -> None:
 
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import using_world
 
-    with open_session(paths) as session:
+    with open_session(paths) as session, using_world(paths, world_id):
         defs = defs_for(str(paths.root))
         click.echo(f"world {world_id}: {config.days} days, {config.start}..{config.end}")
         build_world(session, defs, world_id, day, echo=click.echo)
@@ -69,18 +70,29 @@ def parse_day(value: str, first: dt.date, last: dt.date) -> dt.date:
 
 def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.date | None,
                 echo: Callable[[str], None]) -> None:
-    """Materialize the world's projections, step by step, echoing one line per step."""
+    """Materialize the world's projections, step by step, echoing one line per step. Each step holds the lock
+    the scenario materializer's build of the same partitions holds (`input_lock`): a second `project` (or a run
+    building its inputs) of the world waits for it instead of building beside it."""
+    from churn_assets.freshness.scenario import DBT_BUILD, LEDGER, WAREHOUSE
     from churn_assets.orchestration.assets.dbt import analytics_dbt
     from churn_assets.orchestration.materialize import materialize
     from churn_assets.orchestration.partitions import world_day_key
     from churn_assets.world.ledger import LEDGER_FILE
 
-    if not (session.paths.ledger_dir(world_id) / LEDGER_FILE).exists():
-        with _step("ledger", echo) as note:
-            [run] = materialize(session, defs, ["ledger"], [world_id])
-            note(f"{run.metadata['ledger']['dagster/row_count']:,} events")
+    def lock(name: str, *assets: str, day: dt.date | None = None) -> contextlib.AbstractContextManager[None]:
+        from churn_assets.files import file_lock
+        from churn_assets.orchestration.scenario_materializer import input_lock
 
-    with _step("truth + raw", echo) as note:
+        return file_lock(input_lock(session.paths, world_id, assets, day), what=f"the build of {name}",
+                         on_wait=lambda: echo(f"  {name:<12} another churnbench process is building it; waiting"))
+
+    with lock("ledger", LEDGER):
+        if not (session.paths.ledger_dir(world_id) / LEDGER_FILE).exists():
+            with _step("ledger", echo) as note:
+                [run] = materialize(session, defs, ["ledger"], [world_id])
+                note(f"{run.metadata['ledger']['dagster/row_count']:,} events")
+
+    with lock("truth + raw", *WAREHOUSE), _step("truth + raw", echo) as note:
         [run] = materialize(session, defs, WAREHOUSE_ASSETS, [world_id])
         truth, raw = run.metadata["warehouse_truth"], run.metadata["warehouse_raw"]
         state = "unchanged" if truth["skipped"] and raw["skipped"] else "loaded"
@@ -88,12 +100,12 @@ def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.d
              f"(load {truth['seconds'] + raw['seconds']:.1f}s; checks passed)")
 
     dbt_keys = sorted(k.to_user_string() for k in analytics_dbt.keys)
-    with _step("dbt build", echo) as note, _dbt_progress() as tally:
+    with lock("dbt build", DBT_BUILD), _step("dbt build", echo) as note, _dbt_progress() as tally:
         [run] = materialize(session, defs, dbt_keys, [world_id])
         note(f"{len(run.metadata)} models, {tally.get('tests', 0)} dbt tests passed; parity checks passed")
 
     if day is not None and DAY_ASSETS:
-        with _step(f"as of {day}", echo) as note:
+        with lock(f"as of {day}", *DAY_ASSETS, day=day), _step(f"as of {day}", echo) as note:
             materialize(session, defs, DAY_ASSETS, [world_day_key(world_id, day)])
             note(", ".join(DAY_ASSETS))
 

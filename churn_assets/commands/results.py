@@ -39,7 +39,17 @@ def _catalog(paths: StatePaths) -> Iterator[RunCatalog]:
     require_current_format(paths)
     urls = ensure_services(paths)
     with service_errors(paths):
-        yield RunCatalog(urls.warehouse)
+        catalog = RunCatalog(urls.warehouse)
+        _report_dead_rows(paths, catalog)
+        yield catalog
+
+
+def _report_dead_rows(paths: StatePaths, catalog: RunCatalog) -> None:
+    """Rows still `running` whose process is gone are recorded failed before they are listed (one line each)."""
+    from churn_assets.orchestration.dead_runs import reap_dead_catalog_rows
+
+    for run in reap_dead_catalog_rows(paths, catalog):
+        click.echo(f"churnbench: {run.line()}", err=True)
 
 
 def _when(value: dt.datetime | None) -> str:

@@ -1,4 +1,5 @@
-"""`churnbench services up|down|status`: the embedded services of this state folder.
+"""`churnbench services up|down|status|purge|gc`: the embedded services of this state folder, and removing what
+state folders leave on the machine.
 
 Kept free of Dagster imports: a warm `services up` must answer in well under a second.
 """
@@ -57,6 +58,56 @@ def status() -> None:
         click.echo(f"churnbench: error: {names}: `churnbench services up` restarts a dead service; "
                    "an unresponsive one needs `churnbench services down` first", err=True)
         sys.exit(1)
+
+
+@services.command("purge")
+@click.option("--yes", is_flag=True, help="Remove without asking.")
+def purge(yes: bool) -> None:
+    """Stop this state folder's services and remove everything of it: the folder and its Postgres cluster.
+
+    The cluster lives outside the state folder, in /var/tmp/churnbench-pg-<hash> (or under
+    CHURNBENCH_PG_ROOT). External services and their data are left alone.
+    """
+    from churn_assets.services.cleanup import human_size, purge_plan, purge_state_folder
+
+    paths = StatePaths.resolve()
+    plan = purge_plan(paths)
+    if not plan:
+        click.echo(f"nothing to purge: neither {paths.root} nor {paths.pg_home} exists")
+        return
+    for item in plan:
+        click.echo(f"{item.what:<26} {human_size(item.bytes):>9}  {item.path}")
+    if not yes:
+        click.confirm("stop its services and remove all of this?", abort=True, err=True)
+    removed = purge_state_folder(paths)
+    click.echo(f"purged: {human_size(sum(i.bytes for i in removed))} removed")
+
+
+@services.command("gc")
+@click.option("--yes", is_flag=True, help="Remove the orphans (default: list them only).")
+def gc(yes: bool) -> None:
+    """List the embedded Postgres clusters of this machine whose state folder is gone; --yes removes them.
+
+    Each state folder's cluster is /var/tmp/churnbench-pg-<hash of its path> (or under CHURNBENCH_PG_ROOT); a
+    state folder deleted or moved by hand leaves its cluster behind.
+    """
+    from churn_assets.services.cleanup import find_clusters, human_size, remove_cluster
+
+    clusters = find_clusters()
+    orphans = [c for c in clusters if c.orphan]
+    for c in clusters:
+        mark = "orphan" if c.orphan else "kept"
+        click.echo(f"{mark:<7} {human_size(c.bytes):>9}  {c.path}  ({c.reason})")
+    if not orphans:
+        click.echo(f"no orphaned clusters ({len(clusters)} in use)")
+        return
+    total = human_size(sum(c.bytes for c in orphans))
+    if not yes:
+        click.echo(f"{len(orphans)} orphaned cluster(s), {total}: `churnbench services gc --yes` removes them")
+        return
+    for c in orphans:
+        remove_cluster(c)
+    click.echo(f"removed {len(orphans)} orphaned cluster(s), {total}")
 
 
 def format_status(s: ServiceStatus) -> str:

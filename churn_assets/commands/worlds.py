@@ -136,8 +136,10 @@ def verify(world_ids: tuple[str, ...]) -> None:
 
 def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]) -> None:
     from churn_assets.commands.progress import progress_bar
+    from churn_assets.files import file_lock
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import PartitionRun, materialize
+    from churn_assets.orchestration.scenario_materializer import input_lock
 
     with progress_bar(f"materializing {', '.join(assets)}", total=len(world_ids), unit="worlds") as advance:
         def done(run: PartitionRun) -> None:
@@ -148,7 +150,18 @@ def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]
             click.echo(f"materialized {', '.join(assets)} [{run.partition_key}]: {summary} "
                        f"({run.seconds:.1f}s, run {run.run_id[:8]})")
 
-        materialize(session, defs_for(str(session.paths.root)), assets, world_ids, on_partition=done)
+        definitions = defs_for(str(session.paths.root))
+        for world_id in world_ids:
+            # The lock the scenario materializer's build of the same partition holds: two `worlds add
+            # --materialize` (or a run building its ledger) of one world build it one after the other.
+            what = f"{', '.join(assets)} [{world_id}]"
+
+            def waiting(what: str = what) -> None:
+                click.echo(f"{what}: another churnbench process is building it; waiting")
+
+            with file_lock(input_lock(session.paths, world_id, assets), what=f"the build of {what}",
+                           on_wait=waiting):
+                materialize(session, definitions, assets, [world_id], on_partition=done)
 
 
 @click.command("gc")

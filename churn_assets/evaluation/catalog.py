@@ -11,7 +11,9 @@ A row is keyed by (experiment hash, code version), exactly as the results folder
              summary figures; it changes again only when its folder was removed and the run starts anew;
 - `failed`   written when the run raised (an error or an interrupt), with the error.
 
-A process killed outright (SIGKILL, power loss) leaves its row `running`: never `complete`. A completed
+A process killed outright (SIGKILL, power loss) leaves its row `running`: never `complete`; the next command
+finds it (`running_rows`), sees that its process is gone, and records it `failed` (`mark_dead`), or `complete`
+when its folder was completed before the kill (`mark_dead_complete`; `orchestration/dead_runs.py`). A completed
 results folder whose row is missing or not complete (the catalog was unreachable when it finished) is
 recorded complete by the next `evaluate` of the same key, which reads the folder back.
 
@@ -439,6 +441,49 @@ class RunCatalog:
                     .where(t.c.experiment_hash == key.experiment_hash, t.c.code_version == key.code_version,
                            t.c.status != "complete")
                     .values(status="failed", error=error[:2000], finished_at=sa.func.now()))
+
+    # -- runs whose process is gone (`orchestration/dead_runs.py`) ------------------------------------------
+
+    def running_rows(self) -> list[CatalogRun]:
+        """Every row recorded `running` (a run in progress, or one whose process was killed)."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        return self._read(sa.select(t).where(t.c.status == "running").order_by(t.c.run_id))
+
+    def _still_running(self, run: CatalogRun) -> Any:
+        """The row of `run` while it is still the attempt that was read (a run started again meanwhile, which
+        counts one more attempt, is left alone)."""
+        t = runs_table()
+        return (t.c.experiment_hash == run.experiment_hash, t.c.code_version == run.code_version,
+                t.c.status == "running", t.c.attempts == run.attempts)
+
+    def mark_dead(self, run: CatalogRun, error: str) -> bool:
+        """Record `failed` a `running` row whose process is gone; False when the row moved on meanwhile."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        with self._connect() as conn:
+            self._ensure(conn, create=True)
+            count = conn.execute(sa.update(t).where(*self._still_running(run))
+                                 .values(status="failed", error=error[:2000], finished_at=sa.func.now())).rowcount
+            conn.commit()
+        return bool(count)
+
+    def mark_dead_complete(self, run: CatalogRun, summary: Mapping[str, Any], timings: Mapping[str, Any]) -> bool:
+        """Record `complete` a `running` row whose process is gone after its folder was completed (killed between
+        summary.json and the catalog write)."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        run_dir = Path(run.results_dir)
+        with self._connect() as conn:
+            self._ensure(conn, create=True)
+            count = conn.execute(sa.update(t).where(*self._still_running(run)).values(
+                status="complete", error=None, finished_at=sa.func.now(), **_figures(summary, timings),
+                **_files(run_dir))).rowcount
+            conn.commit()
+        return bool(count)
 
     # -- the key rename of `churnbench migrate` (issue 20) ---------------------------------------------
 

@@ -13,6 +13,12 @@ folder has no `summary.json`; an interrupted run resumes from that checkpoint on
 experiment hash and the code version match (they name the folder). A completed folder is never
 written again.
 
+Every write is atomic (a temporary file of the writer's own, fsync, rename: `files.atomic_write_text`) except the
+checkpoint's appends, each one line fsynced; a line torn by a kill is dropped when the run resumes, and the
+checkpoint rewritten without it atomically too. `owner.json` records the process of the run in progress (pid,
+start time, host: `files.process_stamp`), so that a later command can tell a run whose process was killed from
+one still answering (`orchestration/dead_runs.py`).
+
 One writer per folder: a run holds `.lock` in its folder (`ResultsStore.run_lock`, an flock the kernel
 drops when the process dies) from before it looks at the folder until `summary.json` is written. A second
 run of the same key (another process or thread) waits there and then finds the folder complete and reuses
@@ -36,7 +42,8 @@ from typing import Any
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import STALE_VERDICTS
-from churn_assets.files import atomic_write_text, file_lock
+from churn_assets.faults import fault_point
+from churn_assets.files import DISK_FULL_ERRNOS, atomic_write_text, disk_full, file_lock, process_stamp
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
@@ -44,6 +51,7 @@ STALE_FILE = "stale.csv"
 SUMMARY_FILE = "summary.json"
 TIMINGS_FILE = "timings.json"
 LOCK_FILE = ".lock"
+OWNER_FILE = "owner.json"
 
 
 class ResultsError(UserFacingError):
@@ -190,7 +198,24 @@ class ResultsStore:
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
             _atomic_write(path, canonical(identity) + "\n")
+        _atomic_write(run_dir / OWNER_FILE, canonical(process_stamp()) + "\n")
         return RunWriter(run_dir)
+
+    def read_owner(self, run_dir: Path) -> dict[str, Any] | None:
+        """The `process_stamp` of the process that last started the run in `run_dir` (None: none recorded)."""
+        try:
+            owner: dict[str, Any] = json.loads((Path(run_dir) / OWNER_FILE).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return owner
+
+    def checkpointed(self, run_dir: Path) -> int:
+        """Tasks in the checkpoint of an unfinished run (lines; a torn last one counts)."""
+        try:
+            with (Path(run_dir) / PARTIAL_FILE).open("rb") as fh:
+                return sum(1 for _ in fh)
+        except FileNotFoundError:
+            return 0
 
     def read_summary(self, key: RunKey) -> dict[str, Any]:
         path = self.run_dir(key) / SUMMARY_FILE
@@ -206,7 +231,7 @@ class ResultsStore:
 
     def read_tasks(self, key: RunKey) -> list[dict[str, Any]]:
         path = self.run_dir(key) / TASKS_FILE
-        if not path.exists():
+        if not path.exists() or not self.is_complete(key):  # tasks.jsonl of a run killed in `finish`: not results
             raise ResultsError(f"no completed results at {path.parent}")
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
@@ -237,8 +262,11 @@ class RunWriter:
                     break
                 raise ResultsError(f"{self._partial}, line {i + 1}: corrupt checkpoint") from None
             done[row["task_id"]] = row
-        # Rewrite without a torn last line, so appends continue from a clean file.
-        self._partial.write_text("".join(canonical(r) + "\n" for r in done.values()))
+        # Rewrite without a torn last line, so appends continue from a clean file: atomically, since a kill here
+        # must not lose the rows already checkpointed (an in-place rewrite truncates the file first).
+        text = "".join(canonical(r) + "\n" for r in done.values())
+        if text != "".join(line + "\n" for line in lines):
+            _atomic_write(self._partial, text)
         return done
 
     @property
@@ -251,11 +279,18 @@ class RunWriter:
             raise ValueError("a task result needs a task_id")
         if row["task_id"] in self._done:
             raise ResultsError(f"task {row['task_id']} is already in {self._partial}")
-        with self._partial.open("a", encoding="utf-8") as fh:
-            fh.write(canonical(dict(row)) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            fault_point("task_write", self._partial)
+            with self._partial.open("a", encoding="utf-8") as fh:
+                fh.write(canonical(dict(row)) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as e:
+            if e.errno in DISK_FULL_ERRNOS:  # a line cut short is dropped on resume
+                raise disk_full(self._partial, e) from None
+            raise
         self._done[row["task_id"]] = dict(row)
+        fault_point("after_tasks")
 
     def finish(self, task_order: Iterable[str], summary: Mapping[str, Any], timings: Mapping[str, Any]) -> Path:
         """Write tasks.jsonl (in task order), stale.csv, timings.json, then summary.json last (it marks
@@ -267,6 +302,7 @@ class RunWriter:
         rows = [self._done[t] for t in order]
         _atomic_write(self.run_dir / TASKS_FILE, "".join(canonical(r) + "\n" for r in rows))
         _atomic_write(self.run_dir / STALE_FILE, _stale_csv(rows))
+        fault_point("finish", self.run_dir / SUMMARY_FILE)
         _atomic_write(self.run_dir / TIMINGS_FILE, json.dumps(dict(timings), indent=2, sort_keys=True) + "\n")
         _atomic_write(self.run_dir / SUMMARY_FILE, json.dumps(dict(summary), indent=2, sort_keys=True,
                                                               default=str) + "\n")

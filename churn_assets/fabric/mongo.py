@@ -28,6 +28,7 @@ from typing import Any, TypeGuard
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
+from churn_assets.faults import fault_point
 
 META_COLLECTION = "_meta"
 META_ID = "partition"
@@ -161,6 +162,7 @@ def write_partition(
         for fields in indexes.get(coll_name, ()):
             db[coll_name].create_index([(f, 1) for f in fields])
         counts[coll_name] = len(docs)
+    fault_point("operational_before_meta")  # the reliability tests kill here: a database without its `_meta`
     db[META_COLLECTION].insert_one({
         "_id": META_ID,
         **content_key,

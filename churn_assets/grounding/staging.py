@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import ident, relation_exists, schema_name
 from churn_assets.fabric.roles import grant_arm_access
+from churn_assets.faults import fault_point
 from churn_assets.grounding.registry import EntityClass, Registry
 
 if TYPE_CHECKING:
@@ -432,6 +433,7 @@ def write_partition(conn: psycopg.Connection[Any], world_id: str, spec: StagedSp
         conn.execute(sql.SQL("INSERT INTO {} (staged_table, {}, source_relation, row_count, content_hash) "
                              "VALUES (%s, %s, %s, %s, %s)").format(meta, ident(REFRESH_DAY)),
                      (spec.table, day, spec.source_relation, rows, digest))
+        fault_point("staged_before_commit")  # the reliability tests kill Postgres here, mid-transaction
     return StagedPartition(world_id, spec.table, day, spec.source_relation, rows, digest,
                            time.perf_counter() - started, created)
 

@@ -4,21 +4,35 @@ The CLI (and later the scenario materializer) runs partitions here, one `execute
 partition on the job resolved once per process: no subprocess, no code server, so the per-partition
 overhead is what Dagster's run bookkeeping in Postgres costs (see bench/bench_services.py).
 Runs show in the UI like any other (same instance, `DAGSTER_HOME=<state>/dagster`).
+
+Every run is tagged with the process that runs it (`dead_runs.process_tags`), and `open_session` first records
+failed the runs of processes that are gone (`dead_runs.reap_dead_runs`): a command killed outright leaves no
+run STARTED and no catalog row `running` behind the next command. A partition of a world is materialized
+under the world's use lock (`world_registry.using_world`), so `worlds rm` cannot remove it meanwhile.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
-from churn_assets.orchestration.partitions import world_and_day, world_day_partitions, world_partitions
+from churn_assets.faults import fault_point
+from churn_assets.orchestration.dead_runs import process_tags, reap_dead_runs
+from churn_assets.orchestration.partitions import (
+    scenario_partitions,
+    world_and_day,
+    world_day_partitions,
+    world_partitions,
+)
+from churn_assets.orchestration.world_registry import using_world
 from churn_assets.services import (
     POSTGRES,
     ServiceUrls,
@@ -65,9 +79,22 @@ def open_session(paths: StatePaths | None = None, *, require_format: bool = True
         instance.optimize_for_webserver(statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600,
                                         max_overflow=5)
         try:
+            _report_dead_runs(paths, instance, urls.warehouse)
             yield Session(paths, urls, instance)
         finally:
             instance.dispose()
+
+
+def _report_dead_runs(paths: StatePaths, instance: dg.DagsterInstance, warehouse_url: str) -> None:
+    """Record failed the runs whose process is gone, one line each on stderr. Never fails the command that
+    happens to look: a problem here is left for the next one."""
+    try:
+        dead = reap_dead_runs(paths, instance, warehouse_url)
+    except Exception as e:  # e.g. a catalog of a newer revision: the command itself reports what matters
+        sys.stderr.write(f"churnbench: could not check for runs whose process is gone: {' '.join(str(e).split())}\n")
+        return
+    for run in dead:
+        sys.stderr.write(f"churnbench: {run.line()}\n")
 
 
 @contextmanager
@@ -127,11 +154,14 @@ def materialize(
     for pk in partition_keys:
         _require_known_partition(instance, partitions_def, pk)
     job = definitions.resolve_implicit_global_asset_job_def()
-    run_tags = {LAUNCHED_BY_TAG: "cli", **(tags or {})}
+    run_tags = {LAUNCHED_BY_TAG: "cli", **(tags or {}), **process_tags()}
     runs = []
     for pk in partition_keys:
         started = time.perf_counter()
-        with service_errors(paths), warnings.catch_warnings():
+        world = _world_of(partitions_def, str(pk))
+        in_use = using_world(paths, world) if world is not None else nullcontext()
+        with in_use, service_errors(paths), warnings.catch_warnings():
+            fault_point("materialize")  # the reliability tests pause or kill a command here (its locks held)
             warnings.simplefilter("ignore", dg.PreviewWarning)
             result = job.execute_in_process(
                 instance=instance, partition_key=str(pk), asset_selection=keys,
@@ -176,12 +206,25 @@ def run_checks(
         warnings.simplefilter("ignore", dg.PreviewWarning)
         result = job.execute_in_process(
             instance=instance, run_config=QUIET_RUN_CONFIG, raise_on_error=False,
-            tags={"dagster/partition": partition_key, LAUNCHED_BY_TAG: "cli"},
+            tags={"dagster/partition": partition_key, LAUNCHED_BY_TAG: "cli", **process_tags()},
         )
     evaluations = list(result.get_asset_check_evaluations())
     if not evaluations:
         raise MaterializationError(f"checks on [{partition_key}] did not run: {failure_message(result)}")
     return evaluations
+
+
+def _world_of(partitions_def: dg.PartitionsDefinition | None, key: str) -> str | None:
+    """The world a partition belongs to (None: a partition of no one world, e.g. a sweep)."""
+    if partitions_def == world_partitions:
+        return key
+    if partitions_def == world_day_partitions:
+        return world_and_day(key)[0]
+    if partitions_def == scenario_partitions:
+        from churn_assets.freshness.scenario import parse_scenario_key
+
+        return parse_scenario_key(key).world_id
+    return None
 
 
 def _common_partitions_def(definitions: dg.Definitions, keys: Sequence[dg.AssetKey]

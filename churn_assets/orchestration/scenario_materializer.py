@@ -41,6 +41,7 @@ from churn_assets.orchestration.scenario_inputs import (
     needs_ledger_to_plan,
     scenario_plan,
 )
+from churn_assets.state import StatePaths
 from churn_assets.world.ledger import LEDGER_FILE
 
 if TYPE_CHECKING:
@@ -242,8 +243,15 @@ def materialize_scenario(
 
 def step_lock(session: Session, step: Step) -> Path:
     """The lock file of a step: one per (world, assets, day), shared by every process on the state folder."""
-    name = "+".join(sorted({i.asset for i in step.inputs})) + ("" if step.day is None else f"@{step.day}")
-    return session.paths.lock_file(step.world, "inputs", name)
+    return input_lock(session.paths, step.world, {i.asset for i in step.inputs}, step.day)
+
+
+def input_lock(paths: StatePaths, world: str, assets: Iterable[str], day: dt.date | None = None) -> Path:
+    """The lock file of building `assets` (input names: `analytics_dbt` for the dbt build) of a world (and day):
+    `churnbench project` and `worlds materialize` take the same ones as the materializer, so a build of one
+    never runs beside another build of the same partitions."""
+    name = "+".join(sorted(set(assets))).replace("/", "-") + ("" if day is None else f"@{day}")
+    return paths.lock_file(world, "inputs", name)
 
 
 def build_step(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str], say: Echo,

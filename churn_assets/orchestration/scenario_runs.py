@@ -24,21 +24,24 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     from churn_assets.orchestration.materialize import materialize
     from churn_assets.orchestration.scenario_materializer import materialize_scenario
     from churn_assets.orchestration.scenarios import register_scenario
+    from churn_assets.orchestration.world_registry import using_world
 
-    scenario = define_scenario(world, arm, policy, t_prime, t, agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT,
-                               saas_profile=saas_profile, model_settings=llm.to_json() if llm else None)
-    key = register_scenario(session.paths, session.instance, scenario)
-    build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo, tags=tags)
-    started = time.perf_counter()
-    [result] = materialize(session, definitions, ["eval_run"], [key], tags=tags)
-    seconds = time.perf_counter() - started
-    # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
-    # an earlier code version under the same scenario key.
-    folder = Path(str(result.metadata["eval_run"]["results"]))
-    summary = json.loads((folder / "summary.json").read_text())
-    timings = json.loads((folder / "timings.json").read_text())
-    summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=len(build.built),
-                   mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}),
-                   reused=bool(result.metadata["eval_run"].get("reused")))
-    summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
-    return summary
+    with using_world(session.paths, world):  # `worlds rm` refuses while the run builds and evaluates
+        scenario = define_scenario(world, arm, policy, t_prime, t,
+                                   agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT, saas_profile=saas_profile,
+                                   model_settings=llm.to_json() if llm else None)
+        key = register_scenario(session.paths, session.instance, scenario)
+        build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo, tags=tags)
+        started = time.perf_counter()
+        [result] = materialize(session, definitions, ["eval_run"], [key], tags=tags)
+        seconds = time.perf_counter() - started
+        # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
+        # an earlier code version under the same scenario key.
+        folder = Path(str(result.metadata["eval_run"]["results"]))
+        summary = json.loads((folder / "summary.json").read_text())
+        timings = json.loads((folder / "timings.json").read_text())
+        summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=len(build.built),
+                       mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}),
+                       reused=bool(result.metadata["eval_run"].get("reused")))
+        summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
+        return summary

@@ -7,6 +7,10 @@ partition again: the mechanism by which a defined scenario gets its inputs from 
 only to a user's launch (runs the CLI made carry `churnbench/launched_by` and build their inputs themselves), once
 per failed run (the run key), and runs by default so that `churnbench ui` (whose daemon evaluates sensors) needs
 no switch; it requests nothing on a clock.
+
+`dead_runs`: every minute while the daemon runs (`churnbench ui`), records failed the Dagster runs and catalog rows
+whose process is gone (`dead_runs.reap_dead_runs`, what every CLI command does when it opens the state folder): a
+run killed while the UI is up shows failed there without waiting for the next command. It requests nothing.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context annotation at decoration time.
@@ -14,8 +18,10 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from churn_assets.orchestration.dead_runs import reap_dead_runs
 from churn_assets.orchestration.jobs import build_scenario_job
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, MISSING_INPUTS
+from churn_assets.orchestration.resources import StateResource
 
 
 def _missing_inputs(context: dg.RunFailureSensorContext) -> bool:
@@ -44,4 +50,15 @@ def scenario_inputs(context: dg.RunFailureSensorContext) -> Iterator[dg.RunReque
                         tags={"churnbench/after_run": run.run_id, "churnbench/scenario": key})
 
 
-SENSORS: tuple[dg.SensorDefinition, ...] = (scenario_inputs,)
+@dg.sensor(name="dead_runs", minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Records failed the runs (Dagster runs and results-catalog rows) whose process is gone: "
+                       "killed or crashed. Requests nothing.")
+def dead_runs(context: dg.SensorEvaluationContext, state: StateResource) -> dg.SkipReason:
+    paths = state.paths
+    dead = reap_dead_runs(paths, context.instance, state.service_urls().warehouse)
+    for run in dead:
+        context.log.info(run.line())
+    return dg.SkipReason(f"{len(dead)} run(s) whose process is gone recorded" if dead else "no dead runs")
+
+
+SENSORS: tuple[dg.SensorDefinition, ...] = (scenario_inputs, dead_runs)

@@ -14,6 +14,11 @@ finds later, never a registered world with half its data.
 find the worlds that have one, how to remove one world's) and extends `tests/integration/test_worlds.py`
 (`populate_world` there materializes what creates it).
 
+Removal and use exclude each other: every command that builds or evaluates a world holds its use lock shared
+(`using_world`: `materialize`, `run_scenario`, `churnbench project`), and `remove_world` takes it exclusively
+without waiting, so `worlds rm` during a run refuses in one line and removes nothing; a command that starts
+while a removal runs waits for it, then finds the world gone and says so.
+
 Dagster materialization history of a removed world is kept: the event log is an append-only audit
 record, and Dagster's SQL event storage cannot wipe single partitions (`wipe_asset_partitions` raises
 NotImplementedError in OSS). Re-adding the same world (same config, same id) shows its old
@@ -22,10 +27,11 @@ materializations until it is materialized again, which regenerates byte-identica
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +42,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
 from churn_assets.fabric.roles import drop_arm_role, worlds_with_arm_roles
+from churn_assets.files import LockTimeoutError, file_lock
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
 from churn_assets.orchestration.partitions import (
     SCENARIO_PARTITIONS_NAME,
@@ -58,6 +65,18 @@ if TYPE_CHECKING:
 
 class WorldNotFoundError(UserFacingError):
     """A world id that is not registered, or registered without a stored config."""
+
+
+class WorldInUseError(UserFacingError):
+    """A world that another command is building or evaluating cannot be removed now."""
+
+
+@contextlib.contextmanager
+def using_world(paths: StatePaths, world_id: str) -> Iterator[None]:
+    """Hold the world's use lock shared for the block (any number of users at once; waits only while a removal
+    of the world runs). Re-entrant within a process: each holder opens the lock file on its own."""
+    with file_lock(paths.world_use_lock(world_id), shared=True, what=f"world {world_id}"):
+        yield
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -283,7 +302,8 @@ def _remove_locks(ctx: ArtefactContext, world_id: str) -> None:
 # issue 20: lock files of the builds parallel cells share (`<state>/locks/<world>/`) and the folders of failed
 # dbt builds (`<state>/dbt/runs/`); removal runs in reverse, so these go first: once the world is unregistered
 # no build of it holds them
-WORLD_ARTEFACTS.append(WorldArtefact("lock files and kept dbt builds", _worlds_with_locks, _remove_locks))
+LOCKS_ARTEFACT = "lock files and kept dbt builds"
+WORLD_ARTEFACTS.append(WorldArtefact(LOCKS_ARTEFACT, _worlds_with_locks, _remove_locks))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -368,10 +388,18 @@ def remove_world(paths: StatePaths, instance: dg.DagsterInstance, world_id: str)
     validate_world_id(world_id)
     ctx = ArtefactContext(paths, instance)
     removed: list[str] = []
-    if is_registered(instance, world_id):
-        instance.delete_dynamic_partition(WORLD_PARTITIONS_NAME, world_id)
-        removed.append("Dagster partition")
-    removed += _remove_artefacts(ctx, world_id)
+    had_locks = paths.world_locks_dir(world_id).exists()  # the use lock below creates the folder
+    try:
+        with file_lock(paths.world_use_lock(world_id), timeout=0, what=f"world {world_id}"):
+            if is_registered(instance, world_id):
+                instance.delete_dynamic_partition(WORLD_PARTITIONS_NAME, world_id)
+                removed.append("Dagster partition")
+            removed += _remove_artefacts(ctx, world_id)
+    except LockTimeoutError:
+        raise WorldInUseError(f"world {world_id} is in use by another churnbench command (a run, project or "
+                              "materialize of it): nothing was removed; try again when it is done") from None
+    if not had_locks:  # only the folder of the use lock this removal took
+        removed = [r for r in removed if r != LOCKS_ARTEFACT]
     if not removed:
         raise WorldNotFoundError(f"no world {world_id} in state folder {paths.root} "
                                  "(see `churnbench worlds list`)")

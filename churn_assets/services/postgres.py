@@ -33,6 +33,7 @@ from churn_assets.services.process import live_process, log_tail, read_record, t
 from churn_assets.state import StatePaths, atomic_write_text
 
 START_ATTEMPTS = 3
+CLUSTER_OWNER_FILE = "owner.json"  # in the cluster's folder: the state folder (path and id) it belongs to
 START_HEALTH_S = 10.0  # how long a just-started postmaster may take to answer (crash recovery included)
 
 
@@ -45,8 +46,12 @@ class PostgresService(Service):
 
     def _postmaster(self, paths: StatePaths) -> dict[str, Any] | None:
         """postmaster.pid of our data directory: pid, port, socket dir, status (Postgres writes it)."""
+        return self.postmaster_at(paths.pg_data)
+
+    def postmaster_at(self, pg_data: Path) -> dict[str, Any] | None:
+        """postmaster.pid of the cluster in `pg_data` (None: not running, or not readable)."""
         try:
-            lines = (paths.pg_data / "postmaster.pid").read_text().splitlines()
+            lines = (pg_data / "postmaster.pid").read_text().splitlines()
         except (FileNotFoundError, PermissionError):
             return None
         if len(lines) < 5:
@@ -111,7 +116,7 @@ class PostgresService(Service):
     def _claim_home(self, paths: StatePaths) -> None:
         """Tie the data directory to this state folder's id: a new state folder at a path that had an
         old one (deleted with its services running or not) must not inherit the old databases."""
-        owner_file = paths.pg_home / "owner.json"
+        owner_file = paths.pg_home / CLUSTER_OWNER_FILE
         state_id = paths.state_id
         try:
             owner = json.loads(owner_file.read_text())
@@ -231,7 +236,11 @@ class PostgresService(Service):
             conn.close()
 
     def _stop_postmaster(self, paths: StatePaths) -> bool:
-        pm = self._postmaster(paths)
+        return self.stop_cluster(paths.pg_data)
+
+    def stop_cluster(self, pg_data: Path) -> bool:
+        """Stop the postmaster of the cluster in `pg_data` (fast shutdown); True when one was running."""
+        pm = self.postmaster_at(pg_data)
         if pm is None or live_process(pm["pid"]) is None:
             return False
         with warnings.catch_warnings():
@@ -241,7 +250,7 @@ class PostgresService(Service):
         user = "pgserver" if os.name == "posix" and os.geteuid() == 0 else None
         try:
             # -m fast: disconnect clients (a UI left open must not keep the server up).
-            args = ("-D", str(paths.pg_data), "stop", "-m", "fast", "-w", "-t", str(int(STOP_TIMEOUT_S)))
+            args = ("-D", str(pg_data), "stop", "-m", "fast", "-w", "-t", str(int(STOP_TIMEOUT_S)))
             pgexec("pg_ctl", args, bin_path=POSTGRES_VERSIONS[POSTGRES_MAJOR], user=user,
                    timeout=STOP_TIMEOUT_S + 5)
         except (subprocess.SubprocessError, OSError):

@@ -114,6 +114,7 @@ def test_the_ui_lists_the_jobs_and_sensors(ui: int) -> None:
     assert {"sweep", "build_scenario", "regression"} <= {j["name"] for j in repo["jobs"]}
     sensors = {s["name"]: s["sensorState"]["status"] for s in repo["sensors"]}
     assert sensors["scenario_inputs"] == "RUNNING"
+    assert sensors["dead_runs"] == "RUNNING"  # runs whose process is gone are recorded failed while the UI is up
     schedules = {s["name"]: s for s in repo["schedules"]}
     nightly = schedules["nightly_regression"]
     assert (nightly["cronSchedule"], nightly["executionTimezone"]) == ("0 2 * * *", "UTC")

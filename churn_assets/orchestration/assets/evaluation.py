@@ -4,6 +4,11 @@ It does not build its inputs (section 10, "Evaluation wiring"): it reads the sce
 once, at its first materialization; refused when the registry changed since), checks that every partition
 the plan names exists and fails listing the missing ones; `churnbench run` / `paper` call the scenario
 materializer first. Lineage edges to its inputs use a mapping that needs no matching keys (all partitions).
+
+A service of the state folder that dies during the evaluation fails the run naming it (`service_errors`), and
+an answer that failed in transport while an embedded service is gone is not recorded: the SaaS API killed
+mid-run is an outage of this machine, not a transport verdict to keep (a rate-limited or failing external API
+still is one). The checkpoint then holds only real answers, and the run resumes once the services are up.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
@@ -24,6 +29,7 @@ from churn_assets.orchestration.assets.operational import operational_store
 from churn_assets.orchestration.assets.staging import STAGED_ASSETS
 from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
+from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
 from churn_assets.orchestration.materialize import MISSING_INPUTS, Session
 from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
@@ -53,8 +59,10 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     from churn_assets.arms.registry import make_arm
     from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
-    from churn_assets.services import saas_api_key
+    from churn_assets.services import saas_api_key, service_errors
 
+    if PID_TAG not in context.run.tags:  # launched from the UI: record which process runs it (dead_runs)
+        context.instance.add_run_tags(context.run_id, process_tags())
     paths = state.paths
     with user_errors():
         scenario = load_scenario(paths, context.partition_key)
@@ -97,20 +105,21 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
                               saas_key=saas_key, documents_root=paths.contracts_root(world),
                               warehouse_secret=warehouse_secret)
     try:
-        arm = make_arm(scenario, sources, served=plan.served_vintage, agent=agent)
-        exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
-                                vintage=arm.planned_vintage, resolver=resolver)
+        with service_errors(paths):  # a store that died mid-run: its name, not a traceback
+            arm = _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
+            exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
+                                    vintage=arm.planned_vintage, resolver=resolver)
 
-        def progress(done: int, total: int) -> None:
-            if done % 20 == 0 or done == total:
-                context.log.info(f"{scenario.key}: {done}/{total} tasks answered")
+            def progress(done: int, total: int) -> None:
+                if done % 20 == 0 or done == total:
+                    context.log.info(f"{scenario.key}: {done}/{total} tasks answered")
 
-        saas = sources.saas
-        summary = evaluate(arm, tasks, resolver, results_store(state), spec, exposure=exposure, progress=progress,
-                           transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
-                           catalog=urls.warehouse,  # the results catalog records running -> complete/failed
-                           on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
-                                                            "its results folder; waiting to reuse or resume it"))
+            saas = sources.saas
+            summary = evaluate(arm, tasks, resolver, results_store(state), spec, exposure=exposure, progress=progress,
+                               transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
+                               catalog=urls.warehouse,  # the results catalog records running -> complete/failed
+                               on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
+                                                                "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
         raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     finally:
@@ -119,6 +128,30 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     timings = (run_dir / "timings.json").read_text()
     return dg.MaterializeResult(metadata={**_metadata(summary, plan.served_vintage, str(run_dir), timings),
                                           "reused": False})
+
+
+class _ServiceGuard:
+    """The arm, with every answer that failed in transport checked against the embedded services: when one of
+    them is gone the run stops with a `ServiceError` naming it, before the answer is recorded."""
+
+    def __init__(self, arm, paths) -> None:
+        self._arm, self._paths = arm, paths
+        self.name = arm.name
+
+    @property
+    def planned_vintage(self) -> dict:
+        return self._arm.planned_vintage
+
+    def answer(self, task):
+        from churn_assets.services import raise_if_a_service_died
+
+        answer = self._arm.answer(task)
+        if answer.transport_error is not None:
+            raise_if_a_service_died(self._paths, settle_s=0.5)
+        return answer
+
+    def __getattr__(self, name: str):
+        return getattr(self._arm, name)
 
 
 def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_json: str) -> dict:

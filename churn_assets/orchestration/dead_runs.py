@@ -1,0 +1,126 @@
+"""Runs whose process is gone: found by the next command and recorded failed, in Dagster and in the catalog.
+
+A CLI run materializes in process, without a daemon, so Dagster's run monitoring never sees it, and the
+default run launcher of `dagster dev` cannot tell a dead run worker either. A process killed outright
+(SIGKILL, power loss, OOM killer) therefore leaves its Dagster run STARTED and its catalog row `running` for
+ever. Each process records who it is (`files.process_stamp`: pid, start time, host):
+
+- on every Dagster run it launches in process (`materialize`), as the tags `PID_TAG`, `CREATED_TAG`, `HOST_TAG`;
+  an `eval_run` launched from the UI adds them to its own run when it starts;
+- in the results folder of the run it evaluates (`owner.json`, `evaluation/results.py`), beside the folder's
+  lock, which the kernel releases when the process dies.
+
+`reap_dead_runs` (called by `open_session`, so by every churnbench command that opens the state folder, and by
+the `dead_runs` sensor while `churnbench ui` runs; `results` and `verify-results`, which open no Dagster instance,
+call `reap_dead_catalog_rows`, this module's half that imports no Dagster) reports a STARTED or STARTING run
+whose process is gone as failed through the instance (`report_run_failed`, the event Dagster writes itself when a
+run fails), and
+records a `running` catalog row failed when its results folder's lock is free and its owner process is gone
+(complete, if the folder was completed before the kill). A pid that now belongs to another process does not
+keep a run alive: the start times differ. Runs of another host (a shared external catalog or instance) are
+left alone: this machine cannot tell whether their processes live.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from churn_assets.evaluation.catalog import RunCatalog
+from churn_assets.evaluation.results import LOCK_FILE, SUMMARY_FILE, TIMINGS_FILE, ResultsStore
+from churn_assets.files import is_locked, process_gone, process_stamp
+from churn_assets.state import StatePaths
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+PID_TAG = "churnbench/pid"
+CREATED_TAG = "churnbench/pid_created"
+HOST_TAG = "churnbench/host"
+
+
+def process_tags() -> dict[str, str]:
+    """This process's stamp as Dagster run tags."""
+    stamp = process_stamp()
+    return {PID_TAG: str(stamp["pid"]), CREATED_TAG: repr(stamp["create_time"]), HOST_TAG: stamp["host"]}
+
+
+def _stamp_of_tags(tags: dict[str, str]) -> dict[str, Any] | None:
+    try:
+        return {"pid": int(tags[PID_TAG]), "create_time": float(tags[CREATED_TAG]), "host": tags[HOST_TAG]}
+    except (KeyError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class DeadRun:
+    """One run found dead: where (`dagster` or `catalog`), which, and what it was recorded as."""
+
+    where: str
+    ref: str
+    recorded: str
+    pid: int | None
+
+    def line(self) -> str:
+        what = "Dagster run" if self.where == "dagster" else "results catalog run"
+        pid = f" (pid {self.pid})" if self.pid is not None else ""
+        return f"{what} {self.ref}: its process{pid} is gone; recorded {self.recorded}"
+
+
+def reap_dead_runs(paths: StatePaths, instance: dg.DagsterInstance, warehouse_url: str | None) -> list[DeadRun]:
+    """Record as failed every run of this state folder whose process is gone; returns what it recorded."""
+    found = _reap_dagster_runs(instance)
+    if warehouse_url:
+        found += reap_dead_catalog_rows(paths, RunCatalog(warehouse_url))
+    return found
+
+
+def _reap_dagster_runs(instance: dg.DagsterInstance) -> list[DeadRun]:
+    import dagster as dg
+
+    out = []
+    host = process_stamp()["host"]
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
+                                                             dg.DagsterRunStatus.STARTING],
+                                                   tags={HOST_TAG: host}))
+    for run in runs:
+        stamp = _stamp_of_tags(dict(run.tags))
+        if stamp is None or process_gone(stamp) is not True:
+            continue
+        instance.report_run_failed(run, message=(
+            f"the process of this run (pid {stamp['pid']} on {stamp['host']}) is gone: killed or crashed; "
+            "recorded failed by churnbench (run the command again: it resumes what was checkpointed)"))
+        out.append(DeadRun("dagster", run.run_id, "failed", stamp["pid"]))
+    return out
+
+
+def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog) -> list[DeadRun]:
+    """Record failed (or complete) the `running` catalog rows of this state folder whose process is gone."""
+    store = ResultsStore(paths.root / "results")
+    out = []
+    for row in catalog.running_rows():
+        run_dir = Path(row.results_dir)
+        if not run_dir.is_relative_to(store.root):
+            continue  # another state folder's run (a catalog on an external Postgres is shared)
+        if is_locked(run_dir / LOCK_FILE):
+            continue  # its process holds the folder: alive
+        owner = store.read_owner(run_dir)
+        if owner is not None and process_gone(owner) is not True:
+            continue  # alive (between taking the lock and ...), or of another host
+        pid = int(owner["pid"]) if owner else None
+        ref = f"{row.run_id} {row.scenario_key}"
+        if (run_dir / SUMMARY_FILE).exists():
+            summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+            timings_file = run_dir / TIMINGS_FILE
+            timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+            if catalog.mark_dead_complete(row, summary, timings):
+                out.append(DeadRun("catalog", ref, "complete (its results folder was complete)", pid))
+            continue
+        done = store.checkpointed(run_dir)
+        who = f"pid {pid}" if pid is not None else "no process recorded"
+        if catalog.mark_dead(row, f"killed: the run's process ({who}) is gone with {done} task(s) checkpointed; "
+                                  "run it again to resume"):
+            out.append(DeadRun("catalog", ref, "failed", pid))
+    return out
