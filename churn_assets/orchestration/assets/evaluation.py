@@ -27,7 +27,7 @@ from churn_assets.orchestration.assets.warehouse import warehouse_raw
 from churn_assets.orchestration.materialize import MISSING_INPUTS, Session
 from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.orchestration.scenario_inputs import missing_inputs, scenario_plan
+from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
@@ -60,10 +60,12 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         urls = state.service_urls()
         session = Session(paths, urls, context.instance)
         plan = scenario_plan(session, scenario)  # the stored plan (made now only if it never was)
-    missing = missing_inputs(session, plan)
+    # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
+    missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
-        listed = "\n  ".join(str(m) for m in missing)
-        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing; under "
+        listed = "\n  ".join(f"{m} ({why})" for m, why in missing.items())
+        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing or not vouched for "
+                         "by their blocking checks; under "
                          "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
                          f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
                          f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
