@@ -73,12 +73,14 @@ def list_(world_id: str | None) -> None:
     width = max(len("SCENARIO"), *(len(r.scenario_key) for r in runs))
     code_width = max(len("CODE"), *(len(r.code_version) for r in runs))
     click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'EXPERIMENT':<10}  {'CODE':<{code_width}}  {'STATUS':<8}  "
-               f"{'ACC':>6}  {'STALE':>5}  FINISHED")
+               f"{'ACC':>6}  {'STALE':>5}  {'TRANSPORT':>9}  FINISHED")
     for r in runs:
         older = "  (older identity: shown, never reused)" if r.older_identity else ""
+        retry = f"  (retry {r.retry})" if r.retry else ""
         click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {r.experiment_hash[:10]:<10}  "
                    f"{r.code_version:<{code_width}}  {r.status:<8}  {_pct(r.accuracy):>6}  "
-                   f"{_num(r.stale_answers):>5}  {_when(r.finished_at)}{older}")
+                   f"{_num(r.stale_answers):>5}  {_num(r.verdicts.get('transport_failure')):>9}  "
+                   f"{_when(r.finished_at)}{older}{retry}")
 
 
 @results.command("show")
@@ -113,6 +115,9 @@ def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
     if r.status == "complete":
         lines += [
             f"  tasks          {r.tasks}, accuracy {_pct(r.accuracy)}",
+            f"  transport      {_num(r.verdicts.get('transport_failure'))} transport failure(s)"
+            + (f" (retry {r.retry}: `churnbench run --retry-transport` asked the earlier ones again)" if r.retry
+               else ""),
             "  verdicts       " + ", ".join(f"{k} {_num(v)}" for k, v in r.verdicts.items()),
             f"  stale answers  {_num(r.stale_answers)} (freshness + mixed vintage); exposure {_num(r.exposure)} "
             f"(degenerate {_num(r.degenerate_exposure)}), prediction {_num(r.prediction, '.2f')}",

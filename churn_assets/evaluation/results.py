@@ -13,6 +13,12 @@ folder has no `summary.json`; an interrupted run resumes from that checkpoint on
 experiment hash and the code version match (they name the folder). A completed folder is never
 written again.
 
+A run whose transport failures are answered again (`churnbench run --retry-transport`) is a *retry* of the
+same experiment: same experiment hash and code version, in a sibling folder
+`<experiment hash>__<code version>__retry<N>/` (N = 1, 2, ...) whose rows are the retried run's rows with
+every `transport_failure` answered again; the earlier folder is never written. The newest complete retry is
+the experiment's result (what a later run reuses, what the catalog row points at).
+
 One writer per folder: a run holds `.lock` in its folder (`ResultsStore.run_lock`, an flock the kernel
 drops when the process dies) from before it looks at the folder until `summary.json` is written. A second
 run of the same key (another process or thread) waits there and then finds the folder complete and reuses
@@ -23,6 +29,7 @@ and the second never writes `summary.json` over the first's.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -130,16 +137,24 @@ def _uncommitted_hash(repo: Path) -> str:
     return digest.hexdigest()[:8]
 
 
+RETRY_SUFFIX = "__retry"
+
+
 @dataclass(frozen=True)
 class RunKey:
     world: str
     scenario_key: str
     experiment_hash: str
     code_version: str
+    retry: int = 0  # 0: the first answering; N: the N-th retry of its transport failures (same experiment)
 
     @property
     def folder_name(self) -> str:
-        return f"{self.experiment_hash}__{self.code_version}"
+        base = f"{self.experiment_hash}__{self.code_version}"
+        return f"{base}{RETRY_SUFFIX}{self.retry}" if self.retry else base
+
+    def retried(self, retry: int) -> RunKey:
+        return dataclasses.replace(self, retry=retry)
 
 
 class ResultsStore:
@@ -153,6 +168,30 @@ class ResultsStore:
 
     def is_complete(self, key: RunKey) -> bool:
         return (self.run_dir(key) / SUMMARY_FILE).exists()
+
+    def retries(self, key: RunKey) -> list[int]:
+        """The retry numbers that have a folder (complete or not) beside `key`'s first folder, ascending."""
+        first = key.retried(0)
+        parent = self.run_dir(first).parent
+        prefix = first.folder_name + RETRY_SUFFIX
+        found = [p.name[len(prefix):] for p in parent.glob(f"{prefix}*")] if parent.exists() else []
+        return sorted(int(n) for n in found if n.isdigit() and int(n) > 0)
+
+    def latest_complete(self, key: RunKey) -> RunKey | None:
+        """The experiment's result: its newest complete retry, else its first run when complete, else None."""
+        first = key.retried(0)
+        for n in reversed(self.retries(first)):
+            if self.is_complete(first.retried(n)):
+                return first.retried(n)
+        return first if self.is_complete(first) else None
+
+    def next_retry(self, key: RunKey) -> RunKey:
+        """Where a retry of the experiment's result writes: an unfinished retry folder (resumed), else a new one."""
+        first = key.retried(0)
+        numbers = self.retries(first)
+        if numbers and not self.is_complete(first.retried(numbers[-1])):
+            return first.retried(numbers[-1])
+        return first.retried((numbers[-1] if numbers else 0) + 1)
 
     @contextmanager
     def run_lock(self, key: RunKey, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
@@ -172,7 +211,8 @@ class ResultsStore:
         if self.is_complete(key):
             raise ResultsError(f"results {self.run_dir(key)} are complete and are never overwritten")
         identity = {"experiment_hash": key.experiment_hash, "code_version": key.code_version,
-                    "identity_version": IDENTITY_VERSION, "experiment": dict(experiment or {})}
+                    "identity_version": IDENTITY_VERSION, "experiment": dict(experiment or {}),
+                    **({"retry": key.retry} if key.retry else {})}
         run_dir = self.run_dir(key)
         path = run_dir / IDENTITY_FILE
         if path.exists():

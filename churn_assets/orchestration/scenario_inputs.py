@@ -199,10 +199,14 @@ def _complete_operational_days(session: Session, world: str, items: list[Scenari
 
 def blocking_checks(graph: BaseAssetGraph) -> dict[str, tuple[dg.AssetCheckKey, ...]]:
     """The blocking checks of every asset of an asset graph (`Definitions.resolve_asset_graph()`, or
-    `job_asset_graph(context.job_def)` inside a run), by asset key string."""
+    `job_asset_graph(context.job_def)` inside a run), by asset key string: the partitioned ones, whose
+    evaluations Dagster records per partition. dagster-dbt records the dbt tests' evaluations without a
+    partition (one record per test across worlds), so they cannot vouch for one world's build; they gate the
+    build itself instead (`dbt build` fails on a failed test, and the step with it)."""
     out: dict[str, list[dg.AssetCheckKey]] = {}
     for key in sorted(graph.asset_check_keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
-        if graph.get(key).blocking:
+        node = graph.get(key)
+        if node.blocking and node.partitions_def is not None:
             out.setdefault(key.asset_key.to_user_string(), []).append(key)
     return {asset: tuple(keys) for asset, keys in out.items()}
 
