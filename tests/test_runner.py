@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from outage_arm import OutageArm
 from scripted_answer import ScriptedAnswer
 
 from churn_assets.evaluation.exposure import run_exposure
@@ -130,20 +131,6 @@ def test_token_totals_add_up_and_an_unpriced_answer_leaves_the_cost_unknown() ->
     assert token_totals(rows) == {"model_calls": 4, "tool_calls": 2, "input_tokens": 200, "output_tokens": 20,
                                   "cost_usd": 0.75}
     assert token_totals([*rows, {"usage": {**usage, "cost_usd": None}}])["cost_usd"] is None
-
-
-class OutageArm(ScriptedArm):
-    """Answers like `ScriptedArm`, but its source is down for the tasks in `down` (a transport failure)."""
-
-    def __init__(self, resolver: GoldResolver, planned: dict[str, dt.date], down: set[str]) -> None:
-        super().__init__("g", resolver, planned)
-        self.down, self.asked = down, []
-
-    def answer(self, task: Task) -> ScriptedAnswer:
-        self.asked.append(task.task_id)
-        if task.task_id in self.down:
-            return ScriptedAnswer(task.task_id, None, "unknown", {}, transport_error="GET /x failed after 7 attempts")
-        return super().answer(task)
 
 
 def test_retry_transport_asks_only_the_transport_failures_again_into_a_retry_folder(world, tmp_path: Path) -> None:
