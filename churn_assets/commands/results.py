@@ -42,6 +42,22 @@ def _catalog(paths: StatePaths) -> Iterator[RunCatalog]:
         yield RunCatalog(urls.warehouse)
 
 
+def _require_known_world(paths: StatePaths, catalog: RunCatalog, world_id: str | None) -> None:
+    """Refuse a `--world` that is neither registered nor in the catalog: a typo must not pass as "no runs"
+    (a CI gate on `verify-results --all --world X` would pass on a mistyped X)."""
+    from churn_assets.orchestration.world_registry import WorldNotFoundError
+    from churn_assets.state import WORLD_CONFIG_FILE, validate_world_id
+
+    if world_id is None or catalog.runs(world_id):
+        return
+    validate_world_id(world_id)
+    if paths.world_config_file(world_id).exists():
+        return
+    known = sorted(p.parent.name for p in paths.worlds_dir.glob(f"*/{WORLD_CONFIG_FILE}"))
+    raise WorldNotFoundError(f"unknown world {world_id}: it is not registered in {paths.root} and has no runs "
+                             f"(registered: {', '.join(known) or 'none'}; see `churnbench worlds list`)")
+
+
 def _when(value: dt.datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
@@ -65,6 +81,7 @@ def list_(world_id: str | None) -> None:
     """Every run in the catalog (oldest first): status, accuracy, stale answers, when it finished."""
     paths = StatePaths.resolve()
     with _catalog(paths) as catalog:
+        _require_known_world(paths, catalog, world_id)
         runs = catalog.runs(world_id)
     if not runs:
         click.echo("no runs yet" + (f" for world {world_id}" if world_id else "")
@@ -165,6 +182,7 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
                                           "run can be verified")
                 folders.append((f"run {run.run_id} {run.scenario_key}", Path(run.results_dir)))
             if all_runs:
+                _require_known_world(paths, catalog, world_id)
                 folders += [(f"run {r.run_id} {r.scenario_key}", Path(r.results_dir))
                             for r in catalog.runs(world_id) if r.status == "complete"]
     if not folders:

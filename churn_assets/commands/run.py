@@ -141,6 +141,13 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, as_json: bool) 
     echo = (lambda _msg: None) if as_json else click.echo
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
+    if world_id is not None:  # section 10's fixed dates: a world without them is refused before anything starts
+        from churn_assets.orchestration.world_registry import load_world_config
+        from churn_assets.world.calendar import require_in_calendar
+
+        config = load_world_config(paths, world_id)
+        for name, day in (("the paper's D+28 T'", WINDOWS["D+28"]), ("the paper's T", T)):
+            require_in_calendar(name, day, config.start, config.end, f"world {world_id}")
     with open_session(paths) as session:
         definitions = defs_for(str(paths.root))
         if world_id is None:
