@@ -58,6 +58,17 @@ def _require_known_world(paths: StatePaths, catalog: RunCatalog, world_id: str |
                              f"(registered: {', '.join(known) or 'none'}; see `churnbench worlds list`)")
 
 
+def _policy_name(paths: StatePaths, r: CatalogRun) -> str:
+    """The run's policy as `--policy` took it (`ttl:prices=3`), from its scenario's stored definition; the
+    policy id (`ttl-4bf6aa`, a hash of the parameters) when the definition is gone."""
+    from churn_assets.orchestration.scenarios import load_scenario
+
+    try:
+        return load_scenario(paths, r.scenario_key).policy
+    except (UserFacingError, OSError, ValueError):
+        return r.policy
+
+
 def _when(value: dt.datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
@@ -89,12 +100,15 @@ def list_(world_id: str | None) -> None:
         return
     width = max(len("SCENARIO"), *(len(r.scenario_key) for r in runs))
     code_width = max(len("CODE"), *(len(r.code_version) for r in runs))
-    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'EXPERIMENT':<10}  {'CODE':<{code_width}}  {'STATUS':<8}  "
-               f"{'ACC':>6}  {'STALE':>5}  {'TRANSPORT':>9}  FINISHED")
+    policies = {r.run_id: _policy_name(paths, r) for r in runs}
+    policy_width = max(len("POLICY"), *(len(p) for p in policies.values()))
+    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'POLICY':<{policy_width}}  {'EXPERIMENT':<10}  "
+               f"{'CODE':<{code_width}}  {'STATUS':<8}  {'ACC':>6}  {'STALE':>5}  {'TRANSPORT':>9}  FINISHED")
     for r in runs:
         older = "  (older identity: shown, never reused)" if r.older_identity else ""
         retry = f"  (retry {r.retry})" if r.retry else ""
-        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {r.experiment_hash[:10]:<10}  "
+        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {policies[r.run_id]:<{policy_width}}  "
+                   f"{r.experiment_hash[:10]:<10}  "
                    f"{r.code_version:<{code_width}}  {r.status:<8}  {_pct(r.accuracy):>6}  "
                    f"{_num(r.stale_answers):>5}  {_num(r.verdicts.get('transport_failure')):>9}  "
                    f"{_when(r.finished_at)}{older}{retry}")
@@ -110,10 +124,10 @@ def show(run_ref: str) -> None:
     paths = StatePaths.resolve()
     with _catalog(paths) as catalog:
         run, others = catalog.resolve(run_ref)
-    click.echo(_describe(run, others))
+    click.echo(_describe(run, others, _policy_name(paths, run)))
 
 
-def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
+def _describe(r: CatalogRun, others: list[CatalogRun], policy: str) -> str:
     lines = [
         f"run {r.run_id}: {r.scenario_key}",
         f"  experiment     {r.experiment_hash} (identity {r.identity_version}"
@@ -121,7 +135,7 @@ def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
            else ")"),
         f"  code version   {r.code_version}",
         f"  world          {r.world}",
-        f"  arm / policy   {r.arm} / {r.policy}",
+        f"  arm / policy   {r.arm} / {policy}" + (f" (policy id {r.policy})" if policy != r.policy else ""),
         f"  T' / T         {r.t_prime} / {r.t}",
         f"  agent / saas   {r.agent_id} / {r.saas_profile}",
         f"  status         {r.status} (attempts {r.attempts}; started {_when(r.started_at)}, "

@@ -509,6 +509,9 @@ class RunCatalog:
         ref = ref.strip()
         if "/" in ref:  # a results folder, as `churnbench run` prints it: its name is the run's identity
             ref = Path(ref.rstrip("/")).name
+        base, retry_mark, retry = ref.rpartition(RETRY_SUFFIX)
+        if retry_mark and base and retry.isdigit():  # a retry folder's name: the experiment it retried
+            ref = base
         keys = [ref]
         try:
             parts = parse_scenario_key(ref)
