@@ -55,11 +55,12 @@ def _calendar(loaded: Any) -> tuple[dt.date, dt.date]:
 
 def _default_days(loaded: Any, at: str | None, t_prime: str | None) -> tuple[dt.date, dt.date]:
     """T and T' as given, else from the world's own calendar: the paper's T when the world has it (else its
-    last day), and T' the paper's D+28 gap before T (not before the world's first day)."""
+    last day), and T' the paper's D+28 gap before T, not before the world's second day (change rates are
+    measured on the days before T')."""
     first, last = _calendar(loaded)
     anchor = _day(at, "--at") if at is not None else (paper.T if first <= paper.T <= last else last)
     gap = paper.T - paper.D28
-    build = _day(t_prime, "--t-prime") if t_prime is not None else max(first, anchor - gap)
+    build = _day(t_prime, "--t-prime") if t_prime is not None else max(first + dt.timedelta(days=1), anchor - gap)
     return anchor, build
 
 
@@ -106,7 +107,7 @@ def tasks(world_id: str | None, ledger_path: Path | None, at: str | None, n: int
 @click.option("--at", "at", default=None, help=f"T: the evaluation day (default: {paper.T} when the world's calendar "
               "has it, else the world's last day).")
 @click.option("--t-prime", "t_prime", default=None, help="T': the cache build day (default: the paper's D+28 gap, "
-              f"{(paper.T - paper.D28).days} days, before T, and not before the world's first day).")
+              f"{(paper.T - paper.D28).days} days, before T, and not before the world's second day).")
 @click.option("--policy", "policies", multiple=True, default=("tiered", "off"), show_default=True,
               help="Refresh policy (tiered, off, ttl:CLASS=DAYS, rate, uniform:N, proportional:N); repeatable.")
 @click.option("-v", "--verbose", is_flag=True, help="Per template: exposed, predicted, tasks.")
