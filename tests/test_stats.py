@@ -142,6 +142,6 @@ def test_cli_text_defaults_to_the_last_day(small_world: Path) -> None:
 def test_cli_day_outside_the_ledger_is_one_line_and_nonzero(small_world: Path) -> None:
     result = CliRunner().invoke(main, ["ledger", "stats", str(small_world), "--at", "2024-04-27"])
     assert result.exit_code == 1
-    assert "churnbench: error: 2024-04-27 is outside the ledger, which runs from 2024-01-01 to 2024-01-30" \
+    assert "churnbench: error: --at = 2024-04-27 is outside the calendar of the ledger (2024-01-01..2024-01-30)" \
         in result.output
     assert "Traceback" not in result.output
