@@ -236,7 +236,9 @@ class ResultsStore:
         path = self.run_dir(key) / SUMMARY_FILE
         if not path.exists():
             raise ResultsError(f"no completed results at {path.parent}")
-        summary: dict[str, Any] = json.loads(path.read_text())
+        summary = _json_of(path.read_bytes(), path)
+        if not isinstance(summary, dict):
+            raise ResultsError(f"{path}: a JSON {type(summary).__name__}, not a summary object")
         return summary
 
     def read_timings(self, key: RunKey) -> dict[str, Any]:
@@ -248,7 +250,8 @@ class ResultsStore:
         path = self.run_dir(key) / TASKS_FILE
         if not path.exists():
             raise ResultsError(f"no completed results at {path.parent}")
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        rows = [_json_of(line, path, n) for n, line in enumerate(path.read_bytes().split(b"\n"), 1) if line]
+        return [_task_row(row, path, n) for n, row in enumerate(rows, 1)]
 
     def runs_of_world(self, world: str) -> list[Path]:
         base = self.root / world
@@ -268,11 +271,11 @@ class RunWriter:
 
     def _read_checkpoint(self) -> dict[str, dict[str, Any]]:
         done: dict[str, dict[str, Any]] = {}
-        lines = self._partial.read_text().splitlines()
+        lines = self._partial.read_bytes().splitlines()
         for i, line in enumerate(lines):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = _task_row(_json_of(line, self._partial, i + 1), self._partial, i + 1)
+            except ResultsError:
                 if i == len(lines) - 1:  # a write cut short by the interrupt: drop it and redo that task
                     break
                 raise ResultsError(f"{self._partial}, line {i + 1}: corrupt checkpoint") from None
@@ -326,6 +329,23 @@ def _stale_csv(rows: list[dict[str, Any]]) -> str:
         if r.get("verdict") in STALE_VERDICTS:
             w.writerow({k: (canonical(r.get(k)) if isinstance(r.get(k), list | dict) else r.get(k)) for k in fields})
     return buf.getvalue()
+
+
+def _json_of(data: bytes, path: Path, line: int | None = None) -> Any:
+    """JSON from a results file's bytes, or a `ResultsError` naming the file (and line)."""
+    where = f"{path}" + (f", line {line}" if line is not None else "")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ResultsError(f"{where}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{where}: not valid JSON ({e.msg})") from None
+
+
+def _task_row(row: Any, path: Path, line: int) -> dict[str, Any]:
+    if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
+        raise ResultsError(f"{path}, line {line}: not a task result (no task_id)")
+    return row
 
 
 def _atomic_write(path: Path, text: str) -> None:
