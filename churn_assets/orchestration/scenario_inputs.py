@@ -50,7 +50,7 @@ from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
-from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.calendar import outside_calendar
 from churn_assets.world.ledger import LEDGER_FILE, load_ledger
 from contracts.store import stored_days
 
@@ -75,7 +75,9 @@ def make_plan(session: Session, scenario: Scenario, registry: Registry) -> Scena
     """Plan `scenario` now: days inside the world's calendar, rates measured on its ledger when needed."""
     config = load_world_config(session.paths, scenario.world_id)
     for name, day in (("T'", scenario.t_prime), ("T", scenario.t)):
-        require_in_calendar(name, day, config.start, config.end, f"world {scenario.world_id}")
+        if not config.start <= day <= config.end:  # a ScenarioError, in the one phrasing of an outside day
+            raise ScenarioError(str(outside_calendar(name, day, config.start, config.end,
+                                                     f"world {scenario.world_id}")))
     rates = None
     if needs_ledger_to_plan(scenario):
         loaded = load_ledger(session.paths.ledger_dir(scenario.world_id))
