@@ -222,6 +222,12 @@ class StatePaths:
         key = day if isinstance(day, str) else day.isoformat()
         return self.world_dir(world_id) / TASKS_DIRNAME / key / TASKS_FILE
 
+    def written_tasks_file(self, name: str, day: dt.date, n: int, seed: int) -> Path:
+        """`<state>/task-files/<name>/<T>-n<N>-seed<S>.jsonl`: where `churnbench tasks` writes without `--out` (a
+        file of the user's, beside the state it came from; never the `task_set` asset's partition folder, and
+        never the working directory, where it would land in a git clone)."""
+        return self.root / "task-files" / name / f"{day.isoformat()}-n{n}-seed{seed}.jsonl"
+
     def scenario_file(self, key: str) -> Path:
         """`<state>/scenarios/<scenario key>.json`: a defined scenario and its plan."""
         return self.root / "scenarios" / f"{key}.json"

@@ -20,6 +20,10 @@ SHA-256 of its records' canonical JSON), so a client can check what it was serve
 
 As-of days outside the tenant's calendar are refused (422): the vendor does not know the future, and a
 world has no state before its first day.
+
+A 404 says what is missing in a machine-readable field, `missing`: `tenant` (no such world), `user` or
+`product` (the tenant does not know it as of the day). A client tells "this product has no usage" from
+"this tenant does not exist" by that field, never by the message.
 """
 
 from __future__ import annotations
@@ -67,6 +71,24 @@ def observed(view: TenantView, records: Any) -> dict[str, Any]:
 
 class ErrorBody(BaseModel):
     detail: str
+
+
+NotFoundKind = Literal["tenant", "user", "product"]
+
+
+class NotFoundBody(BaseModel):
+    detail: str
+    missing: NotFoundKind = Field(description="what does not exist: the tenant (world), or the user or product "
+                                              "as of the day")
+
+
+class NotFound(Exception):
+    """A 404 whose body names what is missing (`NotFoundBody`)."""
+
+    def __init__(self, missing: NotFoundKind, detail: str) -> None:
+        super().__init__(detail)
+        self.missing = missing
+        self.detail = detail
 
 
 class Entitlement(BaseModel):
@@ -166,7 +188,7 @@ class PriceList(BaseModel):
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or unknown API key"},
     403: {"model": ErrorBody, "description": "the key is not issued for this tenant"},
-    404: {"model": ErrorBody, "description": "unknown tenant, user or product"},
+    404: {"model": NotFoundBody, "description": "unknown tenant, user or product (`missing` says which)"},
     422: {"description": "invalid parameters, or `as_of` outside the tenant's calendar"},
     429: {"model": ErrorBody, "description": "over the key's rate limit; retry after `Retry-After` seconds"},
     503: {"model": ErrorBody, "description": "the vendor's database does not answer"},
@@ -234,7 +256,7 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
 
     async def view_of(world: str, as_of: dt.date) -> TenantView:
         if not WORLD_ID_RE.match(world):
-            raise HTTPException(404, f"no tenant {world!r} (tenant ids look like default-s42-3f9a1c)")
+            raise NotFound("tenant", f"no tenant {world!r} (tenant ids look like default-s42-3f9a1c)")
         cache = api_state.cache
         view = cache.peek(world, as_of)
         if view is None:
@@ -245,7 +267,7 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
                                         f"{head.first_day}..{head.last_day}")
                 view = await run_in_threadpool(cache.get, world, as_of)
             except TenantNotFound:
-                raise HTTPException(404, f"no tenant {world}") from None
+                raise NotFound("tenant", f"no tenant {world}") from None
             except SourceUnavailable as e:
                 raise HTTPException(503, str(e)) from None
         return view
@@ -256,7 +278,7 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
         view = await view_of(world, as_of)
         found = view.user(user)
         if found is None:
-            raise HTTPException(404, f"tenant {world} has no user {user} as of {as_of}")
+            raise NotFound("user", f"tenant {world} has no user {user} as of {as_of}")
         records = view.entitlements.get(user, [])
         return {"world": world, "as_of": as_of, "user_id": user, "status": found["status"],
                 "cost_center_id": found["cost_center_id"], "hired_on": found["hired_on"],
@@ -292,7 +314,7 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
         view = await view_of(world, as_of)
         found = view.utilization(product, window_days)
         if found is None:
-            raise HTTPException(404, f"tenant {world} has no product {product} as of {as_of}")
+            raise NotFound("product", f"tenant {world} has no product {product} as of {as_of}")
         return {"world": world, "as_of": as_of, **found, **observed(view, found["licenses"])}
 
     @router.get("/prices", response_model=PriceList, summary="The price list on the day")
@@ -305,6 +327,10 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
     @app.get("/health", summary="Liveness (no key needed)", tags=["meta"])
     async def health() -> dict[str, str]:
         return {"status": "ok", "version": API_VERSION}
+
+    @app.exception_handler(NotFound)
+    async def not_found(_request: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse(NotFoundBody(detail=exc.detail, missing=exc.missing).model_dump(), status_code=404)
 
     @app.exception_handler(UnicodeError)
     async def bad_encoding(_request: Request, exc: UnicodeError) -> JSONResponse:

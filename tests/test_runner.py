@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from outage_arm import OutageArm
 from scripted_answer import ScriptedAnswer
 
 from churn_assets.evaluation.exposure import run_exposure
@@ -130,3 +131,39 @@ def test_token_totals_add_up_and_an_unpriced_answer_leaves_the_cost_unknown() ->
     assert token_totals(rows) == {"model_calls": 4, "tool_calls": 2, "input_tokens": 200, "output_tokens": 20,
                                   "cost_usd": 0.75}
     assert token_totals([*rows, {"usage": {**usage, "cost_usd": None}}])["cost_usd"] is None
+
+
+def test_retry_transport_asks_only_the_transport_failures_again_into_a_retry_folder(world, tmp_path: Path) -> None:
+    _, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Tiered())
+    store = ResultsStore(tmp_path)
+    spec = _spec("grounding", "tiered", tasks)
+    down = {t.task_id for t in tasks[3:8]}
+    first = evaluate(OutageArm(resolver, planned, down), tasks, resolver, store, spec, code="git-test")
+    assert first["verdicts"]["transport_failure"] == len(down)
+    key = spec.key("git-test")
+    first_bytes = (store.run_dir(key) / "tasks.jsonl").read_bytes()
+
+    reused = OutageArm(resolver, planned, set())
+    assert evaluate(reused, tasks, resolver, store, spec, code="git-test") == first and reused.asked == []
+
+    healthy = OutageArm(resolver, planned, set())
+    retried = evaluate(healthy, tasks, resolver, store, spec, code="git-test", retry_transport=True)
+    assert sorted(healthy.asked) == sorted(down)  # only the failures are asked again
+    assert retried["verdicts"]["transport_failure"] == 0 and retried["tasks"] == len(tasks)
+    assert (retried["retry"], retried["retry_of"], retried["transport_failures_retried"]) == (
+        1, key.folder_name, len(down))
+    assert retried["experiment_hash"] == first["experiment_hash"]  # the same experiment, a new attempt
+    assert (store.run_dir(key) / "tasks.jsonl").read_bytes() == first_bytes  # never overwritten
+    assert store.latest_complete(key) == key.retried(1)
+    kept = {r["task_id"]: r for r in store.read_tasks(key) if r["task_id"] not in down}
+    assert {r["task_id"]: r for r in store.read_tasks(key.retried(1)) if r["task_id"] not in down} == kept
+    # the same answers as a run that never met the outage
+    clean = evaluate(OutageArm(resolver, planned, set()), tasks, resolver, ResultsStore(tmp_path / "clean"), spec,
+                     code="git-test")
+    assert retried["verdicts"] == clean["verdicts"]
+
+    # the retry is the experiment's result now: reused, and a further retry has nothing to ask
+    again = OutageArm(resolver, planned, set())
+    assert evaluate(again, tasks, resolver, store, spec, code="git-test", retry_transport=True) == retried
+    assert again.asked == [] and store.retries(key) == [1]

@@ -167,6 +167,20 @@ def test_client_errors_are_not_retried(make: Callable[..., SaasClient], sleeps: 
     assert client.stats == SaasStats(calls=1, requests=1)
 
 
+@pytest.mark.parametrize(("body", "missing"), [
+    ({"detail": "no tenant x", "missing": "tenant"}, "tenant"),
+    ({"detail": "no product p", "missing": "product"}, "product"),
+    ({"detail": "no user u", "missing": "user"}, "user"),
+    ({"detail": "Not Found"}, None),  # a path the API does not serve (a wrong base URL)
+])
+def test_a_404_says_what_is_missing(make: Callable[..., SaasClient], body: dict[str, str],
+                                    missing: str | None) -> None:
+    handler, _ = scripted(httpx.Response(404, json=body))
+    with pytest.raises(SaasNotFound) as raised:
+        make(handler).get("/v1/x")
+    assert raised.value.missing == missing
+
+
 def test_a_retry_after_beyond_the_cap_fails_at_once(make: Callable[..., SaasClient], sleeps: list[float]) -> None:
     handler, seen = scripted(status(429, **{"Retry-After": str(int(MAX_RETRY_AFTER_S) + 60)}))
     client = make(handler)

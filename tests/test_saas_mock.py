@@ -183,10 +183,13 @@ def test_tickets_filter_and_paginate(client: TestClient, source: LedgerSource) -
 
 def test_unknown_things_are_404_and_days_outside_the_calendar_422(client: TestClient, source: LedgerSource) -> None:
     w = source.world_id
-    assert get(client, "/v1/tenants/nope-s1-abcdef/prices", as_of="2024-01-10").status_code == 404
-    assert get(client, "/v1/tenants/NOT A WORLD/prices", as_of="2024-01-10").status_code == 404
-    assert get(client, f"/v1/tenants/{w}/entitlements/usr_999999", as_of="2024-01-10").status_code == 404
-    assert get(client, f"/v1/tenants/{w}/products/prd_9999/utilization", as_of="2024-01-10").status_code == 404
+    for path, missing in (("/v1/tenants/nope-s1-abcdef/prices", "tenant"), ("/v1/tenants/NOT A WORLD/prices", "tenant"),
+                          ("/v1/tenants/nope-s1-abcdef/products/prd_9999/utilization", "tenant"),
+                          (f"/v1/tenants/{w}/entitlements/usr_999999", "user"),
+                          (f"/v1/tenants/{w}/products/prd_9999/utilization", "product")):
+        answer = get(client, path, as_of="2024-01-10")
+        # the 404 says what is missing in a machine-readable field: a client tells "no usage" from "no tenant"
+        assert (answer.status_code, answer.json()["missing"]) == (404, missing), path
     outside = get(client, f"/v1/tenants/{w}/prices", as_of="2024-02-01")
     assert outside.status_code == 422 and "outside" in outside.json()["detail"]
     assert get(client, f"/v1/tenants/{w}/prices").status_code == 422  # as_of is required

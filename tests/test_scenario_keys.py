@@ -77,3 +77,12 @@ def test_a_malformed_key_fails_in_one_line_naming_the_form(key: str, problem: st
     message = str(err.value)
     assert "\n" not in message and problem in message
     assert f"{key!r} is not a scenario key" in message and SCENARIO_KEY_EXAMPLE in message
+
+
+def test_a_key_typed_with_iso_days_names_the_same_scenario() -> None:
+    # `churnbench run` prints T'=2024-03-29 beside the key; a key typed with those days finds the same scenario
+    key = define_scenario("default-s42-3f9a1c", "grounding", "tiered", dt.date(2024, 3, 29), dt.date(2024, 4, 27)).key
+    typed = key.replace("tp20240329", "tp2024-03-29").replace("t20240427", "t2024-04-27")
+    assert typed != key and current_scenario_key(typed) == key
+    with pytest.raises(ScenarioKeyError):
+        parse_scenario_key(key.replace("tp20240329", "tp2024-0329"))

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from churn_assets.cli import main
+from churn_assets.world.calendar import OutsideCalendarError
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import LoadedLedger, load_ledger
 from churn_assets.world.simulator import generate_ledger
@@ -110,9 +111,11 @@ def test_stats_default_to_the_last_day(loaded: LoadedLedger) -> None:
 
 
 def test_a_day_outside_the_ledger_is_refused(loaded: LoadedLedger) -> None:
-    with pytest.raises(StatsError, match="outside the ledger, which runs from 2024-01-01 to 2024-06-28"):
+    # the one phrasing of a day outside a calendar, as every command says it (issue 22)
+    with pytest.raises(OutsideCalendarError,
+                       match=r"--at = 2024-06-29 is outside the calendar of the ledger \(2024-01-01..2024-06-28\)"):
         stats_of(loaded, "2024-06-29")
-    with pytest.raises(StatsError, match="outside the ledger"):
+    with pytest.raises(OutsideCalendarError, match="outside the calendar"):
         stats_of(loaded, dt.date(2023, 12, 31))
     with pytest.raises(StatsError, match="not a day"):
         stats_of(loaded, "April 27")
@@ -139,6 +142,6 @@ def test_cli_text_defaults_to_the_last_day(small_world: Path) -> None:
 def test_cli_day_outside_the_ledger_is_one_line_and_nonzero(small_world: Path) -> None:
     result = CliRunner().invoke(main, ["ledger", "stats", str(small_world), "--at", "2024-04-27"])
     assert result.exit_code == 1
-    assert "churnbench: error: 2024-04-27 is outside the ledger, which runs from 2024-01-01 to 2024-01-30" \
+    assert "churnbench: error: --at = 2024-04-27 is outside the calendar of the ledger (2024-01-01..2024-01-30)" \
         in result.output
     assert "Traceback" not in result.output

@@ -136,7 +136,7 @@ def test_tasks_command_writes_the_file_and_prints_its_hash(
     tasks = read_tasks(out)
     assert Counter(t.task_tier for t in tasks) == {1: 9, 2: 7, 3: 4}
     bad = CliRunner().invoke(main, ["tasks", "--ledger", str(world[0]), "--at", "2025-01-01", "--out", str(out)])
-    assert bad.exit_code != 0 and "outside the ledger's days" in bad.output
+    assert bad.exit_code == 1 and "--at = 2025-01-01 is outside the calendar of world" in bad.output
 
 
 def test_task_set_asset_writes_the_partition(tmp_path: Path) -> None:

@@ -101,11 +101,16 @@ def arms_help() -> str:
 def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, *,
                     agent_id: str = DETERMINISTIC_AGENT, saas_profile: str = "default",
                     model_settings: Mapping[str, Any] | None = None) -> Scenario:
-    """A checked scenario: a registered arm (its fixed policy replacing `policy`), and an LLM agent's stored
-    settings hashing to its agent id."""
+    """A checked scenario: a registered arm (its fixed policy replacing `policy`, whose TTL overrides name cached
+    classes), and an LLM agent's stored settings hashing to its agent id."""
     spec = arm_spec(arm)
     scenario = Scenario(world_id, arm, spec.fixed_policy or policy, t_prime, t, agent_id, saas_profile,
                         model_settings)
+    from churn_assets.freshness.policies import check_policy_classes
+    from churn_assets.grounding.registry import load_registry
+
+    # a TTL for a class the registry does not cache is refused here, before the scenario is registered
+    check_policy_classes(scenario.parsed_policy, load_registry())
     if agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import check_agent_settings
         from churn_assets.errors import UserFacingError

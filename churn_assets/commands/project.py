@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import click
 
 from churn_assets.state import StatePaths, validate_world_id
+from churn_assets.world.calendar import require_in_calendar
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -63,8 +64,7 @@ def parse_day(value: str, first: dt.date, last: dt.date) -> dt.date:
         day = dt.date.fromisoformat(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a day (YYYY-MM-DD)", param_hint="--at") from None
-    if not first <= day <= last:
-        raise click.BadParameter(f"{day} is outside the world's calendar {first}..{last}", param_hint="--at")
+    require_in_calendar("--at", day, first, last, "this world")
     return day
 
 

@@ -52,6 +52,33 @@ def _report_dead_rows(paths: StatePaths, catalog: RunCatalog) -> None:
         click.echo(f"churnbench: {run.line()}", err=True)
 
 
+def _require_known_world(paths: StatePaths, catalog: RunCatalog, world_id: str | None) -> None:
+    """Refuse a `--world` that is neither registered nor in the catalog: a typo must not pass as "no runs"
+    (a CI gate on `verify-results --all --world X` would pass on a mistyped X)."""
+    from churn_assets.orchestration.world_registry import WorldNotFoundError
+    from churn_assets.state import WORLD_CONFIG_FILE, validate_world_id
+
+    if world_id is None or catalog.runs(world_id):
+        return
+    validate_world_id(world_id)
+    if paths.world_config_file(world_id).exists():
+        return
+    known = sorted(p.parent.name for p in paths.worlds_dir.glob(f"*/{WORLD_CONFIG_FILE}"))
+    raise WorldNotFoundError(f"unknown world {world_id}: it is not registered in {paths.root} and has no runs "
+                             f"(registered: {', '.join(known) or 'none'}; see `churnbench worlds list`)")
+
+
+def _policy_name(paths: StatePaths, r: CatalogRun) -> str:
+    """The run's policy as `--policy` took it (`ttl:prices=3`), from its scenario's stored definition; the
+    policy id (`ttl-4bf6aa`, a hash of the parameters) when the definition is gone."""
+    from churn_assets.orchestration.scenarios import load_scenario
+
+    try:
+        return load_scenario(paths, r.scenario_key).policy
+    except (UserFacingError, OSError, ValueError):
+        return r.policy
+
+
 def _when(value: dt.datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
@@ -75,6 +102,7 @@ def list_(world_id: str | None) -> None:
     """Every run in the catalog (oldest first): status, accuracy, stale answers, when it finished."""
     paths = StatePaths.resolve()
     with _catalog(paths) as catalog:
+        _require_known_world(paths, catalog, world_id)
         runs = catalog.runs(world_id)
     if not runs:
         click.echo("no runs yet" + (f" for world {world_id}" if world_id else "")
@@ -82,13 +110,18 @@ def list_(world_id: str | None) -> None:
         return
     width = max(len("SCENARIO"), *(len(r.scenario_key) for r in runs))
     code_width = max(len("CODE"), *(len(r.code_version) for r in runs))
-    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'EXPERIMENT':<10}  {'CODE':<{code_width}}  {'STATUS':<8}  "
-               f"{'ACC':>6}  {'STALE':>5}  FINISHED")
+    policies = {r.run_id: _policy_name(paths, r) for r in runs}
+    policy_width = max(len("POLICY"), *(len(p) for p in policies.values()))
+    click.echo(f"{'RUN':>5}  {'SCENARIO':<{width}}  {'POLICY':<{policy_width}}  {'EXPERIMENT':<10}  "
+               f"{'CODE':<{code_width}}  {'STATUS':<8}  {'ACC':>6}  {'STALE':>5}  {'TRANSPORT':>9}  FINISHED")
     for r in runs:
         older = "  (older identity: shown, never reused)" if r.older_identity else ""
-        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {r.experiment_hash[:10]:<10}  "
+        retry = f"  (retry {r.retry})" if r.retry else ""
+        click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {policies[r.run_id]:<{policy_width}}  "
+                   f"{r.experiment_hash[:10]:<10}  "
                    f"{r.code_version:<{code_width}}  {r.status:<8}  {_pct(r.accuracy):>6}  "
-                   f"{_num(r.stale_answers):>5}  {_when(r.finished_at)}{older}")
+                   f"{_num(r.stale_answers):>5}  {_num(r.verdicts.get('transport_failure')):>9}  "
+                   f"{_when(r.finished_at)}{older}{retry}")
 
 
 @results.command("show")
@@ -101,10 +134,10 @@ def show(run_ref: str) -> None:
     paths = StatePaths.resolve()
     with _catalog(paths) as catalog:
         run, others = catalog.resolve(run_ref)
-    click.echo(_describe(run, others))
+    click.echo(_describe(run, others, _policy_name(paths, run)))
 
 
-def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
+def _describe(r: CatalogRun, others: list[CatalogRun], policy: str) -> str:
     lines = [
         f"run {r.run_id}: {r.scenario_key}",
         f"  experiment     {r.experiment_hash} (identity {r.identity_version}"
@@ -112,7 +145,7 @@ def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
            else ")"),
         f"  code version   {r.code_version}",
         f"  world          {r.world}",
-        f"  arm / policy   {r.arm} / {r.policy}",
+        f"  arm / policy   {r.arm} / {policy}" + (f" (policy id {r.policy})" if policy != r.policy else ""),
         f"  T' / T         {r.t_prime} / {r.t}",
         f"  agent / saas   {r.agent_id} / {r.saas_profile}",
         f"  status         {r.status} (attempts {r.attempts}; started {_when(r.started_at)}, "
@@ -123,6 +156,9 @@ def _describe(r: CatalogRun, others: list[CatalogRun]) -> str:
     if r.status == "complete":
         lines += [
             f"  tasks          {r.tasks}, accuracy {_pct(r.accuracy)}",
+            f"  transport      {_num(r.verdicts.get('transport_failure'))} transport failure(s)"
+            + (f" (retry {r.retry}: `churnbench run --retry-transport` asked the earlier ones again)" if r.retry
+               else ""),
             "  verdicts       " + ", ".join(f"{k} {_num(v)}" for k, v in r.verdicts.items()),
             f"  stale answers  {_num(r.stale_answers)} (freshness + mixed vintage); exposure {_num(r.exposure)} "
             f"(degenerate {_num(r.degenerate_exposure)}), prediction {_num(r.prediction, '.2f')}",
@@ -170,6 +206,7 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
                                           "run can be verified")
                 folders.append((f"run {run.run_id} {run.scenario_key}", Path(run.results_dir)))
             if all_runs:
+                _require_known_world(paths, catalog, world_id)
                 folders += [(f"run {r.run_id} {r.scenario_key}", Path(r.results_dir))
                             for r in catalog.runs(world_id) if r.status == "complete"]
     if not folders:

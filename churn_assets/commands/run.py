@@ -56,6 +56,10 @@ class ArmOption(click.Option):
 
 SAAS_PROFILE_OPTION = click.option("--saas-profile", type=click.Choice(SAAS_PROFILES), default="default",
                                    show_default=True, help="The SaaS API's plan (requests/min, latency).")
+RETRY_TRANSPORT_OPTION = click.option(
+    "--retry-transport", is_flag=True,
+    help="Answer again the transport failures (rate limit, outage) of a finished run of this scenario, into a "
+         "retry folder of the same experiment; its other answers are kept. Without it a finished run is reused.")
 REPLAN_OPTION = click.option("--replan", is_flag=True, help="Plan the scenario again with today's registry (a "
                              "stored plan made from another registry is refused otherwise).")
 
@@ -67,6 +71,15 @@ def _line(s: dict[str, Any]) -> str:
             f"mixed {v['mixed_vintage_error']:3d}  reasoning {v['reasoning_error']:3d}  parse {v['parse_failure']:2d}  "
             f"transport {v['transport_failure']:2d}  unattributed {v['unattributed_error']:2d}  "
             f"exposure {s['exposure']}  prediction {s['prediction']} {_interval(s)}")
+
+
+def _retry_line(s: dict[str, Any]) -> str:
+    """What `--retry-transport` did: nothing to retry, or how many failures were asked again and how many remain."""
+    left = s["verdicts"]["transport_failure"]
+    if s.get("reused") or not s.get("retry"):
+        return f"retry-transport: nothing re-asked ({left} transport failure(s) in the finished result)"
+    return (f"retry-transport: retry {s['retry']} of {s['retry_of']}: {s['transport_failures_retried']} transport "
+            f"failure(s) asked again, {left} left")
 
 
 def _interval(s: dict[str, Any]) -> str:
@@ -89,8 +102,9 @@ def _interval(s: dict[str, Any]) -> str:
               help="llm: a model on the OpenAI-compatible endpoint of CHURNBENCH_LLM_BASE_URL / CHURNBENCH_LLM_MODEL.")
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
+@RETRY_TRANSPORT_OPTION
 def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str,
-        replan: bool) -> None:
+        replan: bool, retry_transport: bool) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
@@ -103,8 +117,10 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     paths = StatePaths.resolve()
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
-                               saas_profile, click.echo, llm=llm, replan=replan)
+                               saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport)
     click.echo(f"{summary['scenario_key']}: {_line(summary)}")
+    if retry_transport:
+        click.echo(_retry_line(summary))
     click.echo(f"results: {summary['results']}")
 
 
@@ -125,6 +141,13 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, as_json: bool) 
     echo = (lambda _msg: None) if as_json else click.echo
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
+    if world_id is not None:  # section 10's fixed dates: a world without them is refused before anything starts
+        from churn_assets.orchestration.world_registry import load_world_config
+        from churn_assets.world.calendar import require_in_calendar
+
+        config = load_world_config(paths, world_id)
+        for name, day in (("the paper's D+28 T'", WINDOWS["D+28"]), ("the paper's T", T)):
+            require_in_calendar(name, day, config.start, config.end, f"world {world_id}")
     with open_session(paths) as session:
         definitions = defs_for(str(paths.root))
         if world_id is None:

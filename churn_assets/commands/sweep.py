@@ -42,10 +42,14 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.option("--llm-max-concurrent", type=click.IntRange(1, 8), default=2, show_default=True,
               help="With --agent llm: cells talking to the endpoint at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep's report data as one JSON object.")
+@click.option("--retry-transport", is_flag=True,
+              help="Answer again the transport failures (rate limit, outage) of cells already finished, into a retry "
+                   "of the same experiment (as `churnbench run --retry-transport`); other cells are reused.")
 @click.pass_context
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
-          workers: int, agent: str | None, llm_budget: float | None, llm_max_concurrent: int, as_json: bool) -> None:
+          workers: int, agent: str | None, llm_budget: float | None, llm_max_concurrent: int, as_json: bool,
+          retry_transport: bool) -> None:
     """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
     (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
     `sweep_report` partition. `churnbench sweep list|show|rm` manage sweeps."""
@@ -66,7 +70,8 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
     started = time.perf_counter()
     with open_session(paths) as session:
         record = run_sweep(session, defs_for(str(paths.root)), spec, echo=echo, workers=workers,
-                           llm_budget_usd=llm_budget, llm_max_concurrent=llm_max_concurrent)
+                           llm_budget_usd=llm_budget, llm_max_concurrent=llm_max_concurrent,
+                           retry_transport=retry_transport)
     folder = sweep_report_dir(paths, record.sweep_id)
     if as_json:
         data = json.loads((folder / "report.json").read_text())

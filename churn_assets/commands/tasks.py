@@ -41,34 +41,55 @@ def _load(world_id: str | None, ledger_path: Path | None) -> tuple[str, Any]:
     return name, loaded
 
 
-def _require_inside(loaded: Any, day: dt.date, what: str) -> None:
-    first, last = loaded.first_day, loaded.last_day
-    if first is None or not first <= day.isoformat() <= last:
-        raise UserFacingError(f"{what}={day} is outside the ledger's days {first} .. {last}")
+def _require_inside(loaded: Any, day: dt.date, what: str, name: str) -> None:
+    from churn_assets.world.calendar import require_in_calendar
+
+    first, last = _calendar(loaded)
+    require_in_calendar(what, day, first, last, f"world {name}")
+
+
+def _calendar(loaded: Any) -> tuple[dt.date, dt.date]:
+    """(first day, last day) of a loaded ledger (never empty: the loader refuses an empty one)."""
+    return dt.date.fromisoformat(loaded.first_day), dt.date.fromisoformat(loaded.last_day)
+
+
+def _default_days(loaded: Any, at: str | None, t_prime: str | None) -> tuple[dt.date, dt.date]:
+    """T and T' as given, else from the world's own calendar: the paper's T when the world has it (else its
+    last day), and T' the paper's D+28 gap before T, not before the world's second day (change rates are
+    measured on the days before T')."""
+    first, last = _calendar(loaded)
+    anchor = _day(at, "--at") if at is not None else (paper.T if first <= paper.T <= last else last)
+    gap = paper.T - paper.D28
+    build = _day(t_prime, "--t-prime") if t_prime is not None else max(first + dt.timedelta(days=1), anchor - gap)
+    return anchor, build
 
 
 @click.command()
 @click.option("--world", "world_id", help="A registered world (its ledger in the state folder).")
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), help="A ledger file or folder instead.")
-@click.option("--at", "at", default=paper.T.isoformat(), show_default=True, help="T: the day the questions are asked.")
+@click.option("--at", "at", default=None, help=f"T: the day the questions are asked (default: {paper.T} when the "
+              "world's calendar has it, else the world's last day).")
 @click.option("--n", "n", type=click.IntRange(1, 10_000), help="Number of tasks (default: deployment config).")
 @click.option("--seed", "task_seed", type=click.IntRange(0), help="Task seed (default: deployment config).")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=Path("tasks.jsonl"),
-              show_default=True, help="Where to write the task set.")
-def tasks(world_id: str | None, ledger_path: Path | None, at: str, n: int | None, task_seed: int | None,
-          out: Path) -> None:
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the task set (default: <state folder>/task-files/<world>/<T>-n<N>-seed<S>.jsonl).")
+def tasks(world_id: str | None, ledger_path: Path | None, at: str | None, n: int | None, task_seed: int | None,
+          out: Path | None) -> None:
     """Sample a task set from a world at T and write tasks.jsonl; prints its task-set hash."""
     from churn_assets.deployment import task_settings
     from churn_assets.tasks.generator import generate_task_set
     from churn_assets.tasks.task_set import task_set_counts, write_tasks
 
-    anchor = _day(at, "--at")
     name, loaded = _load(world_id, ledger_path)
-    _require_inside(loaded, anchor, "T")
+    anchor, _ = _default_days(loaded, at, None)
+    _require_inside(loaded, anchor, "--at", name)
     settings = task_settings()
-    generated = generate_task_set(loaded.records, world_id=name, anchor=anchor, n=n or settings.count,
-                                  task_seed=settings.seed if task_seed is None else task_seed,
+    count, seed = n or settings.count, settings.seed if task_seed is None else task_seed
+    generated = generate_task_set(loaded.records, world_id=name, anchor=anchor, n=count, task_seed=seed,
                                   format_version=loaded.format_version)
+    if out is None:
+        out = StatePaths.resolve().written_tasks_file(name, anchor, count, seed)
+        out.parent.mkdir(parents=True, exist_ok=True)
     digest = write_tasks(generated.tasks, out)
     counts = task_set_counts(generated.tasks)
     click.echo(f"world {name} at T={anchor}: {len(generated.tasks)} tasks -> {out}")
@@ -83,12 +104,15 @@ def tasks(world_id: str | None, ledger_path: Path | None, at: str, n: int | None
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), help="A ledger file or folder instead.")
 @click.option("--tasks", "tasks_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A tasks.jsonl (default: the world's default task set at T, sampled now).")
-@click.option("--at", "at", default=paper.T.isoformat(), show_default=True, help="T: the evaluation day.")
-@click.option("--t-prime", "t_prime", default=paper.D28.isoformat(), show_default=True, help="T': the cache build day.")
+@click.option("--at", "at", default=None, help=f"T: the evaluation day (default: {paper.T} when the world's calendar "
+              "has it, else the world's last day).")
+@click.option("--t-prime", "t_prime", default=None, help="T': the cache build day (default: the paper's D+28 gap, "
+              f"{(paper.T - paper.D28).days} days, before T, and not before the world's second day).")
 @click.option("--policy", "policies", multiple=True, default=("tiered", "off"), show_default=True,
               help="Refresh policy (tiered, off, ttl:CLASS=DAYS, rate, uniform:N, proportional:N); repeatable.")
 @click.option("-v", "--verbose", is_flag=True, help="Per template: exposed, predicted, tasks.")
-def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | None, at: str, t_prime: str,
+def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | None, at: str | None,
+             t_prime: str | None,
              policies: tuple[str, ...], verbose: bool) -> None:
     """Exposure (tasks whose gold at T differs from gold under the served vintage) and its prediction."""
     from churn_assets.deployment import task_settings
@@ -101,11 +125,11 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
     from churn_assets.tasks.gold import GoldResolver
     from churn_assets.tasks.task_set import read_tasks
 
-    anchor, build = _day(at, "--at"), _day(t_prime, "--t-prime")
-    check_days(build, anchor)
     name, loaded = _load(world_id, ledger_path)
-    _require_inside(loaded, anchor, "T")
-    _require_inside(loaded, build, "T'")
+    anchor, build = _default_days(loaded, at, t_prime)
+    _require_inside(loaded, anchor, "--at", name)
+    _require_inside(loaded, build, "--t-prime", name)
+    check_days(build, anchor)
     records = loaded.records
     if tasks_file is not None:
         task_list = read_tasks(tasks_file)

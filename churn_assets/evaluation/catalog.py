@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.results import (
     IDENTITY_VERSION,
+    RETRY_SUFFIX,
     STALE_FILE,
     SUMMARY_FILE,
     TASKS_FILE,
@@ -117,6 +118,14 @@ class CatalogRun:
     @property
     def folder_name(self) -> str:
         return f"{self.experiment_hash}__{self.code_version}"
+
+    @property
+    def retry(self) -> int:
+        """Which retry of its transport failures the row's results folder is (0: the first answering)."""
+        name = Path(self.results_dir).name
+        suffix = name[len(self.folder_name) + len(RETRY_SUFFIX):] if name.startswith(self.folder_name + RETRY_SUFFIX) \
+            else ""
+        return int(suffix) if suffix.isdigit() else 0
 
 
 @functools.cache
@@ -545,6 +554,9 @@ class RunCatalog:
         ref = ref.strip()
         if "/" in ref:  # a results folder, as `churnbench run` prints it: its name is the run's identity
             ref = Path(ref.rstrip("/")).name
+        base, retry_mark, retry = ref.rpartition(RETRY_SUFFIX)
+        if retry_mark and base and retry.isdigit():  # a retry folder's name: the experiment it retried
+            ref = base
         keys = [ref]
         try:
             parts = parse_scenario_key(ref)

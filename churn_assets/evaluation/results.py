@@ -19,6 +19,12 @@ checkpoint rewritten without it atomically too. `owner.json` records the process
 start time, host: `files.process_stamp`), so that a later command can tell a run whose process was killed from
 one still answering (`orchestration/dead_runs.py`).
 
+A run whose transport failures are answered again (`churnbench run --retry-transport`) is a *retry* of the
+same experiment: same experiment hash and code version, in a sibling folder
+`<experiment hash>__<code version>__retry<N>/` (N = 1, 2, ...) whose rows are the retried run's rows with
+every `transport_failure` answered again; the earlier folder is never written. The newest complete retry is
+the experiment's result (what a later run reuses, what the catalog row points at).
+
 One writer per folder: a run holds `.lock` in its folder (`ResultsStore.run_lock`, an flock the kernel
 drops when the process dies) from before it looks at the folder until `summary.json` is written. A second
 run of the same key (another process or thread) waits there and then finds the folder complete and reuses
@@ -29,6 +35,7 @@ and the second never writes `summary.json` over the first's.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -138,16 +145,24 @@ def _uncommitted_hash(repo: Path) -> str:
     return digest.hexdigest()[:8]
 
 
+RETRY_SUFFIX = "__retry"
+
+
 @dataclass(frozen=True)
 class RunKey:
     world: str
     scenario_key: str
     experiment_hash: str
     code_version: str
+    retry: int = 0  # 0: the first answering; N: the N-th retry of its transport failures (same experiment)
 
     @property
     def folder_name(self) -> str:
-        return f"{self.experiment_hash}__{self.code_version}"
+        base = f"{self.experiment_hash}__{self.code_version}"
+        return f"{base}{RETRY_SUFFIX}{self.retry}" if self.retry else base
+
+    def retried(self, retry: int) -> RunKey:
+        return dataclasses.replace(self, retry=retry)
 
 
 class ResultsStore:
@@ -161,6 +176,30 @@ class ResultsStore:
 
     def is_complete(self, key: RunKey) -> bool:
         return (self.run_dir(key) / SUMMARY_FILE).exists()
+
+    def retries(self, key: RunKey) -> list[int]:
+        """The retry numbers that have a folder (complete or not) beside `key`'s first folder, ascending."""
+        first = key.retried(0)
+        parent = self.run_dir(first).parent
+        prefix = first.folder_name + RETRY_SUFFIX
+        found = [p.name[len(prefix):] for p in parent.glob(f"{prefix}*")] if parent.exists() else []
+        return sorted(int(n) for n in found if n.isdigit() and int(n) > 0)
+
+    def latest_complete(self, key: RunKey) -> RunKey | None:
+        """The experiment's result: its newest complete retry, else its first run when complete, else None."""
+        first = key.retried(0)
+        for n in reversed(self.retries(first)):
+            if self.is_complete(first.retried(n)):
+                return first.retried(n)
+        return first if self.is_complete(first) else None
+
+    def next_retry(self, key: RunKey) -> RunKey:
+        """Where a retry of the experiment's result writes: an unfinished retry folder (resumed), else a new one."""
+        first = key.retried(0)
+        numbers = self.retries(first)
+        if numbers and not self.is_complete(first.retried(numbers[-1])):
+            return first.retried(numbers[-1])
+        return first.retried((numbers[-1] if numbers else 0) + 1)
 
     @contextmanager
     def run_lock(self, key: RunKey, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
@@ -180,7 +219,8 @@ class ResultsStore:
         if self.is_complete(key):
             raise ResultsError(f"results {self.run_dir(key)} are complete and are never overwritten")
         identity = {"experiment_hash": key.experiment_hash, "code_version": key.code_version,
-                    "identity_version": IDENTITY_VERSION, "experiment": dict(experiment or {})}
+                    "identity_version": IDENTITY_VERSION, "experiment": dict(experiment or {}),
+                    **({"retry": key.retry} if key.retry else {})}
         run_dir = self.run_dir(key)
         path = run_dir / IDENTITY_FILE
         if path.exists():
@@ -221,7 +261,9 @@ class ResultsStore:
         path = self.run_dir(key) / SUMMARY_FILE
         if not path.exists():
             raise ResultsError(f"no completed results at {path.parent}")
-        summary: dict[str, Any] = json.loads(path.read_text())
+        summary = _json_of(path.read_bytes(), path)
+        if not isinstance(summary, dict):
+            raise ResultsError(f"{path}: a JSON {type(summary).__name__}, not a summary object")
         return summary
 
     def read_timings(self, key: RunKey) -> dict[str, Any]:
@@ -233,7 +275,8 @@ class ResultsStore:
         path = self.run_dir(key) / TASKS_FILE
         if not path.exists() or not self.is_complete(key):  # tasks.jsonl of a run killed in `finish`: not results
             raise ResultsError(f"no completed results at {path.parent}")
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        rows = [_json_of(line, path, n) for n, line in enumerate(path.read_bytes().split(b"\n"), 1) if line]
+        return [_task_row(row, path, n) for n, row in enumerate(rows, 1)]
 
     def runs_of_world(self, world: str) -> list[Path]:
         base = self.root / world
@@ -253,11 +296,11 @@ class RunWriter:
 
     def _read_checkpoint(self) -> dict[str, dict[str, Any]]:
         done: dict[str, dict[str, Any]] = {}
-        lines = self._partial.read_text().splitlines()
+        lines = self._partial.read_bytes().splitlines()
         for i, line in enumerate(lines):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = _task_row(_json_of(line, self._partial, i + 1), self._partial, i + 1)
+            except ResultsError:
                 if i == len(lines) - 1:  # a write cut short by the interrupt: drop it and redo that task
                     break
                 raise ResultsError(f"{self._partial}, line {i + 1}: corrupt checkpoint") from None
@@ -322,6 +365,23 @@ def _stale_csv(rows: list[dict[str, Any]]) -> str:
         if r.get("verdict") in STALE_VERDICTS:
             w.writerow({k: (canonical(r.get(k)) if isinstance(r.get(k), list | dict) else r.get(k)) for k in fields})
     return buf.getvalue()
+
+
+def _json_of(data: bytes, path: Path, line: int | None = None) -> Any:
+    """JSON from a results file's bytes, or a `ResultsError` naming the file (and line)."""
+    where = f"{path}" + (f", line {line}" if line is not None else "")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ResultsError(f"{where}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{where}: not valid JSON ({e.msg})") from None
+
+
+def _task_row(row: Any, path: Path, line: int) -> dict[str, Any]:
+    if not isinstance(row, dict) or not isinstance(row.get("task_id"), str):
+        raise ResultsError(f"{path}, line {line}: not a task result (no task_id)")
+    return row
 
 
 def _atomic_write(path: Path, text: str) -> None:

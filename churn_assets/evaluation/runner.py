@@ -11,6 +11,12 @@ With a results catalog (`catalog=`: a `RunCatalog`, or the warehouse URL to open
 recorded there as `running` when it starts, `complete` with its figures once its results folder is
 complete, and `failed` when it raises (errors and interrupts alike): a failed run never looks complete.
 Without one (unit tests) nothing is recorded outside the results folder.
+
+`retry_transport=True` re-answers the transport failures of the experiment's finished result (a rate limit
+or an outage is a verdict, but a short outage should not stay in the results forever): the answered rows
+are kept as they are, only the `transport_failure` rows are asked again, into a retry folder of the same
+experiment (`results.ResultsStore.next_retry`); its summary says `retry`, `retry_of` and how many transport
+failures it re-asked. A finished result without transport failures is reused as always.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from churn_assets.evaluation.results import (
     experiment_hash,
     package_versions,
 )
-from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, Outcome, score
+from churn_assets.evaluation.verdicts import STALE_VERDICTS, TRANSPORT_FAILURE, VERDICTS, Outcome, score
 from churn_assets.freshness.scenario import Scenario, ScenarioPlan
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
@@ -159,28 +165,42 @@ def evaluate(
     transport_counters: Callable[[], Mapping[str, Any]] | None = None,
     catalog: RunCatalog | str | None = None,
     on_wait: Callable[[], None] | None = None,
+    retry_transport: bool = False,
 ) -> dict[str, Any]:
     """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary.
 
     `catalog` (a `RunCatalog` or a warehouse URL) records the run's status and figures; None records nothing.
     Holds the results folder's lock throughout (`ResultsStore.run_lock`); `on_wait` is called when another
-    run of the same key holds it.
+    run of the same key holds it. `retry_transport`: re-answer the finished result's transport failures (the
+    module doc); without any, the finished result is returned.
     """
     key = spec.key(code)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
-    run_dir = store.run_dir(key)
     # One writer per results folder: a second run of this key (another cell of a parallel sweep) waits here,
-    # then reuses the finished folder, or resumes the checkpoint of a run that died.
+    # then reuses the finished folder, or resumes the checkpoint of a run that died. The first folder's lock
+    # covers the experiment's retry folders too.
     with store.run_lock(key, on_wait=on_wait):
         finished = finished_summary(store, spec, code=code, catalog=cat)
+        retried: dict[str, Any] = {}
         if finished is not None:
-            return finished
+            if not (retry_transport and transport_failures(finished)):
+                return finished
+            done = store.latest_complete(key)
+            assert done is not None  # finished_summary read it
+            key = store.next_retry(key)
+            retried = {"retry": key.retry, "retry_of": done.folder_name,
+                       "transport_failures_retried": transport_failures(finished)}
+            keep = [r for r in store.read_tasks(done) if r["verdict"] != TRANSPORT_FAILURE]
+        run_dir = store.run_dir(key)
         writer = store.open_run(key, spec.experiment())
+        if retried and not writer.completed:  # a fresh retry folder: the answered rows, as they were
+            for row in keep:
+                writer.append(row)
         if cat is not None:
             cat.start(spec.scenario, key, run_dir)
         try:
             summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
-                                           transport_counters)
+                                           transport_counters, retried)
         except BaseException as e:
             if cat is not None:
                 _record_failure(cat, key, e)
@@ -190,12 +210,18 @@ def evaluate(
         return summary
 
 
+def transport_failures(summary: Mapping[str, Any]) -> int:
+    """How many of a finished run's tasks are transport failures."""
+    return int((summary.get("verdicts") or {}).get(TRANSPORT_FAILURE, 0))
+
+
 def finished_summary(store: ResultsStore, spec: RunSpec, *, code: str | None = None,
                      catalog: RunCatalog | str | None = None) -> dict[str, Any] | None:
-    """The summary of the finished run with this spec's identity, or None. Needs neither the ledger nor the
-    stores: a reused cell costs a file read (and the catalog row, recorded again if it was missed)."""
-    key = spec.key(code)
-    if not store.is_complete(key):
+    """The summary of the finished run with this spec's identity (its newest complete retry), or None. Needs
+    neither the ledger nor the stores: a reused cell costs a file read (and the catalog row, recorded again if
+    it was missed)."""
+    key = store.latest_complete(spec.key(code))
+    if key is None:
         return None
     summary = store.read_summary(key)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
@@ -215,7 +241,7 @@ def _record_failure(cat: RunCatalog, key: RunKey, error: BaseException) -> None:
 
 def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, writer: RunWriter, spec: RunSpec,
                 key: RunKey, exposure: RunExposure | None, progress: Callable[[int, int], None] | None,
-                transport_counters: Callable[[], Mapping[str, Any]] | None,
+                transport_counters: Callable[[], Mapping[str, Any]] | None, retried: Mapping[str, Any],
                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     planned = dict(arm.planned_vintage)
     exposed = {te.task_id: te.exposed for te in exposure.tasks} if exposure else {}
@@ -228,7 +254,7 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
         if progress is not None:
             progress(i + 1, len(tasks))
     rows = [writer.completed[t.task_id] for t in tasks]
-    summary = summarize(rows, spec, key, planned, exposure)
+    summary = {**summarize(rows, spec, key, planned, exposure), **retried}
     timings = {
         "latency_ms_per_task": latencies,
         "mean_latency_ms": statistics.fmean(latencies.values()) if latencies else None,

@@ -12,8 +12,10 @@ and connection errors, up to `max_retries` retries per call with waits `backoff_
 `backoff_max`, optionally jittered). A server asking to wait longer than `MAX_RETRY_AFTER_S` is treated as
 down: the call fails at once. After the last retry the call raises `TransportError`: the evaluation scores
 that as a `transport_failure`, never as a wrong answer (ARCHITECTURE.md section 6). Not retried: 401/403
-(`SaasAuthError`), 404 (`SaasNotFound`: the tenant, user or product does not exist as of the day; an
-answer, not a failure) and other 4xx (`SaasRequestError`, a bug in the caller).
+(`SaasAuthError`), 404 (`SaasNotFound`: the tenant, user or product does not exist as of the day; its
+`missing` says which, from the body's machine-readable field) and other 4xx (`SaasRequestError`, a bug in
+the caller). Only a missing user or product is an answer ("the vendor does not know it today"); a missing
+tenant, or a 404 that does not say what is missing (a wrong base URL), is an error of the caller.
 
 The retry loop is tenacity's (`Retrying`: stop, wait, sleep and the hooks below); the policy is this module's:
 what is retryable (`_Retryable`), the wait (`Retry-After`, else `backoff`, seeded so reruns wait alike), the
@@ -83,7 +85,14 @@ class SaasAuthError(SaasError):
 
 
 class SaasNotFound(SaasError):
-    """404: the tenant, user or product does not exist (as of the day asked)."""
+    """404: the tenant, user or product does not exist (as of the day asked).
+
+    `missing` is the answer's machine-readable field (`tenant`, `user`, `product`), None when the body has
+    none (a path the API does not serve: a wrong base URL or an older API)."""
+
+    def __init__(self, message: str, *, missing: str | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class SaasRequestError(SaasError):
@@ -219,7 +228,7 @@ class SaasClient:
             raise SaasAuthError(f"{what}: {status} {detail} (check CHURNBENCH_SAAS_API_KEY or the "
                                 "state folder's services/saas-keys.json)")
         if status == 404:
-            raise SaasNotFound(f"{what}: {detail}")
+            raise SaasNotFound(f"{what}: {detail}", missing=_missing(response))
         if status < 500 and status != 429:
             raise SaasRequestError(f"{what}: {status} {detail}", status=status)
         problem = f"429 rate limited ({detail})" if status == 429 else f"{status} {detail}"
@@ -336,3 +345,13 @@ def _detail(response: httpx.Response) -> str:
     if isinstance(body, dict) and "detail" in body:
         return str(body["detail"])[:300]
     return str(body)[:200]
+
+
+def _missing(response: httpx.Response) -> str | None:
+    """The 404 body's `missing` field (what does not exist), None when absent."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    value = body.get("missing") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None

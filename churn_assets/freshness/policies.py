@@ -98,12 +98,18 @@ class Tiered(_TtlPolicy):
             return "tiered"
         return f"ttl-{_hash6({'ttl_overrides': self.ttl_overrides})}"
 
+    @property
+    def text(self) -> str:
+        """The policy as `--policy` takes it (`ttl:prices=3`), where the id is a hash."""
+        if not self.ttl_overrides:
+            return "tiered"
+        return "ttl:" + ",".join(f"{k}={v}" for k, v in sorted(self.ttl_overrides.items()))
+
     def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
         cached = [c.name for c in registry.staged_classes]
         unknown = sorted(set(self.ttl_overrides) - set(cached))
         if unknown:
-            raise PlanningError(f"policy {self.policy_id}: no cached class named {', '.join(unknown)} "
-                                f"(cached classes: {', '.join(cached)})")
+            raise PlanningError(unknown_classes_message(self.text, unknown, cached))
         out: dict[str, int | None] = {}
         for c in registry.staged_classes:
             ttl = self.ttl_overrides.get(c.name, c.ttl_days)
@@ -241,6 +247,21 @@ class BudgetedTtl(Policy):
 
 POLICY_SYNTAX = ("tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N, rate-matched:N or "
                  "tier-shaped:N")
+
+
+def unknown_classes_message(policy_text: str, unknown: list[str], cached: list[str]) -> str:
+    return (f"policy {policy_text}: no cached class named {', '.join(unknown)} (the classes a TTL can be set for: "
+            f"{', '.join(cached)})")
+
+
+def check_policy_classes(policy: Policy, registry: Registry) -> None:
+    """Refuse TTL overrides of classes the registry does not cache, naming the valid ones (before anything is
+    registered or planned: `run`, `exposure` and sweeps call it where they parse `--policy`)."""
+    if isinstance(policy, Tiered):
+        cached = [c.name for c in registry.staged_classes]
+        unknown = sorted(set(policy.ttl_overrides) - set(cached))
+        if unknown:
+            raise PlanningError(unknown_classes_message(policy.text, unknown, cached))
 
 
 def parse_policy(text: str) -> Policy:

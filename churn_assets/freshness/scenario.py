@@ -175,10 +175,17 @@ class ScenarioKey:
 
 
 def _key_day(text: str, prefix: str) -> Day | None:
-    if not (text.startswith(prefix) and len(text) == len(prefix) + 8 and text[len(prefix):].isdigit()):
+    """`tp20240120` (the key's own form) or `tp2024-01-20` (the ISO day the CLI prints beside it): a key typed
+    with either names the same scenario."""
+    if not text.startswith(prefix):
+        return None
+    digits = text[len(prefix):]
+    if len(digits) == 10 and digits[4] == digits[7] == "-":
+        digits = digits.replace("-", "")
+    if not (len(digits) == 8 and digits.isdigit()):
         return None
     try:
-        return dt.datetime.strptime(text[len(prefix):], "%Y%m%d").date()
+        return dt.datetime.strptime(digits, "%Y%m%d").date()
     except ValueError:
         return None
 

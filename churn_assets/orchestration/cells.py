@@ -170,7 +170,12 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
              say: Progress) -> _Prepared:
     """In the calling process: define, register and plan every distinct cell; the union of missing inputs."""
     from churn_assets.freshness.scenario import LEDGER, ScenarioInput
-    from churn_assets.orchestration.scenario_inputs import existing_inputs, needs_ledger_to_plan, scenario_plan
+    from churn_assets.orchestration.scenario_inputs import (
+        blocking_checks,
+        existing_inputs,
+        needs_ledger_to_plan,
+        scenario_plan,
+    )
     from churn_assets.orchestration.scenario_materializer import (
         Step,
         asset_ancestors,
@@ -204,7 +209,7 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
         except UserFacingError as e:
             errors[i] = _one_line(e)
     wanted = list(dict.fromkeys(item for plan in plans.values() for item in plan.inputs))
-    existing, _ = existing_inputs(session, wanted)
+    existing, _ = existing_inputs(session, wanted, checks=blocking_checks(definitions.resolve_asset_graph()))
     missing = [item for item in wanted if item not in existing]
     ancestors = asset_ancestors(definitions)
     steps = plan_steps(missing, ancestors)

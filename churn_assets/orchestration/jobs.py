@@ -49,6 +49,9 @@ class SweepConfig(dg.Config):
                                          "reported spend plus a cell's estimate would pass this (US dollars).")
     llm_max_concurrent: int = Field(2, ge=1, le=8, description="With agent llm: cells (each one model call at a "
                                     "time) talking to the endpoint at once.")
+    retry_transport: bool = Field(False, description="Answer again the transport failures (rate limit, outage) of "
+                                  "cells already finished, into a retry of the same experiment; other cells are "
+                                  "reused as always.")
 
 
 def sweep_spec_of(config: SweepConfig) -> "SweepSpec":
@@ -84,7 +87,7 @@ def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: 
         session = Session(paths, state.service_urls(), context.instance)
         record = run_sweep(session, asset_defs_for(str(paths.root)), spec, echo=context.log.info,
                            workers=config.parallelism, llm_budget_usd=config.llm_budget_usd,
-                           llm_max_concurrent=config.llm_max_concurrent)
+                           llm_max_concurrent=config.llm_max_concurrent, retry_transport=config.retry_transport)
     except UserFacingError as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
     counts = record.status_counts()

@@ -45,6 +45,9 @@ from churn_assets.state import StatePaths, require_current_format, validate_worl
 # In-process runs log to the console at DEBUG by default; the CLI prints its own summary instead.
 QUIET_RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 LAUNCHED_BY_TAG = "churnbench/launched_by"
+# An `eval_run` run with this tag set to "true" re-answers the transport failures of its finished result
+# (`churnbench run --retry-transport`, a sweep's `retry_transport`); without it a finished result is reused.
+RETRY_TRANSPORT_TAG = "churnbench/retry_transport"
 # Failure metadata of an `eval_run` whose inputs are missing: the `scenario_inputs` sensor reacts to it.
 MISSING_INPUTS = "missing_inputs"
 STATEMENT_TIMEOUT_MS = 120_000  # bounds any Dagster storage query, so a wedged server cannot hang a command

@@ -10,12 +10,14 @@ which of its partitions exist.
   records, which every process on the state folder shares, so partitions made by an earlier scenario, in
   this process or another, are reused. Where it is cheap (one query or stat per asset and world) the data is
   looked at too: a partition whose record survives its data (e.g. a world removed and added again keeps its
-  history) counts as missing.
+  history) counts as missing. So does a partition whose latest blocking checks did not pass on its latest
+  materialization (a blocking check that failed, with the run or later under `worlds check`, or never ran on
+  it): it is rebuilt, never reused (`blocking_checks`, `unchecked_inputs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.arms.registry import arm_spec
@@ -48,11 +50,15 @@ from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
+from churn_assets.world.calendar import outside_calendar
 from churn_assets.world.ledger import LEDGER_FILE, load_ledger
 from contracts.store import stored_days
 
 if TYPE_CHECKING:
     import dagster as dg
+    from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
+
+BlockingChecks = Mapping[str, tuple["dg.AssetCheckKey", ...]]  # asset key string -> its blocking checks
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -69,9 +75,9 @@ def make_plan(session: Session, scenario: Scenario, registry: Registry) -> Scena
     """Plan `scenario` now: days inside the world's calendar, rates measured on its ledger when needed."""
     config = load_world_config(session.paths, scenario.world_id)
     for name, day in (("T'", scenario.t_prime), ("T", scenario.t)):
-        if not config.start <= day <= config.end:
-            raise ScenarioError(f"{name} = {day} is outside the calendar of world {scenario.world_id} "
-                                f"({config.start}..{config.end})")
+        if not config.start <= day <= config.end:  # a ScenarioError, in the one phrasing of an outside day
+            raise ScenarioError(str(outside_calendar(name, day, config.start, config.end,
+                                                     f"world {scenario.world_id}")))
     rates = None
     if needs_ledger_to_plan(scenario):
         loaded = load_ledger(session.paths.ledger_dir(scenario.world_id))
@@ -192,18 +198,76 @@ def _complete_operational_days(session: Session, world: str, items: list[Scenari
         client.close()
 
 
-def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, check_data: bool = True
-                    ) -> tuple[set[ScenarioInput], set[ScenarioInput]]:
-    """(existing, recorded but without data): existing = recorded in the instance and, when `check_data`,
-    with its data present."""
+def blocking_checks(graph: BaseAssetGraph) -> dict[str, tuple[dg.AssetCheckKey, ...]]:
+    """The blocking checks of every asset of an asset graph (`Definitions.resolve_asset_graph()`, or
+    `job_asset_graph(context.job_def)` inside a run), by asset key string: the partitioned ones, whose
+    evaluations Dagster records per partition. dagster-dbt records the dbt tests' evaluations without a
+    partition (one record per test across worlds), so they cannot vouch for one world's build; they gate the
+    build itself instead (`dbt build` fails on a failed test, and the step with it)."""
+    out: dict[str, list[dg.AssetCheckKey]] = {}
+    for key in sorted(graph.asset_check_keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
+        node = graph.get(key)
+        if node.blocking and node.partitions_def is not None:
+            out.setdefault(key.asset_key.to_user_string(), []).append(key)
+    return {asset: tuple(keys) for asset, keys in out.items()}
+
+
+def job_asset_graph(job: dg.JobDefinition) -> BaseAssetGraph:
+    """The whole asset graph a run's job was cut from: an asset run's job is a subset of the implicit asset
+    job, whose own graph holds only the assets selected (eval_run's inputs and their checks are not in it)."""
+    while job.asset_selection_data is not None:
+        job = job.asset_selection_data.parent_job_def
+    return job.asset_layer.asset_graph
+
+
+def unchecked_inputs(instance: dg.DagsterInstance, inputs: Iterable[ScenarioInput], checks: BlockingChecks
+                     ) -> dict[ScenarioInput, str]:
+    """Inputs whose partition's latest materialization is not vouched for by every blocking check of its
+    assets: input -> why (the check that failed, is still running, or never ran on that materialization)."""
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    items = list(inputs)
+    wanted = {k for i in items for a in asset_keys_of(i) for k in checks.get(a, ())}
+    if not wanted:
+        return {}
+    partitions = sorted({_partition_str(i) for i in items})
+    infos = {(info.check_key, info.partition_key): info for info in
+             instance.event_log_storage.get_asset_check_partition_info(sorted(wanted, key=str),
+                                                                       partition_keys=partitions)}
+    out: dict[ScenarioInput, str] = {}
+    for item in items:
+        for check_key in (k for a in asset_keys_of(item) for k in checks.get(a, ())):
+            info = infos.get((check_key, _partition_str(item)))
+            status = info.latest_execution_status if info is not None else None
+            if info is None or not info.is_current:
+                out[item] = f"its blocking check {check_key.name} did not run on its latest materialization"
+            elif status is AssetCheckExecutionRecordStatus.FAILED:
+                out[item] = f"its blocking check {check_key.name} failed"
+            elif status is not AssetCheckExecutionRecordStatus.SUCCEEDED:
+                out[item] = f"its blocking check {check_key.name} has not finished"
+            else:
+                continue
+            break
+    return out
+
+
+def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, checks: BlockingChecks,
+                    check_data: bool = True) -> tuple[set[ScenarioInput], dict[ScenarioInput, str]]:
+    """(existing, recorded but not reusable -> why): existing = recorded in the instance, vouched for by the
+    latest evaluations of its blocking `checks` and, when `check_data`, with its data present."""
     recorded = recorded_inputs(session.instance, inputs)
-    if not check_data:
-        return recorded, set()
-    present = present_inputs(session, recorded)
-    return present, recorded - present
+    refused = unchecked_inputs(session.instance, recorded, checks)
+    checked = recorded - refused.keys()
+    if check_data:
+        present = present_inputs(session, checked)
+        refused |= {i: "recorded as materialized but its data is gone" for i in checked - present}
+        checked = present
+    return checked, refused
 
 
-def missing_inputs(session: Session, plan: ScenarioPlan, *, check_data: bool = True) -> list[ScenarioInput]:
-    """The inputs of a planned scenario that do not exist (what `eval_run` refuses to start without)."""
-    existing, _ = existing_inputs(session, plan.inputs, check_data=check_data)
-    return [i for i in plan.inputs if i not in existing]
+def missing_inputs(session: Session, plan: ScenarioPlan, *, checks: BlockingChecks,
+                   check_data: bool = True) -> dict[ScenarioInput, str]:
+    """The inputs of a planned scenario that do not exist or may not be reused -> why (what `eval_run`
+    refuses to start without), in plan order."""
+    existing, refused = existing_inputs(session, plan.inputs, checks=checks, check_data=check_data)
+    return {i: refused.get(i, "not materialized") for i in plan.inputs if i not in existing}

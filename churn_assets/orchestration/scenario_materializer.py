@@ -1,10 +1,11 @@
 """The scenario materializer: build, in process on the persistent instance, every missing input of a scenario.
 
 `materialize_scenario(session, defs, scenario)` gets the scenario's plan (made once and stored:
-`scenario_inputs.scenario_plan`), finds which inputs already exist (`scenario_inputs.existing_inputs`),
-materializes the others in dependency order, and returns the served-vintage map with what it built and
-reused. `churnbench run` / `paper` call it before `eval_run`, which reads the same stored plan and only checks
-that its inputs exist (ARCHITECTURE.md section 10, "Evaluation wiring").
+`scenario_inputs.scenario_plan`), finds which inputs already exist (`scenario_inputs.existing_inputs`:
+recorded, their latest blocking checks passed, their data present), materializes the others in dependency
+order, and returns the served-vintage map with what it built and reused. `churnbench run` / `paper` call it
+before `eval_run`, which reads the same stored plan and only checks that its inputs exist (ARCHITECTURE.md
+section 10, "Evaluation wiring").
 
 One in-process run per (asset, partition), except the warehouse pair (truth + raw) and the dbt build (every
 model), which run together as `churnbench project` runs them. A failed run does not stop independent
@@ -37,6 +38,7 @@ from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, Materializat
 from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.orchestration.scenario_inputs import (
     asset_keys_of,
+    blocking_checks,
     existing_inputs,
     needs_ledger_to_plan,
     scenario_plan,
@@ -104,7 +106,7 @@ class ScenarioBuild:
     scenario: Scenario
     plan: ScenarioPlan
     reused: list[ScenarioInput]
-    rebuilt: list[ScenarioInput]  # recorded as materialized, but the data was gone
+    rebuilt: dict[ScenarioInput, str]  # recorded as materialized, not reusable -> why (data gone, check failed)
     results: list[StepResult] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -205,13 +207,14 @@ def materialize_scenario(
         # Rates are measured on the ledger: build it first.
         build_step(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), {}, say)
     plan = scenario_plan(session, scenario, replan=replan)
-    existing, vanished = existing_inputs(session, plan.inputs, check_data=check_data)
+    existing, refused = existing_inputs(session, plan.inputs, checks=blocking_checks(definitions.resolve_asset_graph()),
+                                        check_data=check_data)
     missing = [i for i in plan.inputs if i not in existing]
-    build = ScenarioBuild(scenario, plan, [i for i in plan.inputs if i in existing], sorted(vanished))
+    build = ScenarioBuild(scenario, plan, [i for i in plan.inputs if i in existing], dict(sorted(refused.items())))
     tag = scenario.key
     say(f"scenario {scenario.label}: {len(plan.inputs)} inputs, {len(build.reused)} reused, {len(missing)} to build")
-    for item in build.rebuilt:
-        say(f"  {item}: recorded as materialized but its data is gone; rebuilding")
+    for item, why in build.rebuilt.items():
+        say(f"  {item}: {why}; rebuilding")
     ancestors = asset_ancestors(definitions)
     steps = plan_steps(missing, ancestors)
     run_tags = {**(tags or {}), SCENARIO_TAG: tag, LAUNCHED_BY_TAG: LAUNCHED_BY}
@@ -265,7 +268,8 @@ def build_step(session: Session, definitions: dg.Definitions, step: Step, tags: 
                        on_wait=lambda: say(f"  {prefix}{step.label}: another process is building it; waiting")
                        if wait else None):
             # Looked at again under the lock: another process may have built it since this one planned.
-            existing, _ = existing_inputs(session, step.inputs)
+            existing, _ = existing_inputs(session, step.inputs,
+                                          checks=blocking_checks(definitions.resolve_asset_graph()))
             if existing >= set(step.inputs):
                 result = StepResult(step, time.perf_counter() - started, built_elsewhere=True)
                 say(f"  {prefix}{step.label}: built meanwhile by another process; reused")

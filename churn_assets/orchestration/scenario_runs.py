@@ -13,15 +13,17 @@ from typing import Any
 
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
                  policy: str, saas_profile: str, echo: Any, *, llm: Any = None, replan: bool = False,
-                 tags: dict[str, str] | None = None) -> dict[str, Any]:
+                 tags: dict[str, str] | None = None, retry_transport: bool = False) -> dict[str, Any]:
     """Define the scenario, build its inputs, run `eval_run` for it, return its summary (plus where it is, and
     `reused`: whether a finished run of the same identity was reused). `llm`: the `LlmSettings` of an LLM agent
     (its agent id goes into the key, its settings into the experiment hash). `replan`: plan the scenario again
-    (after a registry edit) instead of refusing its stored plan. `tags`: added to every run it launches."""
+    (after a registry edit) instead of refusing its stored plan. `tags`: added to every run it launches.
+    `retry_transport`: re-answer the transport failures of a finished result (`--retry-transport`; a finished
+    result without any is reused as always)."""
     from churn_assets.arms.registry import define_scenario
     from churn_assets.evaluation.verdicts import STALE_VERDICTS
     from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-    from churn_assets.orchestration.materialize import materialize
+    from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, materialize
     from churn_assets.orchestration.scenario_materializer import materialize_scenario
     from churn_assets.orchestration.scenarios import register_scenario
     from churn_assets.orchestration.world_registry import using_world
@@ -33,7 +35,8 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         key = register_scenario(session.paths, session.instance, scenario)
         build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo, tags=tags)
         started = time.perf_counter()
-        [result] = materialize(session, definitions, ["eval_run"], [key], tags=tags)
+        eval_tags = {**(tags or {}), **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})}
+        [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None)
         seconds = time.perf_counter() - started
         # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
         # an earlier code version under the same scenario key.

@@ -18,6 +18,7 @@ written before plans were stored holds the definition alone; it loads unchanged 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +46,10 @@ def _read(paths: StatePaths, key: str) -> dict[str, Any]:
                             "`churnbench run`") from None
     except json.JSONDecodeError as e:
         raise ScenarioError(f"scenario file {path} is not valid JSON ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"scenario file {path} is not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario file {path}: a JSON {type(data).__name__}, not an object")
     return data if "scenario" in data else {"scenario": data}  # the format before plans were stored
 
 
@@ -77,8 +82,39 @@ def register_scenario(paths: StatePaths, instance: dg.DagsterInstance, scenario:
     return key
 
 
+_DEFINITION_FIELDS = {"world_id": str, "arm": str, "policy": str, "t_prime": "day", "t": "day",
+                      "agent_id": str, "saas_profile": str, "model_settings": dict}
+_OPTIONAL_FIELDS = ("agent_id", "saas_profile", "model_settings")
+
+
+def _definition_problem(data: Any) -> str | None:
+    """What is wrong with a stored definition's fields (None: each has its type), so that a hand-edited or
+    damaged file is refused naming the field instead of failing somewhere inside."""
+    if not isinstance(data, dict):
+        return f"the definition is a JSON {type(data).__name__}, not an object"
+    for name, kind in _DEFINITION_FIELDS.items():
+        if name not in data or (name == "model_settings" and data[name] is None):
+            if name in _OPTIONAL_FIELDS:
+                continue
+            return f"field {name} is missing"
+        value = data[name]
+        if kind == "day":
+            try:
+                dt.date.fromisoformat(value if isinstance(value, str) else "")
+            except ValueError:
+                return f"field {name} is not a day YYYY-MM-DD (got {value!r})"
+        elif not isinstance(value, kind):  # type: ignore[arg-type]
+            return f"field {name} is not a {kind.__name__} (got {value!r})"  # type: ignore[union-attr]
+    return None
+
+
 def load_scenario(paths: StatePaths, key: str) -> Scenario:
-    scenario = scenario_from_json(_read(paths, key)["scenario"])
+    data = _read(paths, key).get("scenario")
+    problem = _definition_problem(data)
+    if problem is not None:
+        raise ScenarioError(f"scenario file {paths.scenario_file(key)}: {problem}")
+    assert isinstance(data, dict)
+    scenario = scenario_from_json(data)
     if scenario.key != key:
         raise ScenarioError(f"scenario file {paths.scenario_file(key)} defines {scenario.key}, not {key}")
     return scenario

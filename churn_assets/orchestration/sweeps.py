@@ -118,12 +118,14 @@ def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo) ->
 
 
 def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
-                   llm: Any = None, budget: BudgetGuard | None = None) -> None:
+                   llm: Any = None, budget: BudgetGuard | None = None, retry_transport: bool = False) -> None:
     """Every evaluated cell through `run_cells` (`workers` processes; the union of missing inputs built once),
     the record saved as each cell ends; a failed cell is recorded and the others go on. `llm`: the
     `LlmSettings` of an LLM sweep; `budget`: its spend cap, checked before each batch of `workers` cells (a
-    batch that would take the spend past it is skipped, and so is every later one)."""
+    batch that would take the spend past it is skipped, and so is every later one). `retry_transport`: a cell
+    whose finished result has transport failures answers those again (`churnbench run --retry-transport`)."""
     from churn_assets.orchestration import cells as parallel
+    from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG
 
     del definitions  # run_cells loads the code location in each process
     total = len(record.cells)
@@ -169,7 +171,9 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
         batch, pending = pending[:batch_size], pending[batch_size:]
         results = parallel.run_cells(session.paths, [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
                                                                    c.saas_profile, llm) for c in batch],
-                                     workers=workers, progress=progress, tags={SWEEP_TAG: record.sweep_id},
+                                     workers=workers, progress=progress,
+                                     tags={SWEEP_TAG: record.sweep_id,
+                                           **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})},
                                      on_cell=on_cell)
         for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
             if record.outcomes.get(record.key_of(cell), {}).get("status") not in (DONE, FAILED):
@@ -206,10 +210,13 @@ def record_refresh_rows(session: Session, record: SweepRecord) -> None:
 
 
 def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo = print, workers: int = 1,
-              report: bool = True, llm_budget_usd: float | None = None, llm_max_concurrent: int = 2) -> SweepRecord:
+              report: bool = True, llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
+              retry_transport: bool = False) -> SweepRecord:
     """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
     takes its settings from CHURNBENCH_LLM_*, prints its estimate before any cell starts, stops starting cells
-    at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once."""
+    at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once.
+    `retry_transport`: finished cells with transport failures answer those again (a retry of the same
+    experiment); the others are reused as always."""
     started = time.perf_counter()
     llm = budget = None
     if spec.agent == LLM:
@@ -229,7 +236,8 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     counts = f"{len(record.cells)} evaluated cell(s), {len(record.exposure_cells)} exposure-only"
     echo(f"sweep {record.sweep_id}: {counts}")
     compute_exposure_cells(session, record, echo)
-    evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget)
+    evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget,
+                   retry_transport=retry_transport)
     record_refresh_rows(session, record)
     record.finished = _now()
     record.save(session.paths)

@@ -92,15 +92,24 @@ def write_tasks(tasks: Sequence[Task], path: Path) -> str:
 
 def read_tasks(path: Path) -> list[Task]:
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_bytes().split(b"\n")
     except FileNotFoundError:
         raise TaskSetError(f"task file {path} not found") from None
+    if lines and not lines[-1]:
+        lines.pop()  # the newline that ends the last line
     tasks = []
     for n, line in enumerate(lines, 1):
         try:
-            tasks.append(Task.from_json(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise TaskSetError(f"{path}, line {n}: not a task ({e})") from None
+            record = json.loads(line.decode("utf-8"))
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}, not an object")
+            tasks.append(Task.from_json(record))
+        except UnicodeDecodeError:
+            raise TaskSetError(f"{path}, line {n}: not UTF-8 text") from None
+        except KeyError as e:
+            raise TaskSetError(f"{path}, line {n}: not a task (no field {e})") from None
+        except (ValueError, TypeError) as e:  # JSONDecodeError is a ValueError
+            raise TaskSetError(f"{path}, line {n}: not a task ({' '.join(str(e).split())})") from None
     return tasks
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from churn_assets.errors import UserFacingError
+
 # The one alias for a simulated calendar day, used by every layer (a day never carries a time).
 Day = dt.date
 
@@ -28,3 +30,18 @@ def whole_months(start: dt.date, end: dt.date) -> int:
     while m > 0 and add_months(start, m) > end:
         m -= 1
     return m
+
+
+class OutsideCalendarError(UserFacingError):
+    """A day the user gave (or a default derived from one) outside a world's or a ledger's calendar."""
+
+
+def outside_calendar(what: str, day: dt.date, first: dt.date, last: dt.date, owner: str) -> OutsideCalendarError:
+    """The one phrasing of an out-of-range day, everywhere (CLI commands and asset steps alike): `what` names
+    the option or the day (`--at`, `T'`), `owner` the calendar (`world default-s42-3f9a1c`, `ledger x.jsonl`)."""
+    return OutsideCalendarError(f"{what} = {day} is outside the calendar of {owner} ({first}..{last})")
+
+
+def require_in_calendar(what: str, day: dt.date, first: dt.date, last: dt.date, owner: str) -> None:
+    if not first <= day <= last:
+        raise outside_calendar(what, day, first, last, owner)

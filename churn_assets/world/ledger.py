@@ -12,16 +12,16 @@ loader, checked against its own payload schemas, and is reported as unverified.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import hashlib
-import io
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
@@ -259,10 +259,25 @@ def resolve_ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
     return p, None
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def _open_binary(path: Path) -> BinaryIO:
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="\n")
-    return path.open("r", encoding="utf-8", newline="\n")
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of a ledger file, each line decoded as UTF-8 on its own, so that a byte
+    that is not UTF-8 is refused with its line (a decoding error of the whole stream names none)."""
+    with _open_binary(path) as fh:
+        try:
+            for lineno, raw in enumerate(fh, start=1):
+                try:
+                    yield lineno, raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise LedgerError(f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); a "
+                                      "ledger is UTF-8 JSON lines", path=path, line=lineno) from None
+        except (OSError, EOFError) as e:  # gzip: not a gzip file, or cut short
+            raise LedgerError(f"cannot be read ({type(e).__name__}: {e})", path=path) from None
 
 
 def load_ledger(
@@ -280,27 +295,31 @@ def load_ledger(
     manifest: LedgerManifest | None = None
     if manifest_path is not None:
         try:
-            manifest = LedgerManifest.from_dict(json.loads(manifest_path.read_text()), manifest_path)
+            text = manifest_path.read_bytes().decode("utf-8")
+            manifest = LedgerManifest.from_dict(json.loads(text), manifest_path)
         except json.JSONDecodeError as e:
             raise LedgerError(f"manifest is not valid JSON ({e.msg})", path=manifest_path) from None
+        except UnicodeDecodeError:
+            raise LedgerError("manifest is not UTF-8 text", path=manifest_path) from None
         if manifest.format_version not in SCHEMAS_BY_FORMAT:
             raise LedgerError(f"unsupported format_version {manifest.format_version}", path=manifest_path)
 
     records: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     fmt: int | None = manifest.format_version if manifest else None
-    with _open_text(ledger_path) as fh:
-        first = fh.readline()
+    lines = _text_lines(ledger_path)
+    with contextlib.closing(lines):  # the file is closed when a line is refused, too
+        _, first = next(lines, (0, ""))
         if not first:
-            if manifest is not None and manifest.count:
-                raise LedgerError(f"empty ledger but the manifest says {manifest.count} events (truncated)",
-                                  path=ledger_path)
-            return LoadedLedger(ledger_path, fmt or FORMAT_VERSION, fmt == 2, [], manifest, {})
+            # Every world has day-0 events (vendors, products, cost centers): an empty file was truncated.
+            said = f" but the manifest says {manifest.count} events" if manifest is not None and manifest.count \
+                else ""
+            raise LedgerError(f"empty ledger (no events){said}: truncated, or not a ledger", path=ledger_path)
         if fmt is None:
             fmt = _sniff_format(first, ledger_path)
         check = _LineChecker(fmt, ledger_path).check
         records.append(check(first, 1))
-        for lineno, line in enumerate(fh, start=2):
+        for lineno, line in lines:
             records.append(check(line, lineno))
             if progress is not None and lineno % 20_000 == 0:
                 progress(lineno)

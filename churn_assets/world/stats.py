@@ -15,6 +15,7 @@ from typing import Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.world import fold
+from churn_assets.world.calendar import require_in_calendar
 from churn_assets.world.ledger import LoadedLedger
 
 
@@ -95,8 +96,7 @@ def _day_in_ledger(day: dt.date | str | None, first: str, last: str) -> dt.date:
             day = dt.date.fromisoformat(day)
         except ValueError:
             raise StatsError(f"--at {day!r} is not a day (expected YYYY-MM-DD)") from None
-    if not first <= day.isoformat() <= last:
-        raise StatsError(f"{day} is outside the ledger, which runs from {first} to {last}")
+    require_in_calendar("--at", day, dt.date.fromisoformat(first), dt.date.fromisoformat(last), "the ledger")
     return day
 
 

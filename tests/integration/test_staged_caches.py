@@ -42,7 +42,13 @@ from churn_assets.grounding.staging import (
 )
 from churn_assets.orchestration.materialize import MaterializationError, Session, materialize, run_checks
 from churn_assets.orchestration.partitions import world_day_key
-from churn_assets.orchestration.scenario_inputs import asset_keys_of, existing_inputs, scenario_plan
+from churn_assets.orchestration.scenario_inputs import (
+    BlockingChecks,
+    asset_keys_of,
+    blocking_checks,
+    existing_inputs,
+    scenario_plan,
+)
 from churn_assets.orchestration.scenario_materializer import (
     SCENARIO_TAG,
     ScenarioBuild,
@@ -85,15 +91,20 @@ def url(session: Session) -> str:
     return session.urls.warehouse
 
 
+def checks_of(defs: dg.Definitions) -> BlockingChecks:
+    return blocking_checks(defs.resolve_asset_graph())
+
+
 def served_partitions(build: ScenarioBuild) -> list[tuple[str, dt.date]]:
     return [(c, build.served_vintage[c]) for c in SPECS]
 
 
-def test_the_scenario_serves_its_policys_vintage(scenario: ScenarioBuild, session: Session) -> None:
+def test_the_scenario_serves_its_policys_vintage(scenario: ScenarioBuild, session: Session,
+                                                 session_defs: dg.Definitions) -> None:
     assert {c: scenario.served_vintage[c] for c in (*SPECS, "contract_terms", "tickets")} == {
         "assignments": T, "user_status": T, "prices": T_PRIME, "cost_center_membership": T_PRIME,
         "vendor_dims": T_PRIME, "contract_terms": T_PRIME, "tickets": T}
-    existing, vanished = existing_inputs(session, scenario.plan.inputs)
+    existing, vanished = existing_inputs(session, scenario.plan.inputs, checks=checks_of(session_defs))
     assert existing == set(scenario.plan.inputs) and not vanished
 
 
@@ -272,7 +283,8 @@ def test_a_partition_whose_data_vanished_is_rebuilt(session: Session, session_de
         conn.execute(f'DELETE FROM "{staging}"."{META_TABLE}" WHERE staged_table = %s AND refresh_day = %s'.encode(),
                      ("vendor_dims", T_PRIME))
     build = materialize_scenario(session, session_defs, scenario.scenario)
-    [item] = build.rebuilt
+    [(item, why)] = build.rebuilt.items()
+    assert why == "recorded as materialized but its data is gone"
     assert (item.asset, item.day) == ("staged_vendor_dims", T_PRIME)
     assert build.built == [item]
     with connection(url) as conn:
@@ -321,13 +333,14 @@ def materialization_counts(instance: dg.DagsterInstance, pairs: set[tuple[str, s
 
 
 def test_a_second_process_runs_only_the_missing_partitions(session: Session, scenario: ScenarioBuild,
-                                                           state_dir: Path, churnbench_exe: str) -> None:
+                                                           state_dir: Path, churnbench_exe: str,
+                                                           session_defs: dg.Definitions) -> None:
     world = scenario.scenario.world_id
     t2 = T + dt.timedelta(days=2)  # overlaps: same T', hot classes one refresh further
     second = grounding_scenario(session, world, T_PRIME, t2, "tiered")
     plan = scenario_plan(session, second)  # planned once and stored: the second process reads this plan
     assert "rag_index" not in {i.asset for i in plan.inputs}  # only the RAG arms read the RAG corpus
-    existing, _ = existing_inputs(session, plan.inputs)
+    existing, _ = existing_inputs(session, plan.inputs, checks=checks_of(session_defs))
     missing = [i for i in plan.inputs if i not in existing]
     assert {(i.asset, i.day) for i in missing} >= {
         ("operational_store", t2), ("contract_documents", t2), ("staged_assignments", t2),
@@ -349,7 +362,7 @@ def test_a_second_process_runs_only_the_missing_partitions(session: Session, sce
 
     assert materialized_by_tag(session.instance, second.key) == expected
     assert materialization_counts(session.instance, reused) == counts_before  # nothing existing ran again
-    assert existing_inputs(session, plan.inputs)[0] == set(plan.inputs)
+    assert existing_inputs(session, plan.inputs, checks=checks_of(session_defs))[0] == set(plan.inputs)
 
 
 def test_a_failed_input_is_listed_with_what_depends_on_it(session: Session, session_defs: dg.Definitions,
@@ -378,7 +391,7 @@ def test_a_failed_input_is_listed_with_what_depends_on_it(session: Session, sess
     assert f"skipped vector_index [{t_prime}]" in message
     # Independent inputs were built all the same.
     plan = scenario_plan(session, off)
-    existing, _ = existing_inputs(session, plan.inputs)
+    existing, _ = existing_inputs(session, plan.inputs, checks=checks_of(session_defs))
     assert {i.asset for i in plan.inputs if i not in existing} == {"contract_documents", "vector_index"}
 
 

@@ -95,9 +95,10 @@ def _cli(paths: StatePaths, *args: str) -> Result:
 
 def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> None:
     from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
     from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, world_day_key
-    from churn_assets.orchestration.scenario_inputs import missing_inputs
+    from churn_assets.orchestration.scenario_inputs import blocking_checks, missing_inputs
     from churn_assets.orchestration.scenarios import load_scenario, stored_plan
     from churn_assets.orchestration.state_migration import MIGRATED_FROM
     from churn_assets.orchestration.world_registry import world_day_partition_keys
@@ -131,7 +132,8 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
         assert world_day_key(s.world, T) in instance.get_materialized_partitions(dg.AssetKey("task_set"))
         scenario = load_scenario(paths, s.new_key)
         plan = stored_plan(paths, s.new_key)
-        assert plan is not None and missing_inputs(session, plan) == []
+        checks = blocking_checks(defs_for(str(paths.root)).resolve_asset_graph())
+        assert plan is not None and missing_inputs(session, plan, checks=checks) == {}
         scenarios = instance.get_dynamic_partitions(SCENARIO_PARTITIONS_NAME)
         assert s.new_key in scenarios and s.old_key not in scenarios
         [record] = instance.fetch_materializations(

@@ -241,8 +241,9 @@ def saas_problems(client: SaasClient, truth: StoreTruth, *, window_days: int = 3
         try:
             client.entitlements(world, row["user_id"], as_of=day)
             problems.append(f"{where}, /entitlements/{row['user_id']}: answered for a user hired after {day}")
-        except SaasNotFound:
-            pass
+        except SaasNotFound as e:
+            if e.missing != "user":  # an unknown tenant is not "this user is not hired yet"
+                problems.append(f"{where}, /entitlements/{row['user_id']}: 404 ({e})")
     return problems
 
 

@@ -1,6 +1,7 @@
 """The SaaS-API reader (store `saas`): utilization and tickets of the tenant as of the route's day (T),
 through the resilient client (retries and Retry-After are the client's; an exhausted retry is a
-`TransportError`, scored as a transport failure, never as a wrong answer).
+`TransportError`, scored as a transport failure, never as a wrong answer). A 404 is "no usage" only when
+the API says the product is missing; an unknown tenant raises `SaasNotFound` and fails the run.
 
 What a read observes: every answer's `served_day` (the day of the vendor's view it was built from) and its
 `content_hash` (the SHA-256 of its records' canonical JSON), recomputed here over the records received. All
@@ -69,7 +70,9 @@ def read(ctx: ReadContext, request: Request, route: Route) -> Found:
         for product in products:
             try:
                 body = client.utilization(ctx.world_id, product, as_of=as_of, window_days=request.window_days)
-            except SaasNotFound:
+            except SaasNotFound as e:
+                if e.missing != "product":  # an unknown tenant (or a wrong URL) is an error, never "no usage"
+                    raise
                 continue  # a product the vendor does not know today has no usage
             seen.check(body, body["licenses"])
             rows.extend(UsageRow(lic["license_id"], product, request.window_days, int(lic["active_days"]),

@@ -25,7 +25,7 @@ import dagster as dg
 from churn_assets.errors import UserFacingError
 from churn_assets.orchestration.partitions import world_and_day
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.world.calendar import Day
+from churn_assets.world.calendar import Day, outside_calendar
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, LoadedLedger, load_ledger
 
@@ -48,8 +48,8 @@ def require_world(state: StateResource, world_id: str) -> WorldConfig:
 def require_day_in_world(config: WorldConfig, day: Day) -> None:
     """Refuse a day outside the world's calendar (the stores hold nothing after the world's last day)."""
     if not config.start <= day <= config.end:
-        raise dg.Failure(description=f"{day} is outside the calendar of world {config.world_id} "
-                                     f"({config.start}..{config.end})", allow_retries=False)
+        raise dg.Failure(description=str(outside_calendar("the day", day, config.start, config.end,
+                                                          f"world {config.world_id}")), allow_retries=False)
 
 
 def require_world_day(state: StateResource, partition_key: str) -> tuple[str, Day, WorldConfig]:

@@ -9,17 +9,21 @@ A service of the state folder that dies during the evaluation fails the run nami
 an answer that failed in transport while an embedded service is gone is not recorded: the SaaS API killed
 mid-run is an outage of this machine, not a transport verdict to keep (a rate-limited or failing external API
 still is one). The checkpoint then holds only real answers, and the run resumes once the services are up.
+
+A finished result of the same identity is reused, unless the run carries `RETRY_TRANSPORT_TAG` and that result
+has transport failures: then those tasks are answered again into a retry folder (`evaluation/runner.py`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import datetime as dt
+from pathlib import Path
 
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
-from churn_assets.evaluation.runner import RunSpec, evaluate, finished_summary
+from churn_assets.evaluation.runner import RunSpec, evaluate, finished_summary, transport_failures
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
@@ -30,10 +34,10 @@ from churn_assets.orchestration.assets.staging import STAGED_ASSETS
 from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
 from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
-from churn_assets.orchestration.materialize import MISSING_INPUTS, Session
+from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session
 from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.orchestration.scenario_inputs import missing_inputs, scenario_plan
+from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
@@ -69,10 +73,12 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         urls = state.service_urls()
         session = Session(paths, urls, context.instance)
         plan = scenario_plan(session, scenario)  # the stored plan (made now only if it never was)
-    missing = missing_inputs(session, plan)
+    # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
+    missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
-        listed = "\n  ".join(str(m) for m in missing)
-        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing; under "
+        listed = "\n  ".join(f"{m} ({why})" for m, why in missing.items())
+        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing or not vouched for "
+                         "by their blocking checks; under "
                          "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
                          f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
                          f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
@@ -80,9 +86,12 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     config = require_world(state, world)
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
-    finished = finished_summary(results_store(state), spec, catalog=urls.warehouse)
-    if finished is not None:  # the same identity ran to the end before: reused, never run twice
-        run_dir = results_store(state).run_dir(spec.key(finished["code_version"]))
+    retry = context.run.tags.get(RETRY_TRANSPORT_TAG) == "true"
+    store = results_store(state)
+    finished = finished_summary(store, spec, catalog=urls.warehouse)
+    if finished is not None and not (retry and transport_failures(finished)):
+        # the same identity ran to the end before: reused, never run twice
+        run_dir = _result_dir(store, spec, finished)
         context.log.info(f"{scenario.key}: reusing the finished result {run_dir}")
         return dg.MaterializeResult(metadata={
             **_metadata(finished, plan.served_vintage, str(run_dir), (run_dir / "timings.json").read_text()),
@@ -115,7 +124,8 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
                     context.log.info(f"{scenario.key}: {done}/{total} tasks answered")
 
             saas = sources.saas
-            summary = evaluate(arm, tasks, resolver, results_store(state), spec, exposure=exposure, progress=progress,
+            summary = evaluate(arm, tasks, resolver, store, spec, exposure=exposure, progress=progress,
+                               retry_transport=retry,
                                transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
                                catalog=urls.warehouse,  # the results catalog records running -> complete/failed
                                on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
@@ -124,7 +134,7 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     finally:
         close_sources(sources)
-    run_dir = results_store(state).run_dir(spec.key(summary["code_version"]))
+    run_dir = _result_dir(store, spec, summary)
     timings = (run_dir / "timings.json").read_text()
     return dg.MaterializeResult(metadata={**_metadata(summary, plan.served_vintage, str(run_dir), timings),
                                           "reused": False})
@@ -154,6 +164,11 @@ class _ServiceGuard:
         return getattr(self._arm, name)
 
 
+def _result_dir(store: ResultsStore, spec: RunSpec, summary: dict) -> Path:
+    """The folder of a finished summary: its code version's first folder, or the retry it names."""
+    return store.run_dir(spec.key(summary["code_version"]).retried(int(summary.get("retry", 0))))
+
+
 def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_json: str) -> dict:
     import json
 
@@ -176,5 +191,7 @@ def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_j
                                                  dg.TableColumn("refresh_day", "date")])),
         "experiment_hash": summary["experiment_hash"],
         "code_version": summary["code_version"],
+        "transport_failures_retried": int(summary.get("transport_failures_retried", 0)),
+        "retry": int(summary.get("retry", 0)),
         "results": dg.MetadataValue.path(run_dir),
     }
