@@ -9,7 +9,7 @@
 - The SaaS client puts ids into URL paths percent-encoded.
 
 Every refusal below is one entry of a list (`refused`, `attempts`), so the figures of
-docs/guarantees-security.md are these lists' lengths; each test also shows that the refused thing exists and is
+docs/guarantees.md are these lists' lengths; each test also shows that the refused thing exists and is
 reachable for its rightful owner (no vacuous refusals).
 """
 

@@ -32,7 +32,7 @@ from churn_assets.world.config import config_from_data, load_config
 from churn_assets.world.ledger import LEDGER_FILE, Event, LedgerWriter, load_ledger
 from churn_assets.world.simulator import generate_ledger
 
-EXAMPLES = 25  # per property; the figure docs/guarantees-input.md reports
+EXAMPLES = 25  # per property; the figure docs/guarantees.md reports
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

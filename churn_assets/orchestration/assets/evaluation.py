@@ -39,6 +39,7 @@ from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partit
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
 from churn_assets.orchestration.scenarios import load_scenario
+from churn_assets.orchestration.world_registry import using_world
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
 
@@ -60,13 +61,21 @@ def results_store(state: StateResource) -> ResultsStore:
                 "from wrong answers). Keyed by experiment hash and code version; never overwritten.",
 )
 def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
+    if PID_TAG not in context.run.tags:  # launched from the UI: record which process runs it (dead_runs)
+        context.instance.add_run_tags(context.run_id, process_tags())
+    with user_errors():
+        world = load_scenario(state.paths, context.partition_key).world_id
+    # Also when the daemon launched it (no `run_scenario` around it): `worlds rm` refuses while this runs.
+    with using_world(state.paths, world):
+        return _evaluate(context, state)
+
+
+def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     from churn_assets.arms.registry import make_arm
     from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
     from churn_assets.services import saas_api_key, service_errors
 
-    if PID_TAG not in context.run.tags:  # launched from the UI: record which process runs it (dead_runs)
-        context.instance.add_run_tags(context.run_id, process_tags())
     paths = state.paths
     with user_errors():
         scenario = load_scenario(paths, context.partition_key)
