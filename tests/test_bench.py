@@ -52,7 +52,7 @@ def test_readme_block_is_replaced_from_the_json(bench_json: dict, tmp_path: Path
     update_readme(readme, bench_json)
     text = readme.read_text()
     assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
-    assert "| read + verify the ledger |" in text
+    assert "| read + verify the ledger (streamed) |" in text
     (tmp_path / "b.json").write_text(json.dumps(bench_json))
     again = CliRunner().invoke(main, ["bench", "--from-json", str(tmp_path / "b.json"), "--markdown"])
     assert again.exit_code == 0 and again.output.strip() in text

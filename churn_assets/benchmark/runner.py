@@ -33,8 +33,8 @@ MiB = 1024  # ru_maxrss is in KiB on Linux
 
 DESCRIPTIONS = {
     "generate": "generate + write the ledger",
-    "verify": "read + verify the ledger",
-    "fold": "fold walker over the whole timeline",
+    "verify": "read + verify the ledger (streamed)",
+    "fold": "read + verify + fold walk over the whole timeline (streamed)",
     "exposure": "exposure-only: task set + 2x2 exposure and prediction",
     "paper_cold": "`churnbench paper`, empty state (default workers)",
     "paper_cold_serial": "`churnbench paper --workers 1`, empty state",
@@ -106,19 +106,28 @@ def _write_unlimited_key(state_dir: Path) -> None:
 
 
 def run_bench(root: Path, scales: Sequence[float], stages: Sequence[str], repeats: int, *, days: int = 180,
-              paper_workers: int | None = None, say: Say = print, keep: bool = False) -> dict[str, Any]:
-    """Measure `stages` at each scale under `root`; the JSON document (see the module doc)."""
+              paper_workers: int | None = None, say: Say = print, keep: bool = False,
+              json_path: Path | None = None) -> dict[str, Any]:
+    """Measure `stages` at each scale under `root`; the JSON document (see the module doc), also written to
+    `json_path` after every stage (a long run that stops keeps what it measured)."""
     from churn_assets.evaluation.results import code_version
 
     doc: dict[str, Any] = {"code_version": code_version(), "cores": len(os.sched_getaffinity(0)),
                            "repeats": repeats, "days": days, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                      time.gmtime()),
-                           "scales": {}}
+                           "scales": {}, "ratios": {}}
+
+    def save() -> None:
+        doc["load_average_end"] = list(os.getloadavg())
+        doc["ratios"] = ratios(doc)
+        if json_path is not None:
+            json_path.write_text(json.dumps(doc, indent=1) + "\n")
+
     for scale in scales:
-        doc["scales"][_scale_key(scale)] = _run_scale(root / f"x{_scale_key(scale)}", scale, stages,
-                                                     1 if scale >= 10 else repeats, days, paper_workers, say, keep)
-    doc["load_average_end"] = list(os.getloadavg())
-    doc["ratios"] = ratios(doc)
+        out = doc["scales"][_scale_key(scale)] = {}
+        _run_scale(out, root / f"x{_scale_key(scale)}", scale, stages, 1 if scale >= 10 else repeats, days,
+                   paper_workers, say, keep, save)
+    save()
     return doc
 
 
@@ -126,8 +135,8 @@ def _scale_key(scale: float) -> str:
     return f"{scale:g}"
 
 
-def _run_scale(folder: Path, scale: float, stages: Sequence[str], repeats: int, days: int,
-               paper_workers: int | None, say: Say, keep: bool) -> dict[str, Any]:
+def _run_scale(out: dict[str, Any], folder: Path, scale: float, stages: Sequence[str], repeats: int, days: int,
+               paper_workers: int | None, say: Say, keep: bool, save: Callable[[], None]) -> None:
     from churn_assets.world.config import load_config
 
     overrides = scaled_overrides(scale)
@@ -136,7 +145,8 @@ def _run_scale(folder: Path, scale: float, stages: Sequence[str], repeats: int, 
     state, serial = folder / "state", folder / "state-serial"
     ctx = Context(scale, days, str(folder / "ledger"), str(state), config.world_id, overrides)
     log = folder / "bench.log"
-    out: dict[str, Any] = {"world_id": config.world_id, "overrides": overrides, "repeats": repeats, "stages": {}}
+    out.update({"world_id": config.world_id, "overrides": overrides, "repeats": repeats, "stages": {},
+                "failed": {}})
     say(f"scale x{scale:g}: world {config.world_id}, {repeats} repeat(s); log {log}")
 
     def record(stage: str, result: dict[str, Any]) -> None:
@@ -154,23 +164,27 @@ def _run_scale(folder: Path, scale: float, stages: Sequence[str], repeats: int, 
     if needs_ledger and "generate" not in todo and not (folder / "ledger" / "ledger.jsonl").exists():
         todo.insert(0, "generate")
     for stage in todo:
-        if stage in PAPER_STAGES:
-            result = _paper(stage, ctx, state if stage != "paper_cold_serial" else serial, paper_workers, log)
-        else:
-            result = _child(stage, ctx, 1 if stage in ("generate",) and stage not in stages else repeats,
-                            folder, log)
+        try:
+            if stage in PAPER_STAGES:
+                result = _paper(stage, ctx, state if stage != "paper_cold_serial" else serial, paper_workers, log)
+            else:
+                result = _child(stage, ctx, 1 if stage == "generate" and stage not in stages else repeats, log)
+        except UserFacingError as e:  # one stage failing does not lose the others' figures
+            out["failed"][stage] = str(e)
+            say(f"  {stage:<18} FAILED: {e}")
+            continue
         if stage in stages:
             record(stage, result)
         else:
             say(f"  ({stage} for the later stages: {result['median']:.1f} s)")
+        out["events"] = out["stages"].get("generate", {}).get("extra", {}).get("events")
+        save()
     if not keep:
         _purge(state)
         shutil.rmtree(folder / "ledger", ignore_errors=True)
-    out["events"] = out["stages"].get("generate", {}).get("extra", {}).get("events")
-    return out
 
 
-def _child(stage: str, ctx: Context, repeats: int, folder: Path, log: Path) -> dict[str, Any]:
+def _child(stage: str, ctx: Context, repeats: int, log: Path) -> dict[str, Any]:
     state = Path(ctx.state_dir)
     if not state.exists():
         _write_unlimited_key(state)
@@ -296,6 +310,8 @@ def _notes(doc: dict[str, Any]) -> list[str]:
         elif key.endswith("events_over_x1"):
             out.append(f"{key.split('_')[0]} world: {value}x the events of x1")
     for key, data in doc["scales"].items():
+        for stage, error in data.get("failed", {}).items():
+            out.append(f"x{key} {stage}: FAILED ({error})")
         ev = data["stages"].get("eval", {}).get("extra", {})
         if ev.get("per_arm"):
             arms = "; ".join(f"{a} {v['tasks_per_s_latency_off']:.0f}/{v['tasks_per_s_default']:.0f}"

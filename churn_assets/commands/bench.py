@@ -56,12 +56,10 @@ def bench(scale_text: str, stages_text: str | None, repeats: int, days: int, wor
         if folder is None:
             with tempfile.TemporaryDirectory(prefix="churnbench-bench-") as tmp:
                 doc = run_bench(Path(tmp), _scales(scale_text), stages, repeats, days=days, paper_workers=workers,
-                                say=lambda line: click.echo(line, err=True))
+                                say=lambda line: click.echo(line, err=True), json_path=json_path)
         else:
             doc = run_bench(folder, _scales(scale_text), stages, repeats, days=days, paper_workers=workers,
-                            say=lambda line: click.echo(line, err=True), keep=keep)
-        if json_path is not None:
-            json_path.write_text(json.dumps(doc, indent=1) + "\n")
+                            say=lambda line: click.echo(line, err=True), keep=keep, json_path=json_path)
     click.echo(render_markdown(doc) if markdown else render_text(doc))
     if readme is not None:
         update_readme(readme, doc)
