@@ -314,7 +314,7 @@ def _notes(doc: dict[str, Any]) -> list[str]:
             out.append(f"x{key} {stage}: FAILED ({error})")
         ev = data["stages"].get("eval", {}).get("extra", {})
         if ev.get("per_arm"):
-            arms = "; ".join(f"{a} {v['tasks_per_s_latency_off']:.0f}/{v['tasks_per_s_default']:.0f}"
+            arms = "; ".join(f"{a} {v.get('tasks_per_s_latency_off', '-')}/{v.get('tasks_per_s_default', '-')}"
                              for a, v in ev["per_arm"].items())
             out.append(f"x{key} tasks/s per arm, latency off / default profile: {arms}")
         for stage in ("vector_index", "rag_corpus"):

@@ -379,6 +379,7 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
     from churn_assets.tasks.task_set import read_tasks, task_set_hash
 
     cells = _paper_scenarios(ctx)
+    profiles = ["unlimited", "default"]
     per_arm: dict[str, dict[str, float]] = {}
     off_seconds: list[float] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-eval-"))
@@ -386,6 +387,10 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
         with _session(ctx) as session:
             paths, urls = session.paths, session.urls
             config = load_world_config(paths, ctx.world_id)
+            try:  # a state folder the bench did not make has no `unlimited` key (see runner._write_unlimited_key)
+                saas_api_key(paths, "unlimited")
+            except Exception:
+                profiles = ["default"]
             from churn_assets.world.ledger import load_ledger
 
             loaded = load_ledger(paths.ledger_dir(ctx.world_id))
@@ -394,7 +399,7 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
                 plan = scenario_plan(session, scenario)
                 tasks = read_tasks(paths.task_set_file(ctx.world_id, scenario.t))
                 spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
-                for profile in ("unlimited", "default"):
+                for profile in profiles:
                     times = []
                     for i in range(repeats):
                         sources = connect_sources(ctx.world_id, warehouse_url=urls.warehouse, mongo_url=urls.mongodb,
@@ -417,9 +422,11 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
                         off_seconds += [s / len(tasks) * 100 for s in times]  # seconds per 100 tasks
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    slowest = min(v["tasks_per_s_latency_off"] for v in per_arm.values())
+    first = "tasks_per_s_latency_off" if "unlimited" in profiles else "tasks_per_s_default"
+    if not off_seconds:  # no latency-off key: the default profile's figures stand in, and say so
+        off_seconds = [100 / min(v[first] for v in per_arm.values())]
     return Measured(off_seconds, {"unit": "seconds per 100 tasks, latency off", "per_arm": per_arm,
-                                  "slowest_arm_tasks_per_s_latency_off": slowest})
+                                  f"slowest_arm_{first}": min(v[first] for v in per_arm.values())})
 
 
 def _paper_scenarios(ctx: Context) -> list[tuple[str, Any]]:
