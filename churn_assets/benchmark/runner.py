@@ -263,7 +263,7 @@ def ratios(doc: dict[str, Any]) -> dict[str, Any]:
 
 def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     scales = list(doc["scales"])
-    header = ["stage", *(h for k in scales for h in (f"x{k} median", f"x{k} peak RSS", f"x{k} load"))]
+    header = ["stage", *(h for k in scales for h in (f"x{k} median", f"x{k} CPU", f"x{k} peak RSS", f"x{k} load"))]
     if "1" in scales and len(scales) > 1:
         header += [f"x{k} / x1" for k in scales if k != "1"]
     rows = []
@@ -273,8 +273,9 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         row = [DESCRIPTIONS[stage]]
         for k in scales:
             r = doc["scales"][k]["stages"].get(stage)
-            row += ([_seconds(r["median"]), f"{r['peak_rss_mib']:.0f} MiB", f"{r['load_before'][0]:.1f}"]
-                    if r else ["-", "-", "-"])
+            cpu = _seconds(r["cpu_median"]) if r and "cpu_median" in r else "-"
+            row += ([_seconds(r["median"]), cpu, f"{r['peak_rss_mib']:.0f} MiB", f"{r['load_before'][0]:.1f}"]
+                    if r else ["-", "-", "-", "-"])
         if "1" in scales and len(scales) > 1:
             row += [f"{doc['ratios'].get(f'x{k}_over_x1', {}).get(stage, '-')}" for k in scales if k != "1"]
         rows.append(row)
@@ -302,7 +303,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
 def _notes(doc: dict[str, Any]) -> list[str]:
     out = [f"`churnbench bench` at code version {doc['code_version']}, {doc['cores']} cores, {doc['repeats']} "
            f"repeat(s) at x1 (1 at x10 and above), started {doc['started']}; load = 1-minute load average when the "
-           "stage started; median over repeats; peak RSS of the stage's process and its children"]
+           "stage started; median over repeats (wall; CPU: the stage's own process, without dbt or the servers); "
+           "peak RSS of the stage's process and its children"]
     for key, value in doc["ratios"].items():
         if key.endswith("paper_parallel_speedup"):
             out.append(f"cold paper at {key.split('_')[0]}: parallel inputs and cells {value}x faster than one worker "
