@@ -62,13 +62,14 @@ def parse_stages(text: str | None) -> list[str]:
     return [s for s in STAGES if s in wanted]
 
 
-def _wait(cmd: Sequence[str], env: dict[str, str], log: Path) -> tuple[int, int]:
-    """Run `cmd`; (exit code, peak RSS in KiB of it and its waited-for children)."""
-    with log.open("ab") as fh:
-        proc = subprocess.Popen(list(cmd), env=env, stdout=fh, stderr=fh)
+def _wait(cmd: Sequence[str], env: dict[str, str], log: Path, out: Path | None = None) -> tuple[int, int, float]:
+    """Run `cmd` (stdout to `out`, else with stderr to `log`); (exit code, peak RSS in KiB of it and its
+    waited-for children, CPU seconds of it and its waited-for children)."""
+    with log.open("ab") as err, (out.open("wb") if out is not None else log.open("ab")) as fh:
+        proc = subprocess.Popen(list(cmd), env=env, stdout=fh, stderr=err)
         _pid, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss
+    return proc.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def _env(state_dir: Path) -> dict[str, str]:
@@ -192,8 +193,8 @@ def _child(stage: str, ctx: Context, repeats: int, log: Path) -> dict[str, Any]:
         ctx_file, out_file = Path(tmp) / "ctx.json", Path(tmp) / "out.json"
         ctx_file.write_text(json.dumps(dataclasses.asdict(ctx)))
         load_before = os.getloadavg()
-        code, rss = _wait([sys.executable, "-m", "churn_assets.benchmark.child", stage, str(ctx_file), str(out_file),
-                           str(repeats)], _env(state), log)
+        code, rss, _cpu = _wait([sys.executable, "-m", "churn_assets.benchmark.child", stage, str(ctx_file),
+                                 str(out_file), str(repeats)], _env(state), log)
         if code != 0 or not out_file.exists():
             raise UserFacingError(f"bench: stage {stage} failed (exit {code}); see {log}")
         result = json.loads(out_file.read_text())
@@ -217,23 +218,18 @@ def _paper(stage: str, ctx: Context, state: Path, workers: int | None, log: Path
     cmds.append([*py, "paper", "--world", ctx.world_id, *workers_args, "--json"])
     load_before = os.getloadavg()
     started = time.perf_counter()
-    peak = 0
+    peak, cpu = 0, 0.0
     for cmd in cmds:
-        if cmd is cmds[-1]:
-            with paper_json.open("w") as fh, log.open("ab") as err:
-                proc = subprocess.Popen(cmd, env=_env(state), stdout=fh, stderr=err)
-                _pid, status, usage = os.wait4(proc.pid, 0)
-                proc.returncode = code = os.waitstatus_to_exitcode(status)
-            rss = usage.ru_maxrss
-        else:
-            code, rss = _wait(cmd, _env(state), log)
-        peak = max(peak, rss)
+        code, rss, used = _wait(cmd, _env(state), log, out=paper_json if cmd is cmds[-1] else None)
+        peak, cpu = max(peak, rss), cpu + used
         if code != 0:
             raise UserFacingError(f"bench: {stage} failed (exit {code}) running {' '.join(cmd[2:])}; see {log}")
     seconds = time.perf_counter() - started
     if stage == "paper_cold_serial":
         _purge(state)
-    return {"seconds": [round(seconds, 2)], "median": round(seconds, 2), "peak_rss_mib": round(peak / MiB, 1),
+    # CPU: the CLI and the processes it waited for (pool workers, dbt); not the embedded servers.
+    return {"seconds": [round(seconds, 2)], "median": round(seconds, 2), "cpu_seconds": [round(cpu, 1)],
+            "cpu_median": round(cpu, 1), "peak_rss_mib": round(peak / MiB, 1),
             "load_before": list(load_before), "load_after": list(os.getloadavg()),
             "extra": {"json": str(paper_json), "workers": 1 if stage == "paper_cold_serial" else workers or "default"}}
 
