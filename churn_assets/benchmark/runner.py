@@ -303,8 +303,11 @@ def _notes(doc: dict[str, Any]) -> list[str]:
            "peak RSS of the stage's process and its children"]
     for key, value in doc["ratios"].items():
         if key.endswith("paper_parallel_speedup"):
-            out.append(f"cold paper at {key.split('_')[0]}: parallel inputs and cells {value}x faster than one worker "
-                       "(same bench run)")
+            stages = doc["scales"][key.split("_")[0][1:]]["stages"]
+            loads = " and ".join(f"{stages[s]['load_before'][0]:.1f} -> {stages[s]['load_after'][0]:.1f}"
+                                 for s in ("paper_cold", "paper_cold_serial"))
+            out.append(f"cold paper at {key.split('_')[0]}: one worker's wall time over the parallel run's = {value} "
+                       f"(same bench run; load average during them {loads})")
         elif key.endswith("events_over_x1"):
             out.append(f"{key.split('_')[0]} world: {value}x the events of x1")
     for key, data in doc["scales"].items():
