@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from churn_assets.commands.bench import bench
 from churn_assets.commands.migrate import migrate
 from churn_assets.commands.project import project
 from churn_assets.commands.regression import regression
@@ -68,4 +69,5 @@ main.add_command(run)
 main.add_command(paper)
 main.add_command(results)
 main.add_command(verify_results)
+main.add_command(bench)
 main.add_command(migrate)

@@ -198,3 +198,13 @@ def test_a_world_recipe_resolves_without_writing(tmp_path: Path) -> None:
     recipe = WorldRecipe(7, overrides=("rates_per_day.hires=2.0",), name="hires", label="x")
     [w] = resolve_worlds(_spec(worlds=(recipe,)))
     assert w.world_id.startswith("hires-s7-") and w.config is not None
+
+
+def test_exposure_only_keeps_the_grid_and_refuses_presets_without_it() -> None:
+    from churn_assets.sweeps.presets import exposure_only_spec
+
+    grid = exposure_only_spec(preset_spec("ttl-grid", PresetArgs(seeds=(7,))))
+    ev, ex = cells(grid, resolve_worlds(grid), FIXED)
+    assert ev == [] and len(ex) == 4 * 7 * 2
+    with pytest.raises(SweepError, match="--exposure-only needs a preset with exposure-only cells"):
+        exposure_only_spec(preset_spec("budget"))

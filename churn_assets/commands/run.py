@@ -124,46 +124,71 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     click.echo(f"results: {summary['results']}")
 
 
+def default_workers() -> int:
+    """Worker processes for the cells and their inputs: one per core, at most two (`run_cells` measured on the
+    2-core machines; a third worker only adds contention)."""
+    import os
+
+    return max(1, min(2, len(os.sched_getaffinity(0))))
+
+
+WORKERS_OPTION = click.option("--workers", type=click.IntRange(1, 8), default=None,
+                              help="Worker processes building inputs and evaluating cells at once (default: one "
+                                   "per core, at most 2; 1 runs everything in this process, one at a time).")
+
+
 @click.command()
 @click.option("--world", "world_id", default=None, help="A registered world (default: the default world, "
               "registered and built if needed).")
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
+@WORKERS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
-def paper(world_id: str | None, saas_profile: str, replan: bool, as_json: bool) -> None:
-    """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27)."""
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import materialize, open_session
-    from churn_assets.orchestration.world_registry import add_world
+def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, as_json: bool) -> None:
+    """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
+    The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
+    their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
+    from churn_assets.errors import UserFacingError
+    from churn_assets.orchestration.cells import Cell, run_cells
+    from churn_assets.orchestration.world_registry import add_world, is_registered
     from churn_assets.world.config import load_config
 
     paths = StatePaths.resolve()
     echo = (lambda _msg: None) if as_json else click.echo
     started = time.perf_counter()
-    runs: list[dict[str, Any]] = []
-    if world_id is not None:  # section 10's fixed dates: a world without them is refused before anything starts
+    if world_id is None:
+        from churn_assets.orchestration.materialize import open_session
+
+        config = load_config()
+        world_id = config.world_id
+        with open_session(paths) as session:  # run_cells builds the ledger with the other inputs
+            add_world(paths, session.instance, config)
+    else:
+        from churn_assets.orchestration.materialize import open_session
+
+        with open_session(paths) as session:
+            if not is_registered(session.instance, world_id):
+                raise UserFacingError(f"world {world_id!r} is not registered (churnbench worlds add)")
+        # section 10's fixed dates: a world without them is refused before any cell starts
         from churn_assets.orchestration.world_registry import load_world_config
         from churn_assets.world.calendar import require_in_calendar
 
         config = load_world_config(paths, world_id)
         for name, day in (("the paper's D+28 T'", WINDOWS["D+28"]), ("the paper's T", T)):
             require_in_calendar(name, day, config.start, config.end, f"world {world_id}")
-    with open_session(paths) as session:
-        definitions = defs_for(str(paths.root))
-        if world_id is None:
-            config = load_config()
-            world_id = config.world_id
-            add_world(paths, session.instance, config)
-            if not (paths.ledger_dir(world_id) / "ledger.jsonl").exists():
-                materialize(session, definitions, ["ledger"], [world_id])
-        for arm, policy, window in paper_cells():
-            t_prime = WINDOWS[window]
-            echo(f"== {arm} ({policy}) T'={t_prime} T={T}")
-            s = run_scenario(session, definitions, world_id, arm, t_prime, T, policy, saas_profile, echo,
-                             replan=replan)
-            s.update(arm=arm, policy=policy, t_prime=t_prime.isoformat(), t=T.isoformat(), window=window)
-            runs.append(s)
-            echo(f"   {_line(s)}")
+    cells = paper_cells()
+    results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile)
+                                for arm, policy, window in cells],
+                        workers=workers or default_workers(), progress=echo, replan=replan)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))
+    runs: list[dict[str, Any]] = []
+    for (arm, policy, window), result in zip(cells, results, strict=True):
+        s = dict(result.summary or {})
+        s.update(arm=arm, policy=policy, t_prime=WINDOWS[window].isoformat(), t=T.isoformat(), window=window)
+        runs.append(s)
+        echo(f"== {arm} ({policy}) T'={s['t_prime']} T={T}\n   {_line(s)}")
     elapsed = time.perf_counter() - started
     if as_json:
         click.echo(json.dumps({"world": world_id, "t": T.isoformat(), "seconds": round(elapsed, 1),

@@ -41,6 +41,8 @@ def _ints(text: str | None) -> tuple[int, ...]:
               help="With --agent llm: stop starting cells once the spend plus a cell's estimate passes this (USD).")
 @click.option("--llm-max-concurrent", type=click.IntRange(1, 8), default=2, show_default=True,
               help="With --agent llm: cells talking to the endpoint at once.")
+@click.option("--exposure-only", "exposure_only", is_flag=True,
+              help="Only the exposure-only cells (ttl-grid: every cell from the ledgers, no world evaluated).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep's report data as one JSON object.")
 @click.option("--retry-transport", is_flag=True,
               help="Answer again the transport failures (rate limit, outage) of cells already finished, into a retry "
@@ -48,8 +50,8 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.pass_context
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
-          workers: int, agent: str | None, llm_budget: float | None, llm_max_concurrent: int, as_json: bool,
-          retry_transport: bool) -> None:
+          workers: int, agent: str | None, llm_budget: float | None, llm_max_concurrent: int, exposure_only: bool,
+          as_json: bool, retry_transport: bool) -> None:
     """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
     (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
     `sweep_report` partition. `churnbench sweep list|show|rm` manage sweeps."""
@@ -65,6 +67,10 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
 
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
     spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent)
+    if exposure_only:
+        from churn_assets.sweeps.presets import exposure_only_spec
+
+        spec = exposure_only_spec(spec)
     paths = StatePaths.resolve()
     echo = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     started = time.perf_counter()

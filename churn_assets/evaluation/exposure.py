@@ -406,9 +406,10 @@ def run_exposure(
     served = {c: vintage[c] for c in vintage}
     stale = any(d < anchor for d in served.values())
     if rates is None and stale and t_prime > first:
-        stale_classes = sorted(c for c, d in served.items() if d < anchor)
-        rates = change_rates(records, tasks, start=first, anchor=anchor, format_version=resolver.format_version,
-                             classes=stale_classes)
+        # Every class, not only the stale ones: a class's rates are measured independently of the others and
+        # only stale classes are read (`missed_days`), so the figures are the same, and the measurement, kept
+        # per process, serves every cell of this T (the paper's nine cells measured once, not once per vintage).
+        rates = change_rates(records, tasks, start=first, anchor=anchor, format_version=resolver.format_version)
     at_anchor = uniform_vintage(anchor)
     out = []
     for task in tasks:

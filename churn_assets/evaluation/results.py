@@ -308,7 +308,7 @@ class RunWriter:
         # Rewrite without a torn last line, so appends continue from a clean file: atomically, since a kill here
         # must not lose the rows already checkpointed (an in-place rewrite truncates the file first).
         text = "".join(canonical(r) + "\n" for r in done.values())
-        if text != "".join(line + "\n" for line in lines):
+        if text.encode() != b"".join(line + b"\n" for line in lines):
             _atomic_write(self._partial, text)
         return done
 

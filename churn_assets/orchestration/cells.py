@@ -254,7 +254,10 @@ def _jobs(prepared: _Prepared, tags: dict[str, str]) -> list[_Job]:
     jobs = [_Job(s, s.label, _worker_build, (s, tags), set(prepared.needs[s]),
                  max((_COST_HINT.get(i.asset, 1.0) for i in s.inputs), default=1.0)) for s in prepared.steps]
     previous: dict[str, _Job] = {}
-    for job in sorted(jobs, key=lambda j: (j.id.world, j.id.day or dt.date.min, j.label)):
+    # Within a day, the steps' own dependency order (`plan_steps`): a day's RAG corpus reads its vector index,
+    # so chaining them by label (rag_index before vector_index) would make a cycle.
+    order = {s: n for n, s in enumerate(prepared.steps)}
+    for job in sorted(jobs, key=lambda j: (j.id.world, j.id.day or dt.date.min, order[j.id])):
         if {i.asset for i in job.id.inputs} & {VECTOR_INDEX, RAG_INDEX}:
             if job.id.world in previous:
                 job.needs.add(previous[job.id.world].id)

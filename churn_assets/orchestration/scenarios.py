@@ -104,7 +104,7 @@ def _definition_problem(data: Any) -> str | None:
             except ValueError:
                 return f"field {name} is not a day YYYY-MM-DD (got {value!r})"
         elif not isinstance(value, kind):  # type: ignore[arg-type]
-            return f"field {name} is not a {kind.__name__} (got {value!r})"  # type: ignore[union-attr]
+            return f"field {name} is not a {getattr(kind, '__name__', kind)} (got {value!r})"
     return None
 
 

@@ -91,29 +91,45 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
     return record
 
 
-def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo) -> None:
-    """Exposure and prediction of the exposure-only cells, world by world, from the ledgers alone."""
+def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo, *, workers: int = 1) -> None:
+    """Exposure and prediction of the exposure-only cells from the ledgers alone, one world per job in
+    `workers` processes (each world is independent: its ledger, task set and rates). The rows come back in
+    world order whatever order the worlds finish in, so the record is the same for any `workers`."""
     from churn_assets.deployment import task_settings
-    from churn_assets.grounding.registry import load_registry
     from churn_assets.orchestration.world_registry import load_world_config
-    from churn_assets.sweeps.exposure_cells import world_exposure
-    from churn_assets.world.ledger import load_ledger
+    from churn_assets.sweeps.exposure_cells import exposure_of_world
 
     if not record.exposure_cells:
         return
-    registry, settings = load_registry(), task_settings()
-    rows: list[dict[str, Any]] = []
+    settings = task_settings()
     worlds = list(dict.fromkeys(c.world_id for c in record.exposure_cells))
-    for n, world_id in enumerate(worlds, 1):
-        started = time.perf_counter()
-        loaded = load_ledger(session.paths.ledger_dir(world_id))
-        config = load_world_config(session.paths, world_id)
-        cells = [c for c in record.exposure_cells if c.world_id == world_id]
-        rows += world_exposure(config, loaded.records, cells, registry, task_count=settings.count,
-                               task_seed=settings.seed, format_version=loaded.format_version)
-        echo(f"exposure-only: world {n}/{len(worlds)} {world_id}: {len(cells)} cells in "
-             f"{time.perf_counter() - started:.1f} s")
-    record.exposure_rows = rows
+    jobs = [(str(session.paths.ledger_dir(w)), load_world_config(session.paths, w),
+             [c for c in record.exposure_cells if c.world_id == w], settings.count, settings.seed) for w in worlds]
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+
+    def done(n: int, world_id: str, rows: list[dict[str, Any]], seconds: float) -> None:
+        rows_of[world_id] = rows
+        echo(f"exposure-only: world {n}/{len(worlds)} {world_id}: {len(rows)} cells in {seconds:.1f} s")
+
+    workers = max(1, min(workers, len(worlds)))
+    if workers == 1:
+        for n, job in enumerate(jobs, 1):
+            rows, seconds = exposure_of_world(*job)
+            done(n, job[1].world_id, rows, seconds)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn, not fork: this process holds Dagster's storage connections and threads (as `cells.run_cells`).
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(exposure_of_world, *job): job[1].world_id for job in jobs}
+            for n, future in enumerate(as_completed(futures), 1):
+                rows, seconds = future.result()
+                done(n, futures[future], rows, seconds)
+    echo(f"exposure-only: {len(record.exposure_cells)} cells of {len(worlds)} world(s) in "
+         f"{time.perf_counter() - started:.1f} s ({workers} worker{'s' if workers > 1 else ''})")
+    record.exposure_rows = [row for w in worlds for row in rows_of[w]]
     record.save(session.paths)
 
 
@@ -235,7 +251,7 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     record.started, record.finished = _now(), ""
     counts = f"{len(record.cells)} evaluated cell(s), {len(record.exposure_cells)} exposure-only"
     echo(f"sweep {record.sweep_id}: {counts}")
-    compute_exposure_cells(session, record, echo)
+    compute_exposure_cells(session, record, echo, workers=workers)
     evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget,
                    retry_transport=retry_transport)
     record_refresh_rows(session, record)

@@ -193,3 +193,14 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
     if saas_profile:
         changes["saas_profile"] = saas_profile
     return dataclasses.replace(spec, **changes) if changes else spec
+
+
+def exposure_only_spec(spec: SweepSpec) -> SweepSpec:
+    """The spec with its exposure-only cells only (no world evaluated in full): `churnbench sweep
+    --exposure-only`. Refused for a preset without exposure-only cells (their stale answers need answers)."""
+    import dataclasses
+
+    if not spec.exposure_only:
+        raise SweepError(f"sweep {spec.preset}: --exposure-only needs a preset with exposure-only cells "
+                         "(ttl-grid); this one evaluates every cell")
+    return dataclasses.replace(spec, evaluate_worlds=(), evaluate_gaps=())

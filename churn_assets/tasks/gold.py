@@ -16,7 +16,9 @@ Arms never import this module (an import scan enforces it); they read `templates
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +79,58 @@ def _consumption_in(state: WorldState, window: Window) -> Iterable[ConsumptionRe
         if r.day > window.last:
             break
         yield r
+
+
+class _DailyConsumption:
+    """The `consumption` class's records summed per day and product (API calls, session minutes, users), kept
+    on the sub-state and brought up to date from the records it has not seen: the sub-state only ever appends
+    (the fold logs records in day order), so `seen` records are summed and never change. A window's total is
+    then a sum over its days instead of a scan of its records; the amounts are integers, so the sums are the
+    same as a scan's, in any order. Gold over many tasks (a task set; the exposure predictor's day-by-day walk,
+    in which every class but consumption shares today's sub-state) asks the same windows again and again."""
+
+    __slots__ = ("api_calls", "minutes", "seen", "users")
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.api_calls: dict[Day, dict[str, int]] = {}
+        self.minutes: dict[Day, dict[str, int]] = {}
+        self.users: dict[Day, dict[str, set[str]]] = {}
+
+    def update(self, records: Sequence[ConsumptionRecord]) -> None:
+        for r in records[self.seen:]:
+            p = r.product_id
+            api = self.api_calls.setdefault(r.day, {})
+            api[p] = api.get(p, 0) + r.api_calls
+            minutes = self.minutes.setdefault(r.day, {})
+            minutes[p] = minutes.get(p, 0) + r.session_minutes
+            self.users.setdefault(r.day, {}).setdefault(p, set()).add(r.user_id)
+        self.seen = len(records)
+
+    def days(self, window: Window) -> Iterable[Day]:
+        d = window.first
+        while d <= window.last:
+            yield d
+            d += dt.timedelta(days=1)
+
+
+_DAILY = "_gold_daily_consumption"  # attribute of a `Consumption` sub-state holding its `_DailyConsumption`
+
+
+def _daily(state: WorldState) -> _DailyConsumption:
+    sub = state.consumption
+    daily = sub.__dict__.get(_DAILY)
+    if daily is None or daily.seen > len(sub.records):  # (a sub-state never shrinks; be safe if one did)
+        daily = sub.__dict__[_DAILY] = _DailyConsumption()
+    if daily.seen < len(sub.records):
+        daily.update(sub.records)
+    return daily
+
+
+def _window_sum(state: WorldState, window: Window, product: str, field: str) -> int:
+    daily = _daily(state)
+    per_day = getattr(daily, field)
+    return sum(per_day.get(d, {}).get(product, 0) for d in daily.days(window))
 
 
 def _license_usage(state: WorldState, license_id: str, window: Window) -> list[ConsumptionRecord]:
@@ -205,21 +259,27 @@ def _held_licenses_change(s: WorldState, p: Params, a: Day) -> Value:
 
 
 def _api_calls_product(s: WorldState, p: Params, a: Day) -> Value:
-    return sum(r.api_calls for r in _consumption_in(s, _window(p, a)) if r.product_id == p["product"])
+    return _window_sum(s, _window(p, a), p["product"], "api_calls")
 
 
 def _distinct_users_product(s: WorldState, p: Params, a: Day) -> Value:
-    return len({r.user_id for r in _consumption_in(s, _window(p, a)) if r.product_id == p["product"]})
+    daily = _daily(s)
+    users: set[str] = set()
+    for d in daily.days(_window(p, a)):
+        users |= daily.users.get(d, {}).get(p["product"], set())
+    return len(users)
 
 
 def _session_minutes_product(s: WorldState, p: Params, a: Day) -> Value:
-    return sum(r.session_minutes for r in _consumption_in(s, _window(p, a)) if r.product_id == p["product"])
+    return _window_sum(s, _window(p, a), p["product"], "minutes")
 
 
 def _top_product_minutes(s: WorldState, p: Params, a: Day) -> Value:
-    minutes: dict[str, float] = {}
-    for r in _consumption_in(s, _window(p, a)):
-        minutes[r.product_id] = minutes.get(r.product_id, 0) + r.session_minutes
+    daily = _daily(s)
+    minutes: dict[str, int] = {}
+    for d in daily.days(_window(p, a)):
+        for product, m in daily.minutes.get(d, {}).items():
+            minutes[product] = minutes.get(product, 0) + m
     return top_of(minutes)
 
 
@@ -506,6 +566,7 @@ class GoldResolver:
         self.records = records
         self.format_version = format_version
         self._states: dict[tuple[tuple[str, Day], ...], WorldState] = {}
+        self._golds: dict[tuple[Any, ...], Value] = {}
 
     def state(self, vintage: Mapping[str, Day | str], anchor: Day | str) -> WorldState:
         days = check_vintage(vintage, _day(anchor))
@@ -516,8 +577,17 @@ class GoldResolver:
 
     def gold(self, t: Template | str, params: Params, *, anchor: Day | str,
              vintage: Mapping[str, Day | str] | None = None) -> Value:
+        """Gold of one task, kept per (vintage, template, params, anchor): an evaluation asks the same gold
+        at T and under the served vintage for its exposure and again for its scores, and an exposure-only
+        sweep asks gold at T once per cell of the same T."""
         a = _day(anchor)
-        return gold_from_state(self.state(vintage or uniform_vintage(a), a), t, params, a)
+        days = check_vintage(vintage or uniform_vintage(a), a)
+        tmpl = _template(t)
+        key = (tuple(sorted(days.items())), tmpl.template_id, json.dumps(params, sort_keys=True, default=str), a)
+        if key not in self._golds:
+            self._golds[key] = gold_from_state(self.state(days, a), tmpl, params, a)
+        value = self._golds[key]
+        return copy.deepcopy(value) if isinstance(value, list | dict | set) else value
 
 
 def gold(records: Sequence[Mapping[str, Any]], t: Template | str, params: Params, *, anchor: Day | str,

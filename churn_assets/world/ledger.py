@@ -18,10 +18,10 @@ import gzip
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
@@ -261,11 +261,11 @@ def resolve_ledger_paths(path: str | Path) -> tuple[Path, Path | None]:
 
 def _open_binary(path: Path) -> BinaryIO:
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return cast(BinaryIO, gzip.open(path, "rb"))
     return path.open("rb")
 
 
-def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+def _text_lines(path: Path) -> Generator[tuple[int, str], None, None]:
     """(1-based line number, line) of a ledger file, each line decoded as UTF-8 on its own, so that a byte
     that is not UTF-8 is refused with its line (a decoding error of the whole stream names none)."""
     with _open_binary(path) as fh:
@@ -280,6 +280,70 @@ def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
             raise LedgerError(f"cannot be read ({type(e).__name__}: {e})", path=path) from None
 
 
+class LedgerStream:
+    """A ledger read through the verifying checks one record at a time, holding none: iterate it once. The
+    checks are `load_ledger`'s (each line as it is read; truncation and the head hash when the last line has
+    been read, so a stream consumed to the end is verified). After iterating, `format_version` and `count`
+    say what was read. A 100x world's verify and fold walk stream; what needs every record at once (gold,
+    exposure) loads them."""
+
+    def __init__(self, path: str | Path, *, progress: Callable[[int], None] | None = None) -> None:
+        self.ledger_path, manifest_path = resolve_ledger_paths(path)
+        self.progress = progress
+        self.manifest: LedgerManifest | None = None
+        if manifest_path is not None:
+            try:
+                text = manifest_path.read_bytes().decode("utf-8")
+                self.manifest = LedgerManifest.from_dict(json.loads(text), manifest_path)
+            except json.JSONDecodeError as e:
+                raise LedgerError(f"manifest is not valid JSON ({e.msg})", path=manifest_path) from None
+            except UnicodeDecodeError:
+                raise LedgerError("manifest is not UTF-8 text", path=manifest_path) from None
+            if self.manifest.format_version not in SCHEMAS_BY_FORMAT:
+                raise LedgerError(f"unsupported format_version {self.manifest.format_version}", path=manifest_path)
+        self.format_version: int | None = self.manifest.format_version if self.manifest else None
+        self.count = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        manifest, ledger_path, progress = self.manifest, self.ledger_path, self.progress
+        last: dict[str, Any] | None = None
+        lines = _text_lines(ledger_path)
+        with contextlib.closing(lines):  # the file is closed when a line is refused, too
+            _, first = next(lines, (0, ""))
+            if not first:
+                # Every world has day-0 events (vendors, products, cost centers): an empty file was truncated.
+                said = f" but the manifest says {manifest.count} events" if manifest is not None and manifest.count \
+                    else ""
+                raise LedgerError(f"empty ledger (no events){said}: truncated, or not a ledger", path=ledger_path)
+            if self.format_version is None:
+                self.format_version = _sniff_format(first, ledger_path)
+            check = _LineChecker(self.format_version, ledger_path).check
+            last = check(first, 1)
+            self.count = 1
+            yield last
+            for lineno, line in lines:
+                last = check(line, lineno)
+                self.count = lineno
+                yield last
+                if progress is not None and lineno % 20_000 == 0:
+                    progress(lineno)
+            if progress is not None:
+                progress(self.count)
+        if self.format_version == 2:
+            if manifest is None:
+                raise LedgerError(f"format-2 ledger without {MANIFEST_FILE}: cannot check for truncation",
+                                  path=ledger_path)
+            if manifest.count != self.count:
+                raise LedgerError(
+                    f"manifest says {manifest.count} events but the file has {self.count} "
+                    "(truncated or appended)",
+                    path=ledger_path, line=self.count)
+            head = last["hash"]
+            if manifest.head_hash != head:
+                raise LedgerError(f"head hash {head[:12]}… differs from the manifest's "
+                                  f"{(manifest.head_hash or '')[:12]}…", path=ledger_path, line=self.count)
+
+
 def load_ledger(
     path: str | Path,
     *,
@@ -291,56 +355,11 @@ def load_ledger(
     `seq`, days going backwards, payloads that violate their schema, and (format 2) a broken hash
     chain or a truncated ledger (count or head hash differing from the manifest).
     """
-    ledger_path, manifest_path = resolve_ledger_paths(path)
-    manifest: LedgerManifest | None = None
-    if manifest_path is not None:
-        try:
-            text = manifest_path.read_bytes().decode("utf-8")
-            manifest = LedgerManifest.from_dict(json.loads(text), manifest_path)
-        except json.JSONDecodeError as e:
-            raise LedgerError(f"manifest is not valid JSON ({e.msg})", path=manifest_path) from None
-        except UnicodeDecodeError:
-            raise LedgerError("manifest is not UTF-8 text", path=manifest_path) from None
-        if manifest.format_version not in SCHEMAS_BY_FORMAT:
-            raise LedgerError(f"unsupported format_version {manifest.format_version}", path=manifest_path)
-
-    records: list[dict[str, Any]] = []
-    counts: Counter[str] = Counter()
-    fmt: int | None = manifest.format_version if manifest else None
-    lines = _text_lines(ledger_path)
-    with contextlib.closing(lines):  # the file is closed when a line is refused, too
-        _, first = next(lines, (0, ""))
-        if not first:
-            # Every world has day-0 events (vendors, products, cost centers): an empty file was truncated.
-            said = f" but the manifest says {manifest.count} events" if manifest is not None and manifest.count \
-                else ""
-            raise LedgerError(f"empty ledger (no events){said}: truncated, or not a ledger", path=ledger_path)
-        if fmt is None:
-            fmt = _sniff_format(first, ledger_path)
-        check = _LineChecker(fmt, ledger_path).check
-        records.append(check(first, 1))
-        for lineno, line in lines:
-            records.append(check(line, lineno))
-            if progress is not None and lineno % 20_000 == 0:
-                progress(lineno)
-        if progress is not None:
-            progress(len(records))
-    counts.update(r["kind"] for r in records)
-
-    if fmt == 2:
-        if manifest is None:
-            raise LedgerError(f"format-2 ledger without {MANIFEST_FILE}: cannot check for truncation",
-                              path=ledger_path)
-        if manifest.count != len(records):
-            raise LedgerError(
-                f"manifest says {manifest.count} events but the file has {len(records)} "
-                "(truncated or appended)",
-                path=ledger_path, line=len(records))
-        head = records[-1]["hash"]
-        if manifest.head_hash != head:
-            raise LedgerError(f"head hash {head[:12]}… differs from the manifest's "
-                              f"{(manifest.head_hash or '')[:12]}…", path=ledger_path, line=len(records))
-    return LoadedLedger(ledger_path, fmt, fmt == 2, records, manifest, dict(sorted(counts.items())))
+    stream = LedgerStream(path, progress=progress)
+    records = list(stream)
+    fmt = stream.format_version or FORMAT_VERSION
+    counts: Counter[str] = Counter(r["kind"] for r in records)
+    return LoadedLedger(stream.ledger_path, fmt, fmt == 2, records, stream.manifest, dict(sorted(counts.items())))
 
 
 def _sniff_format(first_line: str, path: Path) -> int:

@@ -35,7 +35,7 @@ def client(services: ServiceUrls, small_world: str, state_paths: StatePaths) -> 
     assert services.saas is not None, "the session's services start the embedded SaaS API"
     with connection(services.warehouse) as conn:  # the SaaS vendor's database
         load_truth(conn, small_world, load_ledger(state_paths.ledger_dir(small_world)))
-    with SaasClient(services.saas, saas_api_key(state_paths), max_retries=0) as opened:
+    with SaasClient(services.saas, saas_api_key(state_paths, world_id=small_world), max_retries=0) as opened:
         yield opened
 
 
@@ -44,15 +44,20 @@ def read(client: SaasClient, world: str, products: tuple[str, ...]) -> Any:
     return saas_reader.read(ctx, Request("usage", window_days=7, products=products), ROUTE)
 
 
-def test_an_unknown_product_is_no_usage_but_an_unknown_tenant_is_an_error(client: SaasClient,
-                                                                         small_world: str) -> None:
+def test_an_unknown_product_is_no_usage_but_an_unknown_tenant_is_an_error(client: SaasClient, small_world: str,
+                                                                         services: ServiceUrls,
+                                                                         state_paths: StatePaths) -> None:
     known = client.prices(small_world, as_of=DAY.isoformat())[0]["product_id"]
     found = read(client, small_world, (known, "prd_9999"))
     assert found.rows and {r.product_id for r in found.rows} == {known}  # prd_9999: no usage, no error
 
     tenant = "nope-s1-abcdef"
-    with pytest.raises(SaasNotFound, match=f"no tenant {tenant}") as raised:
-        read(client, tenant, (known,))
+    assert services.saas is not None
+    # A key issued for that tenant (with small_world's key the server answers 403 before any lookup: keys are
+    # scoped to tenants), so the server looks the tenant up and finds none.
+    with SaasClient(services.saas, saas_api_key(state_paths, world_id=tenant), max_retries=0) as theirs, \
+            pytest.raises(SaasNotFound, match=f"no tenant {tenant}") as raised:
+        read(theirs, tenant, (known,))
     assert raised.value.missing == "tenant"
 
 
@@ -60,7 +65,8 @@ def test_a_404_without_a_missing_field_is_an_error(services: ServiceUrls, state_
                                                    small_world: str) -> None:
     # a wrong base URL: the server's own 404 for a path it does not serve says nothing is missing
     assert services.saas is not None
-    with SaasClient(services.saas + "/wrong-prefix", saas_api_key(state_paths), max_retries=0) as wrong, \
+    key = saas_api_key(state_paths, world_id=small_world)
+    with SaasClient(services.saas + "/wrong-prefix", key, max_retries=0) as wrong, \
             pytest.raises(SaasNotFound) as raised:
         read(wrong, small_world, ("prd_0001",))
     assert raised.value.missing is None

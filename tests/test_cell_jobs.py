@@ -1,0 +1,29 @@
+"""`cells._jobs`: the job graph of input builds and cells is acyclic when a world's vector index and RAG corpus
+are built on the same days (the paper's cells: classic RAG reads both), and each day's corpus comes after its
+index in the per-world embedding chain."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from churn_assets.freshness.scenario import RAG_INDEX, VECTOR_INDEX, ScenarioInput
+from churn_assets.orchestration.cells import _jobs, _Prepared, _topological
+from churn_assets.orchestration.scenario_materializer import Step, depends_on, plan_steps
+
+WORLD = "w-s1-000000"
+DAYS = (dt.date(2024, 3, 29), dt.date(2024, 4, 26))
+
+
+def _ancestors(asset: str) -> frozenset[str]:
+    return frozenset({VECTOR_INDEX}) if asset == RAG_INDEX else frozenset()
+
+
+def test_same_day_index_and_corpus_chain_without_a_cycle() -> None:
+    missing = [ScenarioInput(a, WORLD, d) for d in DAYS for a in (RAG_INDEX, VECTOR_INDEX)]
+    steps = plan_steps(missing, _ancestors)
+    needs = {s: {o for o in steps if depends_on(s, o, _ancestors)} for s in steps}
+    prepared = _Prepared([], [], {}, {}, {}, steps, needs)
+    jobs = _jobs(prepared, {})
+    ordered = [j.id for j in _topological(jobs)]  # raised "form a cycle" before the fix
+    labels = [(s.day, s.inputs[0].asset) for s in ordered if isinstance(s, Step)]
+    assert labels == [(DAYS[0], VECTOR_INDEX), (DAYS[0], RAG_INDEX), (DAYS[1], VECTOR_INDEX), (DAYS[1], RAG_INDEX)]
