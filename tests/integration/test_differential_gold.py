@@ -92,8 +92,9 @@ def test_a_wrong_python_answer_is_found_and_named(world: str, records: list[dict
     right = python_gold_module.GOLD[planted]
     monkeypatch.setitem(python_gold_module.GOLD, planted,
                         lambda s, p, a: None if (v := right(s, p, a)) is None else v + 1)
+    fresh = GoldResolver(records)  # the resolver above keeps the gold it computed (the right values)
     with connection(services.warehouse, autocommit=True) as conn:
-        result = compare(world, resolver, SqlGold(conn, world), tasks, maps, T)
+        result = compare(world, fresh, SqlGold(conn, world), tasks, maps, T)
     assert dict(result.by_template) == {planted: answered} and answered > 0  # each of its answers, every map
     assert f"({planted} " in str(result.disagreements[0])
 
