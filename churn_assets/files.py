@@ -125,15 +125,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def fsync_dir(folder: Path) -> None:
-    """fsync a folder (its entries: a rename or a new file in it). Not every file system allows it."""
+    """fsync a folder (its entries: a rename or a new file in it). Not every platform or file system allows
+    it; where it does not, the rename is still atomic, only its durability after a power cut is weaker."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
-from churn_assets.files import file_lock, other_process_alive
+from churn_assets.files import file_lock, fsync_dir, other_process_alive
 
 if TYPE_CHECKING:  # only for annotations: `worlds rm` imports this module and needs no PDF library
     from contracts.render import RenderedContract
@@ -144,7 +144,7 @@ def _write_and_swap(target: Path, documents: list[RenderedContract], manifest: D
             (staging / f"{doc.contract_id}{PDF_SUFFIX}").write_bytes(doc.pdf)
         # The manifest is written last: inside the staging folder too, "manifest present" means complete.
         (staging / MANIFEST_FILE).write_text(manifest.to_json())
-        _fsync_dir(staging)
+        fsync_dir(staging)
         _swap_into_place(staging, target, token)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -160,7 +160,7 @@ def _swap_into_place(staging: Path, target: Path, token: str) -> None:
         old = target.parent / f".{target.name}.old-{token}"
         target.rename(old)
     staging.rename(target)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -172,19 +172,6 @@ def _clear_leftovers(parent: Path, name: str) -> None:
         pid = leftover.name.rsplit(".", 1)[-1].split("-")[1] if "-" in leftover.name else ""
         if leftover.is_dir() and not (pid.isdigit() and other_process_alive(int(pid))):
             shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not supported on this platform or file system; the rename is still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------------

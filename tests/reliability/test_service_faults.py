@@ -44,6 +44,18 @@ def _pause_then(proc: subprocess.Popen[str], pause: Path, act: Callable[[], None
     pause.unlink()
 
 
+def _run_paused(command: list[str], env: dict[str, str], pause: Path, act: Callable[[], None]) -> tuple[int, str]:
+    """Run `command` until its fault point pauses it, `act`, let it go on; its exit code and stderr."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _pause_then(proc, pause, act)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
 def _kill(service: object, session: Session) -> int:
     pid = service.status(session.paths, check_health=False).pid  # type: ignore[attr-defined]
     assert pid is not None
@@ -106,15 +118,8 @@ def test_service_faults_during_an_evaluation_fail_it_in_one_line_and_the_rerun_g
     for n, (service, label) in enumerate([(MONGO, "MongoDB-protocol server"), (SAAS, "SaaS API"),
                                           (POSTGRES, "Postgres")]):
         env = {**cli_environ, FAULT_ENV: f"after_tasks:{3 + n}:pause={pause}"}
-        proc = subprocess.Popen([churnbench_exe, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        try:
-            _pause_then(proc, pause, lambda s=service: _kill(s, session))
-            _, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 1, err[-3000:]
+        returncode, err = _run_paused([churnbench_exe, *args], env, pause, lambda s=service: _kill(s, session))
+        assert returncode == 1, err[-3000:]
         line = _one_error_line(err)
         assert label in line and "churnbench services up" in line, line
         assert not (folder / SUMMARY_FILE).exists()
@@ -164,15 +169,9 @@ def test_postgres_killed_during_a_staged_cache_materialization_records_nothing_a
     asset, table, day = "staged_prices", "prices", "2024-01-24"
     pause = tmp_path / "staged.paused"
     command = [sys.executable, "-c", STAGED_SCRIPT, asset, small_world, day]
-    proc = subprocess.Popen(command, env={**cli_environ, FAULT_ENV: f"staged_before_commit:1:pause={pause}"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _pause_then(proc, pause, lambda: _kill(POSTGRES, session))
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err[-3000:]
+    returncode, err = _run_paused(command, {**cli_environ, FAULT_ENV: f"staged_before_commit:1:pause={pause}"}, pause,
+                                  lambda: _kill(POSTGRES, session))
+    assert returncode == 1, err[-3000:]
     line = _one_error_line(err)
     assert "Postgres" in line, line
     _restart_services(session)
