@@ -43,6 +43,7 @@ from churn_assets.evaluation.change_events import change_events, tag_matches
 from churn_assets.evaluation.verdicts import served_gold_is_degenerate
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.gold import GoldResolver, gold_from_state
+from churn_assets.tasks.shared_aggregates import shared_aggregates
 from churn_assets.tasks.task_set import Task
 from churn_assets.tasks.templates import ANY, Template
 from churn_assets.world.calendar import Day
@@ -302,15 +303,20 @@ class AnswerChangeRates:
             if not pending:
                 continue
             now: dict[str, Value] = {}
-            for task, c in pending:
-                t = task.template
-                params = asked_on(t, task.params, day)
-                if task.task_id not in now:
-                    now[task.task_id] = _gold(today, t, params, day, uniform_vintage(day))
-                before = _gold(_mixed(today, yesterday, c, day), t, params, day,
-                               {**uniform_vintage(day), c: day - ONE_DAY})
-                if not t.answer.equal(now[task.task_id], before):
-                    changed[(task.task_id, c)].append(day)
+            mixed: dict[str, WorldState] = {}
+            # One scope per day: the walkers' sub-states do not change until the next step, and every task of
+            # the day shares today's aggregates (and each class's day-older ones).
+            with shared_aggregates():
+                for task, c in pending:
+                    t = task.template
+                    params = asked_on(t, task.params, day)
+                    if task.task_id not in now:
+                        now[task.task_id] = _gold(today, t, params, day, uniform_vintage(day))
+                    if c not in mixed:
+                        mixed[c] = _mixed(today, yesterday, c, day)
+                    before = _gold(mixed[c], t, params, day, {**uniform_vintage(day), c: day - ONE_DAY})
+                    if not t.answer.equal(now[task.task_id], before):
+                        changed[(task.task_id, c)].append(day)
         return cls(start, until, changed)
 
 

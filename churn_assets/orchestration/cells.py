@@ -139,7 +139,7 @@ def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 
     from churn_assets.orchestration.materialize import open_session
 
     cells = list(cells)
-    with open_session(state_paths) as session, _Pool(session, workers) as pool:
+    with open_session(state_paths) as session, WorkerPool(session, workers) as pool:
         pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
         definitions = load_definitions(session.paths)
         prepared = _prepare(session, definitions, cells, replan, say)
@@ -296,7 +296,7 @@ def _topological(jobs: list[_Job]) -> list[_Job]:
 BUSY_RETRY_S = 1.0  # how soon a build whose lock another process holds is asked for again
 
 
-def _schedule(pool: _Pool, jobs: list[_Job], say: Progress,
+def _schedule(pool: WorkerPool, jobs: list[_Job], say: Progress,
               on_cell: Callable[[CellResult], None] | None = None) -> dict[Any, Any]:
     """Run the jobs, at most `pool.workers` at a time, the highest-ranked ready job first. Returns each job's
     outcome: its result, or the reason it did not run (a string).
@@ -451,7 +451,9 @@ def _start_worker(root: str, torch_threads: int) -> None:
         _WORKER = _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}")
 
 
-def _worker() -> tuple[Session, dg.Definitions]:
+def worker_session() -> tuple[Session, dg.Definitions]:
+    """The session and definitions of the worker a job runs in (a `WorkerPool` job; the sweeps' exposure-only
+    worlds are jobs of another module)."""
     if _WORKER is None:
         raise RuntimeError("internal: a job ran in a process whose worker was not started")
     if _WORKER.error is not None or _WORKER.session is None or _WORKER.definitions is None:
@@ -469,7 +471,7 @@ def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
     from churn_assets.orchestration.scenario_materializer import LAUNCHED_BY, StepResult, build_step
 
     try:
-        session, definitions = _worker()
+        session, definitions = worker_session()
         return build_step(session, definitions, step, {**tags, LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None,
                           wait=False)
     except Exception as e:  # a lock, service or start-up error outside the run itself: this step fails alone
@@ -483,7 +485,7 @@ def _worker_cell(cell: Cell, tags: dict[str, str]) -> CellResult:
     log: list[str] = []
     started = time.perf_counter()
     try:
-        session, definitions = _worker()
+        session, definitions = worker_session()
         summary = run_scenario(session, definitions, cell.world, cell.arm, cell.t_prime, cell.t, cell.policy,
                                cell.saas_profile, log.append, llm=cell.llm, tags=tags or None)
     except Exception as e:
@@ -493,17 +495,18 @@ def _worker_cell(cell: Cell, tags: dict[str, str]) -> CellResult:
     return CellResult(cell, summary, seconds=time.perf_counter() - started, log=tuple(log))
 
 
-class _Pool:
+class WorkerPool:
     """The workers: `workers` spawned processes, or this process itself when `workers` is 1 (then a job runs
-    when it is submitted, on the caller's session). A process pool broken by a dead worker is started again
-    on the next submit."""
+    when it is submitted, on the caller's session and `definitions`). A job is a module-level function that
+    takes its session from `worker_session()`. A process pool broken by a dead worker is started again on the
+    next submit."""
 
     def __init__(self, session: Session, workers: int) -> None:
         self.session, self.workers = session, workers
         self.definitions: dg.Definitions | None = None  # the caller's, for `workers == 1`
         self.executor: ProcessPoolExecutor | None = None
 
-    def __enter__(self) -> _Pool:
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *_exc: object) -> None:

@@ -3,8 +3,10 @@
 `run_sweep(session, definitions, spec, workers=N)`:
 
 1. registers the sweep (a `sweep` dynamic partition, its record `<state>/sweeps/<sweep id>.json`) and its worlds
-   (recipes are added as `churnbench worlds add` adds them; each world's ledger is materialized if missing);
-2. computes the exposure-only cells from the ledgers (`sweeps/exposure_cells.py`);
+   (recipes are added as `churnbench worlds add` adds them; the ledger of each world with evaluated cells is
+   materialized if missing);
+2. computes the exposure-only cells from the ledgers (`sweeps/exposure_cells.py`), one world per worker job
+   (a missing ledger materialized first);
 3. evaluates every other cell through `cells.run_cells` (the union of missing inputs built once, then each
    cell's `eval_run`, in `workers` processes), reusing a finished cell (same experiment hash and code version)
    and saying so; a failed cell is recorded with its error and fails alone;
@@ -75,10 +77,13 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
         elif not is_registered(session.instance, w.world_id):
             raise SweepError(f"sweep {spec.preset}: world {w.world_id!r} is not registered (add it with "
                              "`churnbench worlds add`, or give seeds instead of world ids)")
-        if not (session.paths.ledger_dir(w.world_id) / "ledger.jsonl").exists():
-            echo(f"world {w.world_id}: materializing its ledger")
-            materialize(session, definitions, ["ledger"], [w.world_id])
     evaluated, exposure = spec_cells(spec, worlds, {name: a.fixed_policy for name, a in ARMS.items()})
+    # The worlds of evaluated cells get their ledgers here; a world with exposure-only cells alone gets its
+    # ledger from its exposure job, in parallel with the others (`compute_exposure_cells`).
+    for world_id in dict.fromkeys(c.world_id for c in evaluated):
+        if not (session.paths.ledger_dir(world_id) / "ledger.jsonl").exists():
+            echo(f"world {world_id}: materializing its ledger")
+            materialize(session, definitions, ["ledger"], [world_id])
     if spec.agent == LLM:
         agent_id = str(spec.options["agent_id"])
         evaluated = [dataclasses.replace(c, agent=agent_id) for c in evaluated]
@@ -91,46 +96,57 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
     return record
 
 
-def compute_exposure_cells(session: Session, record: SweepRecord, echo: Echo, *, workers: int = 1) -> None:
+def compute_exposure_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *,
+                           workers: int = 1) -> None:
     """Exposure and prediction of the exposure-only cells from the ledgers alone, one world per job in
-    `workers` processes (each world is independent: its ledger, task set and rates). The rows come back in
-    world order whatever order the worlds finish in, so the record is the same for any `workers`."""
+    `workers` processes (each world is independent: its ledger, task set and rates); a job first materializes
+    its world's ledger when it is missing, so the worlds' ledgers are generated in parallel too. The rows come
+    back in world order whatever order the worlds finish in, so the record is the same for any `workers`."""
+    from concurrent.futures import as_completed
+
     from churn_assets.deployment import task_settings
+    from churn_assets.orchestration.cells import WorkerPool
     from churn_assets.orchestration.world_registry import load_world_config
-    from churn_assets.sweeps.exposure_cells import exposure_of_world
 
     if not record.exposure_cells:
         return
     settings = task_settings()
     worlds = list(dict.fromkeys(c.world_id for c in record.exposure_cells))
-    jobs = [(str(session.paths.ledger_dir(w)), load_world_config(session.paths, w),
-             [c for c in record.exposure_cells if c.world_id == w], settings.count, settings.seed) for w in worlds]
+    jobs = {w: (w, load_world_config(session.paths, w), [c for c in record.exposure_cells if c.world_id == w],
+                settings.count, settings.seed) for w in worlds}
     rows_of: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
-
-    def done(n: int, world_id: str, rows: list[dict[str, Any]], seconds: float) -> None:
-        rows_of[world_id] = rows
-        echo(f"exposure-only: world {n}/{len(worlds)} {world_id}: {len(rows)} cells in {seconds:.1f} s")
-
     workers = max(1, min(workers, len(worlds)))
-    if workers == 1:
-        for n, job in enumerate(jobs, 1):
-            rows, seconds = exposure_of_world(*job)
-            done(n, job[1].world_id, rows, seconds)
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        # spawn, not fork: this process holds Dagster's storage connections and threads (as `cells.run_cells`).
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(exposure_of_world, *job): job[1].world_id for job in jobs}
-            for n, future in enumerate(as_completed(futures), 1):
-                rows, seconds = future.result()
-                done(n, futures[future], rows, seconds)
+    with WorkerPool(session, workers) as pool:
+        pool.definitions = definitions
+        futures = {pool.submit(exposure_job, job): w for w, job in jobs.items()}
+        for n, future in enumerate(as_completed(futures), 1):
+            world_id = futures[future]
+            rows, seconds, ledger_built = future.result()
+            rows_of[world_id] = rows
+            made = " (its ledger materialized first)" if ledger_built else ""
+            echo(f"exposure-only: world {n}/{len(worlds)} {world_id}: {len(rows)} cells in {seconds:.1f} s{made}")
     echo(f"exposure-only: {len(record.exposure_cells)} cells of {len(worlds)} world(s) in "
          f"{time.perf_counter() - started:.1f} s ({workers} worker{'s' if workers > 1 else ''})")
     record.exposure_rows = [row for w in worlds for row in rows_of[w]]
     record.save(session.paths)
+
+
+def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
+                 task_seed: int) -> tuple[list[dict[str, Any]], float, bool]:
+    """One world of `compute_exposure_cells`, in a `WorkerPool` worker: its ledger materialized when missing,
+    then `exposure_of_world`; the rows, the seconds it all took and whether the ledger was materialized."""
+    from churn_assets.orchestration.cells import worker_session
+    from churn_assets.sweeps.exposure_cells import exposure_of_world
+
+    started = time.perf_counter()
+    session, definitions = worker_session()
+    ledger_dir = session.paths.ledger_dir(world_id)
+    built = not (ledger_dir / "ledger.jsonl").exists()
+    if built:
+        materialize(session, definitions, ["ledger"], [world_id])
+    rows, _seconds = exposure_of_world(str(ledger_dir), config, cells, task_count, task_seed)
+    return rows, time.perf_counter() - started, built
 
 
 def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
@@ -251,7 +267,7 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     record.started, record.finished = _now(), ""
     counts = f"{len(record.cells)} evaluated cell(s), {len(record.exposure_cells)} exposure-only"
     echo(f"sweep {record.sweep_id}: {counts}")
-    compute_exposure_cells(session, record, echo, workers=workers)
+    compute_exposure_cells(session, definitions, record, echo, workers=workers)
     evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget,
                    retry_transport=retry_transport)
     record_refresh_rows(session, record)

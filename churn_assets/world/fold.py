@@ -19,7 +19,7 @@ class does not know at its served day resolves as absent (a license held by a us
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,10 +253,12 @@ def fold_vintage(
     vintage: Mapping[str, Day | str],
     *,
     format_version: int = 2,
+    classes: Collection[str] | None = None,
 ) -> WorldState:
     """A state whose every class holds that class's facts as of `vintage[class]`.
 
-    `vintage` must name every entity class (section 10). Records must be in ledger order.
+    `vintage` must name every entity class (section 10). Records must be in ledger order. `classes`: fold only
+    these classes (the others stay empty; a caller that already holds them, such as `GoldResolver`, supplies them).
     """
     missing = [c for c in STATE_CLASSES if c not in vintage]
     unknown = [c for c in vintage if c not in STATE_CLASSES]
@@ -266,7 +268,8 @@ def fold_vintage(
             f"unknown {', '.join(unknown)}" if unknown else "") if p))
     days = {c: _as_day(vintage[c]) for c in STATE_CLASSES}
     # ISO strings compare like days and save a date per record in the hot loop.
-    cutoffs = {c: d.isoformat() for c, d in days.items()}
+    wanted = STATE_CLASSES if classes is None else [c for c in STATE_CLASSES if c in classes]
+    cutoffs = {c: days[c].isoformat() if c in wanted else "" for c in STATE_CLASSES}  # "": before every day
     last = max(cutoffs.values())
     state = WorldState(vintage=days)
     folder = _Folder(state, format_version)
