@@ -208,3 +208,27 @@ def test_exposure_only_keeps_the_grid_and_refuses_presets_without_it() -> None:
     assert ev == [] and len(ex) == 4 * 7 * 2
     with pytest.raises(SweepError, match="--exposure-only needs a preset with exposure-only cells"):
         exposure_only_spec(preset_spec("budget"))
+
+
+def test_the_saas_profile_is_the_presets_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from churn_assets.cli import main
+
+    spec = preset_spec("smoke")
+    assert spec.saas_profile == "default"
+    other = customize(spec, saas_profile="reference")
+    ev, _ = cells(other, resolve_worlds(other), FIXED)
+    assert {c.saas_profile for c in ev} == {"reference"} and other.sweep_id != spec.sweep_id
+    # The CLI offers the scenarios' profiles and hands the choice to `customize` (as the Launchpad does).
+    seen: dict[str, Any] = {}
+
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        raise SystemExit(3)
+
+    monkeypatch.setattr("churn_assets.sweeps.presets.customize", stop)
+    result = CliRunner().invoke(main, ["sweep", "--preset", "smoke", "--saas-profile", "reference"])
+    assert result.exit_code == 3 and seen["saas_profile"] == "reference"
+    result = CliRunner().invoke(main, ["sweep", "--preset", "smoke", "--saas-profile", "nosuch"])
+    assert result.exit_code == 2 and "nosuch" in result.output

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.state import StatePaths
 from churn_assets.sweeps.presets import PRESETS
 
@@ -37,6 +38,9 @@ def _ints(text: str | None) -> tuple[int, ...]:
               help="Cells evaluated at once (worker processes).")
 @click.option("--agent", type=click.Choice(["deterministic", "llm"]), default=None,
               help="The agent (llm: the CHURNBENCH_LLM_* endpoint); default: the preset's.")
+@click.option("--saas-profile", type=click.Choice(SAAS_PROFILES), default=None,
+              help="The SaaS API's plan (requests/min, latency); default: the preset's (the Launchpad's "
+                   "`saas_profile`).")
 @click.option("--llm-budget", "llm_budget", type=click.FloatRange(min=0), default=None,
               help="With --agent llm: stop starting cells once the spend plus a cell's estimate passes this (USD).")
 @click.option("--llm-max-concurrent", type=click.IntRange(1, 8), default=2, show_default=True,
@@ -50,8 +54,8 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.pass_context
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
-          workers: int, agent: str | None, llm_budget: float | None, llm_max_concurrent: int, exposure_only: bool,
-          as_json: bool, retry_transport: bool) -> None:
+          workers: int, agent: str | None, saas_profile: str | None, llm_budget: float | None,
+          llm_max_concurrent: int, exposure_only: bool, as_json: bool, retry_transport: bool) -> None:
     """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
     (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
     `sweep_report` partition. `churnbench sweep list|show|rm` manage sweeps."""
@@ -66,7 +70,8 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
     from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
 
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
-    spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent)
+    spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent,
+                     saas_profile=saas_profile)
     if exposure_only:
         from churn_assets.sweeps.presets import exposure_only_spec
 
