@@ -234,7 +234,7 @@ def create_app(keys: Sequence[ApiKey], cache: ProjectionCache, *, limiter: RateL
                                 headers={"WWW-Authenticate": "ApiKey"})
         key = match.key
         plan = key.plan
-        decision = api_state.limiter.check(key.key_id, plan)
+        decision = api_state.limiter.check(match.bucket, plan)
         if plan.latency_ms > 0:
             # The round trip costs the same whether the answer is data or a refusal.
             await asyncio.sleep(plan.latency_ms / 1000.0)

@@ -226,6 +226,12 @@ class Match:
     def allows(self, world: str) -> bool:
         return self.tenant == world if self.key.per_tenant else self.key.allows(world)
 
+    @property
+    def bucket(self) -> str:
+        """The rate limiter's bucket: one per key, and a derived key is a key of its own (each tenant has its own
+        quota, as each customer of a SaaS vendor has), not a share of its issuer's."""
+        return self.key.key_id if self.tenant is None else f"{self.key.key_id}/{self.tenant}"
+
 
 def match_key(keys: Sequence[ApiKey], presented: str | None) -> Match | None:
     """The key `presented` is (a key's own secret, or a per-tenant key derived from one), compared in constant

@@ -62,3 +62,14 @@ def test_unknown_stage_is_one_line() -> None:
     result = CliRunner().invoke(main, ["bench", "--stages", "generate,nope"])
     assert result.exit_code != 0
     assert "unknown stage(s) nope" in result.output and "Traceback" not in result.output
+
+
+def test_stages_get_what_they_need_first() -> None:
+    from churn_assets.benchmark.runner import stage_order
+
+    # truth + raw reads the cold paper's world: the untimed paper comes before it, not only before dbt.
+    assert stage_order(["generate", "truth_raw", "dbt"], have_ledger=False) == [
+        "generate", "paper_cold", "truth_raw", "dbt"]
+    assert stage_order(["verify", "fold"], have_ledger=False) == ["generate", "verify", "fold"]
+    assert stage_order(["verify"], have_ledger=True) == ["verify"]
+    assert stage_order(["paper_cold", "dbt"], have_ledger=True) == ["paper_cold", "dbt"]

@@ -304,3 +304,19 @@ def test_a_key_for_another_tenant_is_answered_403(source: LedgerSource) -> None:
     assert refused.status_code == 403 and "not issued for tenant" in refused.json()["detail"]
     # Refused before any lookup: a key cannot probe which other tenants exist.
     assert get(client, f"/v1/tenants/{other}/prices", tenant_key(issuer, mine), as_of="2024-01-10").status_code == 403
+
+
+def test_each_tenants_derived_key_has_its_own_quota(source: LedgerSource) -> None:
+    from churn_assets.credentials import tenant_key
+
+    issuer = "i" * 20
+    keys = parse_keys(json.dumps({"keys": [{"id": "issuer", "key": issuer, "profile": "default", "per_tenant": True,
+                                             "rate_per_minute": 3, "latency_ms": 0}]}), "test")
+    client = TestClient(create_app(keys, ProjectionCache(source, revalidate_s=60)))
+    mine, other = source.world_id, "other-s1-000000"
+    url = f"/v1/tenants/{mine}/prices"
+    codes = [get(client, url, tenant_key(issuer, mine), as_of="2024-01-10").status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    # Another tenant's key from the same issuer still has its three requests (its world is unknown here: 404).
+    assert [get(client, f"/v1/tenants/{other}/prices", tenant_key(issuer, other), as_of="2024-01-10").status_code
+            for _ in range(4)] == [404, 404, 404, 429]
