@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -82,8 +83,10 @@ def _rows(folder: Path) -> list[dict[str, object]]:
 
 def _restart_services(session: Session) -> None:
     """What the next command does (`ensure_services`), and the same for this process's open Dagster instance: each
-    of its storages meets the dead connections of the killed Postgres once, which drops its pool."""
-    ensure_services(session.paths)
+    of its storages meets the dead connections of the killed Postgres once, which drops its pool. The session's
+    URLs are the restarted services' (a restarted MongoDB-protocol server listens on a new port), so the tests that
+    share this session after this file find them."""
+    session.urls = ensure_services(session.paths)
     probes = (lambda: session.instance.get_runs(limit=1), lambda: session.instance.get_dynamic_partitions("world"),
               lambda: session.instance.all_instigator_state())
     for probe in probes:
@@ -161,12 +164,25 @@ def test_postgres_killed_during_a_staged_cache_materialization_records_nothing_a
         session: Session, session_defs: dg.Definitions, small_world: str, cli_environ: dict[str, str],
         tmp_path: Path) -> None:
     """Killed inside the partition's transaction (rows and meta row written, not committed): the step fails naming
-    Postgres, no materialization and no meta row are recorded, and the rerun writes the partition."""
+    Postgres, no materialization and no meta row are recorded (what was there before stays: another test of the
+    session may have built this partition), and the rerun writes the partition."""
     from churn_assets.fabric.postgres import connection
     from churn_assets.grounding.staging import partition_record
     from churn_assets.orchestration.materialize import materialize
 
     asset, table, day = "staged_prices", "prices", "2024-01-24"
+    key = f"{day}|{small_world}"
+
+    def latest() -> int | None:  # the storage id of the partition's latest materialization
+        found = session.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=1).records
+        return found[0].storage_id if found else None
+
+    def meta() -> Any:
+        with connection(session.urls.warehouse, autocommit=True) as conn:
+            return partition_record(conn, small_world, table, dt.date.fromisoformat(day))
+
+    before, meta_before = latest(), meta()
     pause = tmp_path / "staged.paused"
     command = [sys.executable, "-c", STAGED_SCRIPT, asset, small_world, day]
     returncode, err = _run_paused(command, {**cli_environ, FAULT_ENV: f"staged_before_commit:1:pause={pause}"}, pause,
@@ -175,13 +191,10 @@ def test_postgres_killed_during_a_staged_cache_materialization_records_nothing_a
     line = _one_error_line(err)
     assert "Postgres" in line, line
     _restart_services(session)
-    urls = session.urls
-    key = f"{day}|{small_world}"
-    assert key not in session.instance.get_materialized_partitions(dg.AssetKey(asset))
-    with connection(urls.warehouse, autocommit=True) as conn:
-        assert partition_record(conn, small_world, table, dt.date.fromisoformat(day)) is None
+    assert latest() == before  # no materialization recorded
+    assert meta() == meta_before  # the partition's meta row: not written (or the earlier one, untouched)
     materialize(session, session_defs, [asset], [key])  # the rerun (in this process: no second start-up)
-    with connection(urls.warehouse, autocommit=True) as conn:
-        record = partition_record(conn, small_world, table, dt.date.fromisoformat(day))
+    record = meta()
     assert record is not None and record.rows > 0
-    assert key in session.instance.get_materialized_partitions(dg.AssetKey(asset))
+    after = latest()
+    assert after is not None and after != before
