@@ -145,7 +145,7 @@ def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
     built = not (ledger_dir / "ledger.jsonl").exists()
     if built:
         materialize(session, definitions, ["ledger"], [world_id])
-    rows, _seconds = exposure_of_world(str(ledger_dir), config, cells, task_count, task_seed)
+    rows = exposure_of_world(str(ledger_dir), config, cells, task_count, task_seed)
     return rows, time.perf_counter() - started, built
 
 

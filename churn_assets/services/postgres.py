@@ -282,7 +282,7 @@ def require_passwords(pg_data: Path) -> None:
         if target.read_text() == PG_HBA:
             return
     except FileNotFoundError:
-        pass
+        pass  # no pg_hba.conf yet: write it
     owner = pg_data.stat()
     tmp = pg_data / f".pg_hba.conf.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

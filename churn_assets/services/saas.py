@@ -95,7 +95,7 @@ def ensure_saas_keys(paths: StatePaths) -> Path:
         if entries and all(entry.get("per_tenant") is True for entry in entries):
             return target
     except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-        pass
+        pass  # no keys file, or one of another shape: (re)issue the per-tenant keys below
     keys = {"keys": [{"id": f"churnbench-{profile}", "key": new_secret(), "profile": profile, "per_tenant": True}
                      for profile in SAAS_PROFILES]}
     write_private(target, json.dumps(keys, indent=2) + "\n")

@@ -81,16 +81,12 @@ def world_exposure(config: WorldConfig, records: Sequence[Mapping[str, Any]], ce
 
 
 def exposure_of_world(ledger_dir: str, config: WorldConfig, cells: Sequence[Cell], task_count: int,
-                      task_seed: int) -> tuple[list[dict[str, Any]], float]:
-    """`world_exposure` of one world from its ledger folder, and the seconds it took: one job of the sweeps'
-    exposure-only pool (a process of its own reads the ledger and the registry, CHURNBENCH_REGISTRY included)."""
-    import time
-
+                      task_seed: int) -> list[dict[str, Any]]:
+    """`world_exposure` of one world from its ledger folder (the sweeps' exposure-only job reads the ledger and
+    the registry, CHURNBENCH_REGISTRY included, in its own process)."""
     from churn_assets.grounding.registry import load_registry
     from churn_assets.world.ledger import load_ledger
 
-    started = time.perf_counter()
     loaded = load_ledger(ledger_dir)
-    rows = world_exposure(config, loaded.records, cells, load_registry(), task_count=task_count,
+    return world_exposure(config, loaded.records, cells, load_registry(), task_count=task_count,
                           task_seed=task_seed, format_version=loaded.format_version)
-    return rows, time.perf_counter() - started
