@@ -42,6 +42,7 @@ KEYS = {
     "limited": ("l" * 24, {"profile": "default", "rate_per_minute": 3, "latency_ms": 0}),
     "throttled": ("t" * 24, {"profile": "default", "rate_per_minute": 120, "burst": 1, "latency_ms": 0}),
     "slow": ("s" * 24, {"profile": "reference", "rate_per_minute": 0, "latency_ms": 300}),
+    "issuer": ("i" * 24, {"profile": "default", "rate_per_minute": 3, "latency_ms": 0, "per_tenant": True}),
 }
 
 
@@ -120,6 +121,19 @@ def test_rate_limit_429_with_retry_after(http: httpx.Client, tenant: str) -> Non
     assert [a.status_code for a in answers] == [200, 200, 200, 429]
     assert 1 <= int(answers[-1].headers["Retry-After"]) <= 20
     assert call(http, path, "open", as_of=DAY_A).status_code == 200  # per key
+
+
+def test_each_tenants_derived_key_has_its_own_quota(http: httpx.Client, tenant: str) -> None:
+    from churn_assets.credentials import tenant_key
+
+    issuer, other = KEYS["issuer"][0], "other-s1-000000"
+    mine = [call(http, f"/v1/tenants/{tenant}/prices", tenant_key(issuer, tenant), as_of=DAY_A).status_code
+            for _ in range(4)]
+    assert mine == [200, 200, 200, 429]
+    # The same issuer's key for another tenant has its own three requests (that world is unknown here: 404).
+    theirs = [call(http, f"/v1/tenants/{other}/prices", tenant_key(issuer, other), as_of=DAY_A).status_code
+              for _ in range(4)]
+    assert theirs == [404, 404, 404, 429]
 
 
 def test_latency_is_injected(http: httpx.Client, tenant: str) -> None:
