@@ -35,3 +35,28 @@ def test_derived_secrets_differ_per_label_and_reveal_nothing() -> None:
     assert len(a) == 43
     key = tenant_key("issuer-secret-0123456789", "default-s42-3f9a1c")
     assert key.startswith("default-s42-3f9a1c.") and "issuer-secret" not in key
+
+
+def test_the_saas_keys_file_keeps_its_keys_and_gains_a_profile_it_lacks(tmp_path: Path) -> None:
+    """A keys file written before the `unlimited` profile existed keeps its issuers (clients' derived keys stay
+    valid) and gets one for the new profile; a file of an older shape (keys reading every tenant) is replaced."""
+    import json
+
+    from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+    from churn_assets.services import ensure_saas_keys, saas_api_key
+    from churn_assets.state import StatePaths
+
+    paths = StatePaths.resolve(tmp_path / "state")
+    target = ensure_saas_keys(paths)
+    first = json.loads(target.read_text())["keys"]
+    assert [k["profile"] for k in first] == list(SAAS_PROFILES) and all(k["per_tenant"] for k in first)
+    older = [k for k in first if k["profile"] != "unlimited"]
+    target.write_text(json.dumps({"keys": older}))
+    ensure_saas_keys(paths)
+    again = json.loads(target.read_text())["keys"]
+    assert again[:len(older)] == older and [k["profile"] for k in again] == list(SAAS_PROFILES)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert saas_api_key(paths, "unlimited", world_id="w1").startswith("w1.")
+    target.write_text(json.dumps({"keys": [{"id": "old", "key": "k" * 24, "profile": "default"}]}))
+    ensure_saas_keys(paths)
+    assert {k["id"] for k in json.loads(target.read_text())["keys"]} == {f"churnbench-{p}" for p in SAAS_PROFILES}

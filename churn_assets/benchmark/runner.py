@@ -89,22 +89,6 @@ def _purge(state_dir: Path) -> None:
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def _write_unlimited_key(state_dir: Path) -> None:
-    """The bench's state folder gets the SaaS keys file before its services start, with a key on the
-    `unlimited` plan beside the built-in profiles' (the eval stage's "latency off")."""
-    from churn_assets.credentials import new_secret, write_private
-    from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-    from churn_assets.services import saas_keys_file
-    from churn_assets.state import StatePaths
-
-    target = saas_keys_file(StatePaths.resolve(state_dir))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Per-tenant issuer keys, as `ensure_saas_keys` writes them (a file of other keys is replaced by it).
-    keys = [{"id": f"churnbench-{p}", "key": new_secret(), "profile": p, "per_tenant": True}
-            for p in (*SAAS_PROFILES, "unlimited")]
-    write_private(target, json.dumps({"keys": keys}, indent=2) + "\n")
-
-
 def run_bench(root: Path, scales: Sequence[float], stages: Sequence[str], repeats: int, *, days: int = 180,
               paper_workers: int | None = None, say: Say = print, keep: bool = False,
               json_path: Path | None = None) -> dict[str, Any]:
@@ -194,8 +178,6 @@ def stage_order(stages: Sequence[str], *, have_ledger: bool) -> list[str]:
 
 def _child(stage: str, ctx: Context, repeats: int, log: Path) -> dict[str, Any]:
     state = Path(ctx.state_dir)
-    if not state.exists():
-        _write_unlimited_key(state)
     with tempfile.TemporaryDirectory(prefix="bench-stage-") as tmp:
         ctx_file, out_file = Path(tmp) / "ctx.json", Path(tmp) / "out.json"
         ctx_file.write_text(json.dumps(dataclasses.asdict(ctx)))
@@ -217,7 +199,6 @@ def _paper(stage: str, ctx: Context, state: Path, workers: int | None, log: Path
         shutil.rmtree(state / "results", ignore_errors=True)
     else:
         _purge(state)
-        _write_unlimited_key(state)
         cmds.append([*py, "worlds", "add", "--days", str(ctx.days), *(a for o in ctx.overrides for a in ("--set", o))])
     workers_args = ["--workers", "1"] if stage == "paper_cold_serial" else (
         ["--workers", str(workers)] if workers else [])

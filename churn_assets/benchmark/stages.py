@@ -398,7 +398,7 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
         with _session(ctx) as session:
             paths, urls = session.paths, session.urls
             config = load_world_config(paths, ctx.world_id)
-            try:  # a state folder the bench did not make has no `unlimited` key (see runner._write_unlimited_key)
+            try:  # a SaaS deployment of its own (CHURNBENCH_SAAS_URL) may issue no key on the `unlimited` plan
                 saas_api_key(paths, "unlimited", world_id=ctx.world_id)
             except Exception:
                 profiles = ["default"]

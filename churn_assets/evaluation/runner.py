@@ -26,6 +26,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from churn_assets.evaluation.catalog import RunCatalog
@@ -228,6 +229,21 @@ def finished_summary(store: ResultsStore, spec: RunSpec, *, code: str | None = N
     if cat is not None:  # recorded already, or the catalog was unreachable when the run finished
         cat.complete(spec.scenario, key, store.run_dir(key), summary, store.read_timings(key))
     return summary
+
+
+def finished_run(store: ResultsStore, scenario: Scenario, config_hash: str, plan: ScenarioPlan, task_file: Path, *,
+                 catalog: RunCatalog | str | None = None) -> tuple[RunSpec, dict[str, Any]] | None:
+    """(spec, summary) of the finished run of this scenario's identity, or None: also when its task set file is
+    missing or unreadable (the identity needs it; the caller's input check then says what is missing)."""
+    from churn_assets.tasks.task_set import TaskSetError, read_tasks, task_set_hash
+
+    try:
+        tasks = read_tasks(task_file)
+    except TaskSetError:
+        return None
+    spec = RunSpec(scenario, config_hash, task_set_hash(tasks), plan)
+    summary = finished_summary(store, spec, catalog=catalog)
+    return None if summary is None else (spec, summary)
 
 
 def _record_failure(cat: RunCatalog, key: RunKey, error: BaseException) -> None:

@@ -6,6 +6,7 @@ refuses a bad file with a message naming the class and the problem.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -140,6 +141,14 @@ def load_registry(path: str | Path | None = None) -> Registry:
             text = Path(path).read_text()
         except FileNotFoundError:
             raise RegistryError(f"registry {where}: file not found") from None
+    return _parsed(text, where)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str, where: str) -> Registry:
+    """The registry a file's text describes, parsed once per text: a sweep's cells each load it several times
+    (planning, the input checks, the served-age checks), and parsing and validating the YAML was about 10% of
+    reusing a finished cell. Keyed by the text itself, so an edited file is parsed again."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

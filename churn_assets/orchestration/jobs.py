@@ -43,7 +43,8 @@ class SweepConfig(dg.Config):
                             "the preset's).")
     agent: str = Field("", description="deterministic or llm (the CHURNBENCH_LLM_* settings of the code "
                        "location's environment); empty: the preset's.")
-    saas_profile: str = Field("", description="The SaaS API's plan (default, reference); empty: the preset's.")
+    saas_profile: str = Field("", description="The SaaS API's plan (default, reference, or unlimited: no quota "
+                              "and no latency); empty: the preset's.")
     parallelism: int = Field(1, ge=1, le=8, description="Cells evaluated at once (worker processes).")
     llm_budget_usd: float | None = Field(None, ge=0, description="With agent llm: stop starting cells once the "
                                          "reported spend plus a cell's estimate would pass this (US dollars).")

@@ -33,7 +33,11 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
                                    agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT, saas_profile=saas_profile,
                                    model_settings=llm.to_json() if llm else None)
         key = register_scenario(session.paths, session.instance, scenario)
-        build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo, tags=tags)
+        # A finished result of this identity needs no input built or checked again (decision 190): a relaunched
+        # sweep's cells each checked every input partition twice (here and in `eval_run`).
+        reusable = not (replan or retry_transport) and _finished(session, scenario, key)
+        built = 0 if reusable else len(materialize_scenario(session, definitions, scenario, replan=replan, echo=echo,
+                                                            tags=tags).built)
         started = time.perf_counter()
         eval_tags = {**(tags or {}), **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})}
         [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None)
@@ -43,8 +47,25 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         folder = Path(str(result.metadata["eval_run"]["results"]))
         summary = json.loads((folder / "summary.json").read_text())
         timings = json.loads((folder / "timings.json").read_text())
-        summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=len(build.built),
+        summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=built,
                        mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}),
                        reused=bool(result.metadata["eval_run"].get("reused")))
         summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
         return summary
+
+
+def _finished(session: Any, scenario: Any, key: str) -> bool:
+    """Whether the scenario's stored plan (made with today's registry) has a finished result. No stored plan, or
+    one of another registry: False, and the materializer plans it or refuses it as always."""
+    from churn_assets.evaluation.results import ResultsStore
+    from churn_assets.evaluation.runner import finished_run
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.orchestration.scenarios import stored_plan
+    from churn_assets.orchestration.world_registry import load_world_config
+
+    plan = stored_plan(session.paths, key)
+    if plan is None or plan.registry_hash != load_registry().content_hash:
+        return False
+    config = load_world_config(session.paths, scenario.world_id)
+    return finished_run(ResultsStore(session.paths.root / "results"), scenario, config.config_hash, plan,
+                        session.paths.task_set_file(scenario.world_id, scenario.t)) is not None

@@ -84,20 +84,26 @@ def saas_keys_file(paths: StatePaths) -> Path:
 
 
 def ensure_saas_keys(paths: StatePaths) -> Path:
-    """Write the embedded SaaS API's keys file (one random per-tenant issuer key per profile, mode 0600) unless
-    it exists with per-tenant keys (a file of an older churnbench, whose keys read every tenant, is replaced:
-    this runs before the server starts, which reads it once)."""
+    """Write the embedded SaaS API's keys file (one random per-tenant issuer key per profile, mode 0600). A file
+    of per-tenant keys is kept and gets a key for each profile it lacks (one written before a profile existed);
+    a file of an older churnbench, whose keys read every tenant, is replaced. This runs before the server starts,
+    which reads the file once."""
     from churn_assets.credentials import new_secret, write_private
 
     target = saas_keys_file(paths)
+    kept: list[dict[str, object]] = []
     try:
         entries = json.loads(target.read_text())["keys"]
         if entries and all(entry.get("per_tenant") is True for entry in entries):
-            return target
+            kept = list(entries)
     except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
         pass  # no keys file, or one of another shape: (re)issue the per-tenant keys below
-    keys = {"keys": [{"id": f"churnbench-{profile}", "key": new_secret(), "profile": profile, "per_tenant": True}
-                     for profile in SAAS_PROFILES]}
+    have = {entry.get("profile") for entry in kept}
+    missing = [p for p in SAAS_PROFILES if p not in have]
+    if kept and not missing:
+        return target
+    keys = {"keys": kept + [{"id": f"churnbench-{profile}", "key": new_secret(), "profile": profile,
+                             "per_tenant": True} for profile in missing]}
     write_private(target, json.dumps(keys, indent=2) + "\n")
     return target
 

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 T = dt.date(2024, 1, 30)
 TASKS = 20
+TTL = 7
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,10 @@ def few_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, session_defs: dg.Definitions,
                                                            sweep_world: str, few_tasks: None) -> None:
-    spec = SweepSpec("it-grid", (sweep_world,), (TIERED_ARM,), (uniform_ttl(0), "off"), T,
-                     gaps=(27,), exposure_only=True, evaluate_worlds=(0,), options={"ttls": [0]})
+    # One TTL of 7 days for every class (three refreshes of each in the 27 days; TTL 0 would build 27 days of
+    # every input for the same checks).
+    spec = SweepSpec("it-grid", (sweep_world,), (TIERED_ARM,), (uniform_ttl(TTL), "off"), T,
+                     gaps=(27,), exposure_only=True, evaluate_worlds=(0,), options={"ttls": [TTL]})
     lines: list[str] = []
     record = run_sweep(session, session_defs, spec, echo=lines.append)
     assert record.status_counts() == {"done": 2, "failed": 0, "pending": 0, "skipped": 0}
@@ -61,18 +64,20 @@ def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, sess
         assert outcome["planned_vintage"] == exposure[cell.policy]["served_vintage"]
         assert outcome["tasks"] == TASKS and outcome["reused"] is False
     off = next(o for o in record.outcomes.values() if o["cell"]["policy"] == "off")
-    ttl0 = next(o for o in record.outcomes.values() if o["cell"]["policy"] == uniform_ttl(0))
+    ttl = next(o for o in record.outcomes.values() if o["cell"]["policy"] == uniform_ttl(TTL))
     assert off["refreshes"] == 0 and sum(off["refresh_rows"].values()) == 0
-    assert ttl0["refreshes"] > 0 and all(v and v > 0 for v in ttl0["refresh_rows"].values()), ttl0["refresh_rows"]
-    # Where the refresh's partition was built (the served day, T itself under TTL 0), the count is what it holds.
+    assert ttl["refreshes"] > 0 and all(v and v > 0 for v in ttl["refresh_rows"].values()), ttl["refresh_rows"]
+    # Where the refresh's partition was built (the served day: the last refresh), the count is what it holds.
     from churn_assets.fabric.postgres import connection
     from churn_assets.grounding.refresh_cost import refresh_rows
     from churn_assets.grounding.staging import partition_record
 
     with connection(session.urls.warehouse) as conn:
-        [counted] = refresh_rows(conn, sweep_world, {"prices": [T]}, T - dt.timedelta(days=1),
+        served = dt.date.fromisoformat(ttl["planned_vintage"]["prices"])
+        assert T - dt.timedelta(days=TTL) < served <= T
+        [counted] = refresh_rows(conn, sweep_world, {"prices": [served]}, served - dt.timedelta(days=1),
                                  session.paths.contracts_root(sweep_world)).values()
-        record_ = partition_record(conn, sweep_world, "prices", T)
+        record_ = partition_record(conn, sweep_world, "prices", served)
         assert record_ is not None and counted == record_.rows > 0
 
     event = session.instance.get_latest_materialization_event(dg.AssetKey("sweep_report"))
@@ -81,11 +86,23 @@ def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, sess
     assert "data:image/png;base64," in event.asset_materialization.metadata["report"].value  # type: ignore[operator]
     folder = sweep_report_dir(session.paths, spec.sweep_id)
     data = json.loads((folder / "report.json").read_text())
-    assert {g["ttl"] for g in data["ttl_grid"]} == {0}
+    assert {g["ttl"] for g in data["ttl_grid"]} == {TTL}
     assert all(g["stale_equals_exposure"] for g in data["ttl_grid"])
 
+    # A relaunch reuses every cell without building or checking any input again (decision 190): neither the
+    # scenario materializer nor eval_run's input check may run.
+    import churn_assets.orchestration.assets.evaluation as evaluation_asset
+    import churn_assets.orchestration.scenario_materializer as materializer
+
+    def not_again(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a finished cell's inputs were checked again")
+
     again: list[str] = []
-    rerun = run_sweep(session, session_defs, spec, echo=again.append)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(materializer, "materialize_scenario", not_again)
+        mp.setattr(evaluation_asset, "missing_inputs", not_again)
+        rerun = run_sweep(session, session_defs, spec, echo=again.append)
+    assert all(o["inputs_built"] == 0 for o in rerun.outcomes.values()), again
     assert all(o["reused"] for o in rerun.outcomes.values())
     assert sum("reused" in line for line in again) == 2
     assert {k: o["experiment_hash"] for k, o in rerun.outcomes.items()} == \

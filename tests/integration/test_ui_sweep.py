@@ -171,7 +171,9 @@ def test_the_regression_job_launches_from_the_ui(ui: int) -> None:
 
 
 def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui: int) -> None:
-    config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"]}
+    # Two arms, two T' (the preset's), at gaps 1 and 2 instead of its 1 and 28: the Launchpad's `gaps` field is
+    # used, and the tiered arm's refreshes build 2 days of inputs, not 28.
+    config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"], "gaps": [1, 2]}
     params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
                            "jobName": "sweep"},
               "runConfigData": {"ops": {"run_sweep_cells": {"config": config}}}}

@@ -23,7 +23,7 @@ import dagster as dg
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
-from churn_assets.evaluation.runner import RunSpec, evaluate, finished_summary, transport_failures
+from churn_assets.evaluation.runner import RunSpec, evaluate, finished_run, transport_failures
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
@@ -82,6 +82,21 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         urls = state.service_urls()
         session = Session(paths, urls, context.instance)
         plan = scenario_plan(session, scenario)  # the stored plan (made now only if it never was)
+    world = scenario.world_id
+    config = require_world(state, world)
+    retry = context.run.tags.get(RETRY_TRANSPORT_TAG) == "true"
+    store = results_store(state)
+    # A finished result of the same identity is looked up before the inputs are: reusing it reads no input
+    # (decision 190). Its identity needs the task set, so a missing task set goes on to the check below.
+    found = finished_run(store, scenario, config.config_hash, plan, paths.task_set_file(world, scenario.t),
+                         catalog=urls.warehouse)
+    if found is not None and not (retry and transport_failures(found[1])):
+        # the same identity ran to the end before: reused, never run twice
+        run_dir = _result_dir(store, found[0], found[1])
+        context.log.info(f"{scenario.key}: reusing the finished result {run_dir}")
+        return dg.MaterializeResult(metadata={
+            **_metadata(found[1], plan.served_vintage, str(run_dir), (run_dir / "timings.json").read_text()),
+            "reused": True})
     # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
     missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
@@ -91,20 +106,8 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
                          "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
                          f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
                          f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
-    world = scenario.world_id
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
-    config = require_world(state, world)
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
-    retry = context.run.tags.get(RETRY_TRANSPORT_TAG) == "true"
-    store = results_store(state)
-    finished = finished_summary(store, spec, catalog=urls.warehouse)
-    if finished is not None and not (retry and transport_failures(finished)):
-        # the same identity ran to the end before: reused, never run twice
-        run_dir = _result_dir(store, spec, finished)
-        context.log.info(f"{scenario.key}: reusing the finished result {run_dir}")
-        return dg.MaterializeResult(metadata={
-            **_metadata(finished, plan.served_vintage, str(run_dir), (run_dir / "timings.json").read_text()),
-            "reused": True})
     loaded = world_ledger(state, world)
     resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
     agent = None  # the deterministic agent
