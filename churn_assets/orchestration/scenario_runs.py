@@ -36,6 +36,8 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         # A finished result of this identity needs no input built or checked again (decision 190): a relaunched
         # sweep's cells each checked every input partition twice (here and in `eval_run`).
         reusable = not (replan or retry_transport) and _finished(session, scenario, key)
+        if reusable:
+            echo(f"scenario {scenario.label}: finished before with this identity; its inputs are not checked again")
         built = 0 if reusable else len(materialize_scenario(session, definitions, scenario, replan=replan, echo=echo,
                                                             tags=tags).built)
         started = time.perf_counter()
