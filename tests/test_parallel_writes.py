@@ -3,7 +3,7 @@ file locks, and the day builds that rely on them (documents, ledger, state id).
 
 Threads stand in for processes where that is equivalent (an flock belongs to the open file description, so
 two threads of one process exclude each other as two processes do); the lock of a killed holder is tested
-with a real process. Two processes running whole cells at once are in tests/integration/test_parallel_cells.py.
+with a real process. Two processes running whole cells at once are in tests/integration/test_figures_unchanged.py.
 """
 
 from __future__ import annotations

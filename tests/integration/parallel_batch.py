@@ -1,4 +1,4 @@
-"""One batch of cells, run as its own process by tests/integration/test_parallel_cells.py:
+"""One batch of cells, run as its own process by tests/integration/test_figures_unchanged.py (its second test):
 
     python parallel_batch.py '{"world_days": 30, "world_name": "figures", "workers": 2,
                                "cells": [["grounding", "tiered", "2024-01-29", "2024-01-30"], ...]}'

@@ -11,6 +11,21 @@ by issue 19 (its diff: the measured-rate predictor moved cell 1's prediction 2.4
 `freshness_error` to it, so its stale answers and exposure went 10 -> 9; nothing else moved). An intended change
 of figures (new question texts, say) regenerates it: `CHURNBENCH_UPDATE_FIGURES=1 pytest <this file>`, and the
 diff of the fixture goes into the commit and its reason into the closing note.
+
+The second test: two batches of cells at once on one cold state folder give the results of one cell after the
+other. Two processes start together on a state folder with no services and nothing built: batch A runs three cells in
+two worker processes (one of them refused: T' after T), batch B two cells in its own process; one cell is in
+both, and all share the world's inputs (ledger, warehouse, dbt build, the documents and operational store of T'
+and T, the task set, the staged and index partitions of T'). The services are started once, every input
+partition is materialized exactly once, the shared cell is run once (its catalog row has one attempt) and
+reused by the other batch, nothing half-written is left, and every summary.json and tasks.jsonl equals the one
+the same cell writes when run alone in the session's state folder. The bad cell fails alone.
+
+The world and task count are the figures test's (a 30-day world, 20 tasks), and so is the first cell: the two
+tests share this file so that `--dist loadfile` runs them on one xdist worker, one after the other, and the cells
+run alone here reuse the figures test's inputs (decision 191; run on its own, this test builds them, a minute more).
+All cells are at T' = T - 1, so one vector index day is built (each process that builds one loads the embedding
+model).
 """
 
 from __future__ import annotations
@@ -18,20 +33,28 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 
-from churn_assets.deployment import TaskSettings
+from churn_assets.deployment import DEPLOYMENT_ENV, TaskSettings
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.orchestration.world_registry import add_world
+from churn_assets.services import purge_embedded_data, services_status
+from churn_assets.state import StatePaths
 from churn_assets.world.config import load_config
 
 pytestmark = pytest.mark.integration
 
+WORLD_NAME, DAYS, TASKS = "figures", 30, 20  # a world of its own: no other file's partitions are reused
 FIXTURE = Path(__file__).resolve().parents[1] / "snapshots" / "figures_30day.json"
 UPDATE_ENV = "CHURNBENCH_UPDATE_FIGURES"
 T = dt.date(2024, 1, 30)
@@ -43,8 +66,8 @@ FIELDS = ("tasks", "verdicts", "stale_answers", "exposure", "prediction", "accur
 def figures(session: Session, defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     import churn_assets.orchestration.assets.tasks as task_asset
 
-    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=20, seed=0))
-    config = load_config(days=30, name="figures")  # a world of its own: no other test's partitions are reused
+    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=TASKS, seed=0))
+    config = load_config(days=DAYS, name=WORLD_NAME)
     add_world(session.paths, session.instance, config)
     materialize(session, defs, ["ledger"], [config.world_id])
     out: dict[str, Any] = {"world": config.world_id, "t": T.isoformat(), "cells": []}
@@ -68,3 +91,107 @@ def test_four_cells_give_the_committed_figures(session: Session, session_defs: d
     assert all(c["tasks"] == 20 for c in actual["cells"])
     grounding = [c for c in actual["cells"] if c["arm"].startswith("grounding")]
     assert all(c["stale_answers"] == c["exposure"] for c in grounding)  # section 10: the plan is served exactly
+
+
+BATCH = Path(__file__).with_name("parallel_batch.py")
+T_ISO = T.isoformat()
+TIERED = ["grounding", "tiered", "2024-01-29", T_ISO]
+OFF = ["grounding_no_freshness_tiers", "off", "2024-01-29", T_ISO]
+HIERARCHICAL = ["hierarchical", "tiered", "2024-01-29", T_ISO]
+REFUSED = ["grounding", "tiered", "2024-01-31", T_ISO]  # T' after T
+BATCH_A = {"workers": 2, "cells": [TIERED, REFUSED, OFF]}
+BATCH_B = {"workers": 1, "cells": [OFF, HIERARCHICAL]}
+
+
+@pytest.fixture
+def cold_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StatePaths]:
+    """A state folder of its own, nothing started; its services are stopped and deleted at the end."""
+    paths = StatePaths.resolve(tmp_path_factory.mktemp("parallel-state"))
+    try:
+        yield paths
+    finally:
+        purge_embedded_data(paths)
+
+
+def _batch(spec: dict[str, Any], env: dict[str, str]) -> subprocess.Popen[str]:
+    spec = {"world_days": DAYS, "world_name": WORLD_NAME, **spec}
+    return subprocess.Popen([sys.executable, str(BATCH), json.dumps(spec)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _reference(session: Session, defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch,
+               cell: list[str]) -> Path:
+    """The cell run alone in the session's state folder (its inputs are the figures test's when it ran first)."""
+    import churn_assets.orchestration.assets.tasks as task_asset
+
+    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=TASKS, seed=0))
+    config = load_config(days=DAYS, name=WORLD_NAME)
+    if add_world(session.paths, session.instance, config):
+        materialize(session, defs, ["ledger"], [config.world_id])
+    arm, policy, tp, t = cell
+    s = run_scenario(session, defs, config.world_id, arm, dt.date.fromisoformat(tp), dt.date.fromisoformat(t),
+                     policy, "default", lambda _m: None)
+    return Path(s["results"])
+
+
+def test_two_batches_at_once_give_the_results_of_one_after_the_other(
+        cold_state: StatePaths, session: Session, session_defs: dg.Definitions, tmp_path: Path,
+        cli_env: Callable[..., dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(f'calendar:\n  start: "2024-01-01"\n  days: 180\ntasks:\n  count: {TASKS}\n  seed: 0\n')
+    env = cli_env(cold_state.root, **{DEPLOYMENT_ENV: str(deployment)})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                      env.get("PYTHONPATH")]))
+    started = time.monotonic()
+    batches = [_batch(BATCH_A, env), _batch(BATCH_B, env)]  # at once, on a folder with nothing running
+    outputs = []
+    for proc in batches:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        outputs.append((json.loads(out.strip().splitlines()[-1]), err))
+    print(f"two batches: {time.monotonic() - started:.1f} s\n--- batch A\n{outputs[0][1]}--- batch B\n{outputs[1][1]}")
+    (a, a_log), (b, b_log) = outputs
+
+    # The refused cell failed alone, in one line; every other cell of both batches is done.
+    assert a[1]["ok"] is False and "before T'" in a[1]["error"] and "\n" not in a[1]["error"]
+    assert all(r["ok"] for r in (a[0], a[2], *b)), (a, b)
+
+    # One set of services for the folder, started by whichever batch came first and reused by the other.
+    statuses = services_status(cold_state)
+    assert all(s.state == "running" for s in statuses)
+    started_lines = [line for line in (a_log + b_log).splitlines() if "services:" in line]
+    assert sorted(line.split("services: ")[1] for line in started_lines) == ["reused", "started"], started_lines
+
+    # The shared cell ran once: both batches point at one folder, written by one run.
+    assert a[2]["results"] == b[0]["results"] and a[2]["experiment_hash"] == b[0]["experiment_hash"]
+    from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.orchestration.materialize import open_session
+
+    with open_session(cold_state) as cold:
+        rows = RunCatalog(cold.urls.warehouse).runs()
+        assert sorted(r.status for r in rows) == ["complete"] * 3
+        assert all(r.attempts == 1 for r in rows), [(r.scenario_key, r.attempts) for r in rows]
+        # Every input partition was materialized once, however the two batches' builds interleaved.
+        twice = {}
+        for key in cold.instance.get_asset_keys():
+            if key.to_user_string() == "eval_run":
+                continue  # the shared cell's partition is materialized by both batches (the second reuses)
+            records = cold.instance.fetch_materializations(key, limit=1000).records
+            counts = Counter(r.partition_key for r in records)
+            twice.update({f"{key.to_user_string()}[{p}]": n for p, n in counts.items() if n > 1})
+        assert not twice, twice
+    # The two batches did build at the same time: one of them found inputs the other built meanwhile.
+    assert "built meanwhile by another process" in a_log + b_log
+
+    # Nothing half-written anywhere in the results.
+    leftovers = [p for p in (cold_state.root / "results").rglob("*")
+                 if p.name.endswith((".tmp", ".partial.jsonl"))]
+    assert leftovers == []
+
+    # The same summaries as each cell run alone, one after the other.
+    for result, cell in ((a[0], TIERED), (a[2], OFF), (b[1], HIERARCHICAL)):
+        alone = _reference(session, session_defs, monkeypatch, cell)
+        assert alone.name == Path(result["results"]).name  # experiment hash and code version
+        parallel = json.loads((Path(result["results"]) / "summary.json").read_text())
+        assert parallel == json.loads((alone / "summary.json").read_text()), cell
+        assert (Path(result["results"]) / "tasks.jsonl").read_bytes() == (alone / "tasks.jsonl").read_bytes()
