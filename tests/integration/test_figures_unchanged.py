@@ -88,7 +88,7 @@ def test_four_cells_give_the_committed_figures(session: Session, session_defs: d
     assert actual["world"] == expected["world"]
     for want, got in zip(expected["cells"], actual["cells"], strict=True):
         assert got == want, f"{want['arm']} {want['policy']} T'={want['t_prime']}: figures moved"
-    assert all(c["tasks"] == 20 for c in actual["cells"])
+    assert all(c["tasks"] == TASKS for c in actual["cells"])
     grounding = [c for c in actual["cells"] if c["arm"].startswith("grounding")]
     assert all(c["stale_answers"] == c["exposure"] for c in grounding)  # section 10: the plan is served exactly
 
