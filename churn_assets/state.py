@@ -132,7 +132,7 @@ class StatePaths:
 
     def holds_data(self) -> bool:
         """Whether the folder holds worlds, scenarios, results or sweeps (what a migration would have to touch)."""
-        for folder in (self.worlds_dir, self.root / "scenarios", self.root / "results", self.root / "sweeps"):
+        for folder in (self.worlds_dir, self.root / "scenarios", self.results_root, self.root / "sweeps"):
             if folder.is_dir() and any(folder.iterdir()):
                 return True
         return False
@@ -232,8 +232,13 @@ class StatePaths:
         """`<state>/scenarios/<scenario key>.json`: a defined scenario and its plan."""
         return self.root / "scenarios" / f"{key}.json"
 
+    @property
+    def results_root(self) -> Path:
+        """`<state>/results/`: every world's results folder and `sweeps/` (the sweep reports)."""
+        return self.root / "results"
+
     def results_dir(self, world_id: str) -> Path:
-        return self.root / "results" / validate_world_id(world_id)
+        return self.results_root / validate_world_id(world_id)
 
     # -- concurrency ----------------------------------------------------------------------------
 

@@ -98,7 +98,7 @@ def _reap_dagster_runs(instance: dg.DagsterInstance) -> list[DeadRun]:
 
 def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog) -> list[DeadRun]:
     """Record failed (or complete) the `running` catalog rows of this state folder whose process is gone."""
-    store = ResultsStore(paths.root / "results")
+    store = ResultsStore(paths.results_root)
     out = []
     for row in catalog.running_rows():
         run_dir = Path(row.results_dir)

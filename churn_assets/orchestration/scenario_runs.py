@@ -69,5 +69,5 @@ def _finished(session: Any, scenario: Any, key: str) -> bool:
     if plan is None or plan.registry_hash != load_registry().content_hash:
         return False
     config = load_world_config(session.paths, scenario.world_id)
-    return finished_run(ResultsStore(session.paths.root / "results"), scenario, config.config_hash, plan,
+    return finished_run(ResultsStore(session.paths.results_root), scenario, config.config_hash, plan,
                         session.paths.task_set_file(scenario.world_id, scenario.t)) is not None

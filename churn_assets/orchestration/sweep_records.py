@@ -84,7 +84,7 @@ def load_sweep(paths: StatePaths, sweep_id: str) -> SweepRecord:
 
 
 def sweep_report_dir(paths: StatePaths, sweep_id: str) -> Path:
-    return paths.root / "results" / "sweeps" / sweep_id
+    return paths.results_root / "sweeps" / sweep_id
 
 
 def list_sweeps(paths: StatePaths) -> list[str]:

@@ -208,7 +208,7 @@ WORLD_ARTEFACTS: list[WorldArtefact] = [
 
 
 def _worlds_with_results(ctx: ArtefactContext) -> set[str]:
-    base = ctx.paths.root / "results"  # a world's folder, beside `sweeps/` (the sweep reports)
+    base = ctx.paths.results_root  # a world's folder, beside `sweeps/` (the sweep reports)
     return {p.name for p in base.iterdir() if p.is_dir() and WORLD_ID_RE.match(p.name)} if base.exists() else set()
 
 

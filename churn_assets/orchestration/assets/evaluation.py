@@ -48,7 +48,7 @@ _INPUTS = [ledger, warehouse_raw, operational_store, contract_documents, vector_
 
 
 def results_store(state: StateResource) -> ResultsStore:
-    return ResultsStore(state.paths.root / "results")
+    return ResultsStore(state.paths.results_root)
 
 
 @dg.asset(
