@@ -73,3 +73,11 @@ def test_stages_get_what_they_need_first() -> None:
     assert stage_order(["verify", "fold"], have_ledger=False) == ["generate", "verify", "fold"]
     assert stage_order(["verify"], have_ledger=True) == ["verify"]
     assert stage_order(["paper_cold", "dbt"], have_ledger=True) == ["paper_cold", "dbt"]
+
+
+def test_large_scales_run_once_without_the_serial_paper() -> None:
+    from churn_assets.benchmark.runner import stages_at
+
+    every = ["generate", "paper_cold", "paper_cold_serial", "paper_warm", "dbt"]
+    assert stages_at(every, 1) == every
+    assert stages_at(every, 10) == ["generate", "paper_cold", "paper_warm", "dbt"]

@@ -27,7 +27,8 @@ def _scales(text: str) -> list[float]:
                    "paper_cold_serial, paper_warm, truth_raw, dbt, staged, vector_index, rag_corpus, operational, "
                    "documents, eval.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="Repeats per stage at x1 (the median is reported); one at x10 and above, one for paper stages.")
+              help="Repeats per stage at x1 (the median is reported); one at x10 and above (where the serial "
+                   "cold paper is not run), one for paper stages.")
 @click.option("--days", type=click.IntRange(2, 180), default=180, show_default=True,
               help="World length (the paper stages need the paper's T, 2024-04-27: 180 days).")
 @click.option("--workers", type=click.IntRange(1, 8), default=None,

@@ -60,7 +60,6 @@ if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnb
 
 # The code location (workspace.yaml's `module_name`); its `defs_for(state_dir)` binds definitions to a folder.
 CODE_LOCATION_MODULE = "churn_assets.orchestration.definitions"
-TORCH_THREADS_ENV = "CHURNBENCH_TORCH_THREADS"  # grounding/embeddings.py reads it when the model loads
 
 Progress = Callable[[str], None]
 
@@ -437,6 +436,8 @@ def _start_worker(root: str, torch_threads: int) -> None:
     """Pool initializer: this worker's own session on the state folder, and the definitions bound to it. An
     error is kept for the jobs (an initializer that raises would break the pool without saying why)."""
     global _WORKER
+    from churn_assets.grounding.embeddings import TORCH_THREADS_ENV
+
     os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
     import atexit
 

@@ -235,6 +235,13 @@ def test_rag_corpus_rebuilt_for_an_unchanged_day_encodes_nothing(
                          default_encoder(), k=5)
     assert hits[0].record_id == f"user:{user}"
     assert {h.day for h in hits} == {indexed.day}
+    # Two named ids: a record naming both outranks one naming one; `matched_ids` counts distinct named ids.
+    other = hits[0].refs[-1] if len(hits[0].refs) > 1 else user
+    both = search_corpus(conn, indexed.world_id, indexed.day, f"Is user {user} in cost center {other}?",
+                         default_encoder(), k=20)
+    assert [h.matched_ids for h in both] == sorted((h.matched_ids for h in both), reverse=True)
+    assert all(h.matched_ids == len({user, other} & set(h.refs)) for h in both)
+    assert both[0].matched_ids == len({user, other})
     with pytest.raises(Exception, match="no build for"):
         search_corpus(conn, indexed.world_id, indexed.before - dt.timedelta(days=1), "anything", default_encoder())
 
