@@ -65,21 +65,35 @@ class Draws:
 
 
 class WeightedPool:
-    """Items drawn in proportion to fixed weights; add/remove is cheap, cumulative sums are lazy."""
+    """Items drawn in proportion to fixed weights, by a bisection of the cumulative weights of the sorted keys.
+
+    The keys stay sorted (the draw must not depend on insertion history, only on the pool's content) and
+    add/remove keep them so in place; the cumulative sums are brought up to date lazily, from the first key
+    that changed only: the sums before it are the same float additions in the same order, so every draw is the
+    one a full re-sort and re-sum would give, without its cost per change (which made a 100x world's ledger
+    quadratic: every hire or offboarding followed by a draw re-sorted the whole pool of users).
+    """
 
     def __init__(self) -> None:
         self._items: dict[str, float] = {}
-        self._keys: list[str] = []
-        self._cum: list[float] = []
-        self._dirty = False
+        self._keys: list[str] = []  # sorted
+        self._cum: list[float] = []  # _cum[i] = the weights of _keys[:i + 1] summed left to right
+        self._stale_from = 0  # _cum[i] is stale for every i >= this
 
     def add(self, key: str, weight: float) -> None:
+        i = bisect.bisect_left(self._keys, key)
+        if key not in self._items:
+            self._keys.insert(i, key)
+            self._cum.insert(i, 0.0)
         self._items[key] = weight
-        self._dirty = True
+        self._stale_from = min(self._stale_from, i)
 
     def discard(self, key: str) -> None:
         if self._items.pop(key, None) is not None:
-            self._dirty = True
+            i = bisect.bisect_left(self._keys, key)
+            del self._keys[i]
+            del self._cum[i]
+            self._stale_from = min(self._stale_from, i)
 
     def __contains__(self, key: str) -> bool:
         return key in self._items
@@ -88,15 +102,17 @@ class WeightedPool:
         return len(self._items)
 
     def members(self) -> list[str]:
-        self._refresh()
-        return self._keys
+        """The keys, sorted (a copy: the pool may change while the caller walks them)."""
+        return list(self._keys)
 
     def _refresh(self) -> None:
-        if self._dirty:
-            # Sorted keys: the draw must not depend on insertion history, only on the pool's content.
-            self._keys = sorted(self._items)
-            self._cum = list(accumulate(self._items[k] for k in self._keys))
-            self._dirty = False
+        i = self._stale_from
+        if i < len(self._keys):
+            weights = map(self._items.__getitem__, self._keys[i:])
+            self._cum[i:] = accumulate(weights, initial=self._cum[i - 1]) if i else accumulate(weights)
+            if i:
+                del self._cum[i]  # `initial` comes first: the sum before the first stale key
+        self._stale_from = len(self._keys)
 
     def pick(self, draws: Draws) -> str | None:
         self._refresh()
