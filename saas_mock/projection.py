@@ -21,11 +21,13 @@ ending on the as-of day, both ends inclusive:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import datetime as dt
+import gc
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -352,6 +354,38 @@ def build_view(world_id: str, head: TenantHead, records: Sequence[Mapping[str, A
 # ---------------------------------------------------------------------------------------------------
 
 
+_GC_LOCK = threading.Lock()
+_GC_HOLDERS = 0
+_GC_WAS_ENABLED = True
+
+
+@contextlib.contextmanager
+def long_lived_objects() -> Iterator[None]:
+    """Build objects that stay (a tenant's records, a view) with the cyclic GC paused, then freeze them.
+
+    The server answers on one event loop while views are built in threads. A full collection holds the GIL
+    for as long as it walks every tracked object: with a 10x world's records and views (about 2 GB) the walks
+    stopped the loop long enough that `/health` missed its 3 s, and `churnbench paper` refused the server
+    as unresponsive. Frozen objects are never walked again; reference counting still frees them (records and
+    views hold no cycles) when a view leaves the LRU or a tenant's head moves.
+    """
+    global _GC_HOLDERS, _GC_WAS_ENABLED
+    with _GC_LOCK:  # threads build at once (one per tenant): the first pauses, the last freezes and resumes
+        if _GC_HOLDERS == 0:
+            _GC_WAS_ENABLED = gc.isenabled()
+            gc.disable()
+        _GC_HOLDERS += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_HOLDERS -= 1
+            if _GC_HOLDERS == 0:
+                gc.freeze()
+                if _GC_WAS_ENABLED:
+                    gc.enable()
+
+
 @dataclass
 class _Tenant:
     head: TenantHead | None
@@ -419,10 +453,11 @@ class ProjectionCache:
                 view = self._views.get(key)
             if view is not None:
                 return view
-            if tenant.records is None or tenant.records_version != head.version:
-                tenant.records = self.source.records(world_id)
-                tenant.records_version = head.version
-            view = build_view(world_id, head, tenant.records, day)
+            with long_lived_objects():
+                if tenant.records is None or tenant.records_version != head.version:
+                    tenant.records = self.source.records(world_id)
+                    tenant.records_version = head.version
+                view = build_view(world_id, head, tenant.records, day)
             self.builds += 1
             with self._lock:
                 self._views[key] = view

@@ -320,3 +320,25 @@ def test_each_tenants_derived_key_has_its_own_quota(source: LedgerSource) -> Non
     # Another tenant's key from the same issuer still has its three requests (its world is unknown here: 404).
     assert [get(client, f"/v1/tenants/{other}/prices", tenant_key(issuer, other), as_of="2024-01-10").status_code
             for _ in range(4)] == [404, 404, 404, 429]
+
+
+def test_records_and_views_are_built_with_the_gc_paused_then_frozen() -> None:
+    import gc
+
+    from saas_mock.projection import long_lived_objects
+
+    try:
+        frozen = gc.get_freeze_count()
+        with long_lived_objects():
+            assert not gc.isenabled()
+            with long_lived_objects():  # a second tenant's build at the same time
+                kept = [[i] for i in range(1000)]  # lists: objects the cyclic GC tracks
+            assert not gc.isenabled()  # the first build still runs
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+        gc.disable()  # a process that turned the GC off keeps it off
+        with long_lived_objects():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
