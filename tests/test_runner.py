@@ -38,10 +38,14 @@ class ScriptedArm:
 
     def __init__(self, name: str, resolver: GoldResolver, planned: dict[str, dt.date], fail_after: int | None = None):
         self.name, self.resolver, self._planned, self.fail_after, self.calls = name, resolver, planned, fail_after, 0
+        self.prepared: list[list[str]] = []  # the task ids of each `prepare` call
 
     @property
     def planned_vintage(self) -> dict[str, dt.date]:
         return dict(self._planned)
+
+    def prepare(self, tasks: list[Task]) -> None:
+        self.prepared.append([t.task_id for t in tasks])
 
     def answer(self, task: Task) -> ScriptedAnswer:
         self.calls += 1
@@ -97,6 +101,11 @@ def test_resume_after_interrupt_gives_identical_results(world, tmp_path: Path) -
     second = ScriptedArm("x", resolver, planned)
     resumed = evaluate(second, tasks, resolver, store, spec, code="git-test")
     assert second.calls == len(tasks) - 15  # only the unanswered tasks are asked again
+    # ... but the arm prepares for the whole set, as a fresh run does (the same batch: the same vectors)
+    assert second.prepared == [[t.task_id for t in tasks]]
+    finished = ScriptedArm("x", resolver, planned)
+    evaluate(finished, tasks, resolver, store, spec, code="git-test")
+    assert finished.prepared == [] and finished.calls == 0  # nothing left to answer: nothing to prepare
     key = spec.key("git-test")
     assert resumed == whole
     assert ResultsStore(tmp_path / "a").read_tasks(key) == store.read_tasks(key)

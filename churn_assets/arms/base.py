@@ -119,6 +119,12 @@ class Arm(abc.ABC):
     def planned_vintage(self) -> dict[str, Day]:
         """Class -> the data day this arm serves, declared before answering (section 10)."""
 
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        """Work done once for all the questions of a run before the first answer (the corpus arms encode
+        every question in one batched call). The runner passes the whole task set, answered or not, so a
+        resumed run prepares exactly what a fresh one did. Nothing by default."""
+        return None
+
     @abc.abstractmethod
     def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
         """The agent's answer to one question and the traces of its retrievals."""

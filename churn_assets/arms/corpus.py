@@ -26,6 +26,7 @@ from churn_assets.fabric.postgres import schema_name
 from churn_assets.fabric.sources import Sources
 from churn_assets.freshness.scenario import CONTRACT_DOCUMENTS, RAG_INDEX, VECTOR_INDEX, ArmReads, Scenario
 from churn_assets.grounding.traces import RAG_LOOKUP, DataIntegrityError, Read, TraceEntry
+from churn_assets.tasks.task_set import Task
 from churn_assets.world.calendar import Day
 from churn_assets.world.events import ENTITY_CLASSES
 
@@ -74,6 +75,7 @@ class CorpusArm(Arm):
         self.sources = sources
         self._pg: psycopg.Connection[Any] = sources.pg
         self._encoder = encoder
+        self._question_vectors: dict[str, Any] = {}
 
     @property
     def encoder(self) -> Any:
@@ -87,6 +89,14 @@ class CorpusArm(Arm):
     def planned_vintage(self) -> dict[str, Day]:
         return corpus_vintage(self.scenario.t_prime)
 
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        """Encode every question of the run in one batched call: one question at a time, the model's fixed
+        cost per call was two thirds of an answer. The batch is the task set in its order, so the vectors are
+        the same on every run of it (a batch pads its texts to a common length: a vector can differ from
+        the question's vector encoded alone in its last float bits, never between two runs)."""
+        questions = list(dict.fromkeys(task.question_text for task in tasks))
+        self._question_vectors = dict(zip(questions, self.encoder.encode(questions), strict=True))
+
     def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
         from churn_assets.grounding.rag_corpus import search_corpus
 
@@ -97,7 +107,8 @@ class CorpusArm(Arm):
         def search(query: str, kinds: Sequence[str] | None, k: int) -> list[Any]:
             started = time.perf_counter()
             hits = search_corpus(self._pg, self.sources.world_id, day, query, self.encoder, k=k,
-                                 kinds=None if kinds is None else list(kinds))
+                                 kinds=None if kinds is None else list(kinds),
+                                 vector=self._question_vectors.get(query))
             traces.append(corpus_trace(table, day, kinds, hits, k, (time.perf_counter() - started) * 1000.0))
             return hits
 

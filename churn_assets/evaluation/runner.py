@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -262,6 +263,12 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     planned = dict(arm.planned_vintage)
     exposed = {te.task_id: te.exposed for te in exposure.tasks} if exposure else {}
     latencies: dict[str, float] = {}
+    prepare = getattr(arm, "prepare", None)  # optional (`arms.base.Arm.prepare`): the whole set, even on a resume
+    prepare_ms = 0.0
+    if callable(prepare) and len(writer.completed) < len(tasks):
+        started = time.perf_counter()
+        prepare(tasks)
+        prepare_ms = (time.perf_counter() - started) * 1000.0
     for i, task in enumerate(tasks):
         if task.task_id not in writer.completed:
             answer = arm.answer(task)
@@ -273,7 +280,9 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     summary = {**summarize(rows, spec, key, planned, exposure), **retried}
     timings = {
         "latency_ms_per_task": latencies,
-        "mean_latency_ms": statistics.fmean(latencies.values()) if latencies else None,
+        # the preparation's share included: a corpus arm's mean still counts the questions' embedding
+        "mean_latency_ms": (sum(latencies.values()) + prepare_ms) / len(latencies) if latencies else None,
+        "prepare_ms": round(prepare_ms, 1),
         "saas": dict(transport_counters()) if transport_counters else {},
         "resumed_tasks": len(tasks) - len(latencies),
     }

@@ -382,12 +382,13 @@ class RecordHit:
 
 
 def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query: str | Any, encoder: Encoder,
-                  *, k: int = 10, kinds: Sequence[str] | None = None, match_identifiers: bool = True
-                  ) -> list[RecordHit]:
+                  *, k: int = 10, kinds: Sequence[str] | None = None, match_identifiers: bool = True,
+                  vector: Any = None) -> list[RecordHit]:
     """The `k` records of the corpus built on `day` most similar to `query`; only that day's records.
 
     With `match_identifiers`, records naming more of the entity ids the query names rank first (cosine
-    ranks within each group); `kinds` restricts the record kinds searched.
+    ranks within each group); `kinds` restricts the record kinds searched. `vector`: the query's vector when
+    the caller encoded it ahead with `encoder` (None: `query` is encoded now).
     """
     from psycopg import sql
 
@@ -403,7 +404,7 @@ def search_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, query:
         raise VectorIndexError(f"the RAG corpus of world {world_id} for {day.isoformat()} was built with "
                                f"{build.model}, not {encoder.model_id}")
     register_vector(conn)
-    vector = query_vector(query, encoder)
+    vector = query_vector(query if vector is None else vector, encoder)
     named = list(identifiers_in(query)) if (match_identifiers and isinstance(query, str)) else []
     schema = staging_schema(world_id)
     # `matched` counts the distinct named ids a record refers to. The array overlap test (`&&`) first: the

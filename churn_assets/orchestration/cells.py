@@ -8,8 +8,9 @@ missing inputs (`scenario_materializer`), materialize its `eval_run` partition, 
     results = run_cells(StatePaths.resolve(), [Cell(world, "grounding", "tiered", t_prime, t), ...],
                         workers=2, progress=print)
 
-`run_cells` runs a list of cells on one state folder in `workers` processes (`spawn`ed; `workers=1` runs in
-the calling process) and returns one `CellResult` per cell, in input order. Three phases:
+`run_cells` runs a list of cells on one state folder in `workers` processes (forked from a fork server that
+imported the code location once; `workers=1` runs in the calling process) and returns one `CellResult` per
+cell, in input order. Three phases:
 
 1. in the calling process: each distinct cell is defined and registered and gets its plan (stored, made
    once); worlds without a ledger get it; the union of every cell's missing inputs is put in dependency
@@ -39,6 +40,7 @@ import contextlib
 import datetime as dt
 import importlib
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -430,6 +432,10 @@ class _WorkerState:
 
 
 _WORKER: _WorkerState | None = None
+# Modules the workers' fork server imports before forking them: 6-8 s per process on these machines (dagster-dbt
+# and dbt alone 2.6 s), paid once instead of once per worker. Not torch: a worker that needs the embedding model
+# imports it then, while the others work (preloading it made the first build wait 26 s; decision 198).
+WORKER_PRELOAD = (CODE_LOCATION_MODULE,)
 
 
 def _start_worker(root: str, torch_threads: int) -> None:
@@ -497,7 +503,7 @@ def _worker_cell(cell: Cell, tags: dict[str, str]) -> CellResult:
 
 
 class WorkerPool:
-    """The workers: `workers` spawned processes, or this process itself when `workers` is 1 (then a job runs
+    """The workers: `workers` processes of a fork server, or this process itself when `workers` is 1 (then a job runs
     when it is submitted, on the caller's session and `definitions`). A job is a module-level function that
     takes its session from `worker_session()`. A process pool broken by a dead worker is started again on the
     next submit."""
@@ -506,27 +512,45 @@ class WorkerPool:
         self.session, self.workers = session, workers
         self.definitions: dg.Definitions | None = None  # the caller's, for `workers == 1`
         self.executor: ProcessPoolExecutor | None = None
+        self._warming: threading.Thread | None = None
 
     def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        if self._warming is not None:
+            self._warming.join()
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
             self.executor = None
 
     def warm_up(self) -> None:
+        """Start the workers now, from a thread: starting the first one waits for the fork server's imports
+        (about 10 s here), which this process spends loading its own definitions and planning meanwhile."""
         if self.workers > 1:
-            for _ in range(self.workers):
-                self.submit(_worker_ready, ())
+            executor = self.executor = self._start()  # a `submit` of this process from now on finds it
+
+            def start_each() -> None:
+                try:
+                    for _ in range(self.workers):
+                        executor.submit(_worker_ready)
+                except Exception:  # a pool broken at start: the caller's next `submit` starts it again
+                    return
+
+            self._warming = threading.Thread(target=start_each, name="churnbench-workers-start", daemon=True)
+            self._warming.start()
 
     def _start(self) -> ProcessPoolExecutor:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         cores = len(os.sched_getaffinity(0))
-        # spawn, not fork: this process holds Dagster's storage connections, pymongo clients and threads.
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+        # A fork server, not fork: this process holds Dagster's storage connections, pymongo clients and threads;
+        # the server is a fresh interpreter that imports the code location once, and each worker is forked from
+        # it with those modules imported (no connection or thread is open there). Decision 198.
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(WORKER_PRELOAD))
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=context,
                                    initializer=_start_worker,
                                    initargs=(str(self.session.paths.root), max(1, cores // self.workers)))
 

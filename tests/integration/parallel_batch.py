@@ -45,5 +45,5 @@ def main(spec: dict) -> None:
                        "experiment_hash": (r.summary or {}).get("experiment_hash")} for r in results]))
 
 
-if __name__ == "__main__":  # the pool's workers (spawned) import this file too: only the parent runs a batch
+if __name__ == "__main__":  # the pool's workers import this file too (as __mp_main__): only the parent runs a batch
     main(json.loads(sys.argv[1]))

@@ -325,6 +325,19 @@ def test_rag_arms_get_point_lookups_right_and_big_aggregates_wrong(run: Run, arm
     assert answer.traces and all(int(e.note.rsplit(": ", 1)[1].split()[0]) <= K for e in answer.traces)
 
 
+@pytest.mark.parametrize("arm", ["grounding_no_source_routing", "classic_rag"])
+def test_a_prepared_rag_arm_encodes_every_question_in_one_call_and_answers_the_same(run: Run, arm: str) -> None:
+    encoder = KeywordEncoder()
+    unprepared = run.arms[arm]
+    prepared = type(unprepared)(unprepared.scenario, unprepared.sources, encoder)
+    prepared.prepare(run.tasks)
+    assert encoder.stats.calls == 1 and encoder.stats.texts == len({t.question_text for t in run.tasks})
+    for task in run.tasks:
+        again = prepared.answer(task)
+        assert again.to_json() == run.answers[arm][task.task_id].to_json()
+    assert encoder.stats.calls == 1  # every search used a vector encoded ahead
+
+
 def test_classic_rag_does_one_vector_lookup_over_the_whole_corpus_of_t_prime(run: Run) -> None:
     for task in run.tasks:
         answer = run.answers["classic_rag"][task.task_id]
