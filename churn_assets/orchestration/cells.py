@@ -438,12 +438,16 @@ _WORKER: _WorkerState | None = None
 WORKER_PRELOAD = (CODE_LOCATION_MODULE,)
 
 
-def _start_worker(root: str, torch_threads: int) -> None:
+def _start_worker(root: str, torch_threads: int, environment: dict[str, str]) -> None:
     """Pool initializer: this worker's own session on the state folder, and the definitions bound to it. An
     error is kept for the jobs (an initializer that raises would break the pool without saying why)."""
     global _WORKER
     from churn_assets.grounding.embeddings import TORCH_THREADS_ENV
 
+    # The caller's environment as of this pool, as a spawned worker had it: the fork server started with the
+    # environment of the caller's first pool, and a caller may have changed its own since.
+    os.environ.clear()
+    os.environ.update(environment)
     os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
     import atexit
 
@@ -552,7 +556,8 @@ class WorkerPool:
         context.set_forkserver_preload(list(WORKER_PRELOAD))
         return ProcessPoolExecutor(max_workers=self.workers, mp_context=context,
                                    initializer=_start_worker,
-                                   initargs=(str(self.session.paths.root), max(1, cores // self.workers)))
+                                   initargs=(str(self.session.paths.root), max(1, cores // self.workers),
+                                             dict(os.environ)))
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
         from concurrent.futures.process import BrokenProcessPool
