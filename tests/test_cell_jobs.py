@@ -27,3 +27,20 @@ def test_same_day_index_and_corpus_chain_without_a_cycle() -> None:
     ordered = [j.id for j in _topological(jobs)]  # raised "form a cycle" before the fix
     labels = [(s.day, s.inputs[0].asset) for s in ordered if isinstance(s, Step)]
     assert labels == [(DAYS[0], VECTOR_INDEX), (DAYS[0], RAG_INDEX), (DAYS[1], VECTOR_INDEX), (DAYS[1], RAG_INDEX)]
+
+
+def test_cells_that_call_the_saas_api_rank_before_corpus_cells_and_a_corpus_cell_asks_for_the_preload() -> None:
+    from churn_assets.arms.registry import ARMS
+    from churn_assets.orchestration.cells import Cell
+
+    assert {name for name, spec in ARMS.items() if spec.searches_corpus} == {
+        "classic_rag", "grounding_no_source_routing"}
+    t_prime, t = DAYS
+    cells = [Cell(WORLD, arm, "tiered", t_prime, t) for arm in ("classic_rag", "grounding", "naive")]
+    prepared = _Prepared(cells, ["k0", "k1", "k2"], {}, {"k0": 0, "k1": 1, "k2": 2}, {"k0": [], "k1": [], "k2": []},
+                         [], {})
+    jobs = {j.id[1]: j for j in _jobs(prepared, {})}
+    assert jobs["k0"].rank < jobs["k1"].rank == jobs["k2"].rank  # the SaaS cells are taken first
+    assert all(j.args[2] is True for j in jobs.values())  # some cell needs the model: every worker preloads it
+    only_saas = _Prepared(cells[1:], ["k1", "k2"], {}, {"k1": 0, "k2": 1}, {"k1": [], "k2": []}, [], {})
+    assert all(j.args[2] is False for j in _jobs(only_saas, {}))

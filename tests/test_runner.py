@@ -176,3 +176,51 @@ def test_retry_transport_asks_only_the_transport_failures_again_into_a_retry_fol
     again = OutageArm(resolver, planned, set())
     assert evaluate(again, tasks, resolver, store, spec, code="git-test", retry_transport=True) == retried
     assert again.asked == [] and store.retries(key) == [1]
+
+
+def test_an_exposure_still_being_computed_gives_the_same_results_in_task_order(world, tmp_path: Path) -> None:
+    """`eval_run` hands `evaluate` the exposure as a Future computed beside the answers: the rows are scored
+    once it is known, in task order, and everything equals the run given the exposure up front."""
+    import threading
+    from concurrent.futures import Future
+
+    records, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Off())
+    exposure = run_exposure(records, tasks, anchor=T, t_prime=T_PRIME, vintage=planned, resolver=resolver)
+    spec = _spec("grounding_no_freshness_tiers", "off", tasks)
+    known = evaluate(ScriptedArm("x", resolver, planned), tasks, resolver, ResultsStore(tmp_path / "a"), spec,
+                     exposure=exposure, code="git-test")
+    pending: Future = Future()
+    store = ResultsStore(tmp_path / "b")
+
+    class Arm(ScriptedArm):
+        def answer(self, task: Task) -> ScriptedAnswer:
+            if self.calls == 10:  # the exposure arrives while the arm is answering
+                threading.Timer(0.05, pending.set_result, (exposure,)).start()
+            return super().answer(task)
+
+    later = evaluate(Arm("x", resolver, planned), tasks, resolver, store, spec, exposure=pending, code="git-test")
+    assert later == known and later["exposure"] == exposure.exposure
+    key = spec.key("git-test")
+    assert ResultsStore(tmp_path / "a").read_tasks(key) == store.read_tasks(key)
+    assert [r["task_id"] for r in store.read_tasks(key)] == [t.task_id for t in tasks]
+
+
+def test_an_exposure_that_fails_fails_the_run_and_leaves_nothing_complete(world, tmp_path: Path) -> None:
+    from concurrent.futures import Future
+
+    from churn_assets.evaluation.exposure import ExposureError
+
+    _, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Off())
+    failed: Future = Future()
+    failed.set_exception(ExposureError("no day to measure change rates on"))
+    store = ResultsStore(tmp_path)
+    spec = _spec("grounding_no_freshness_tiers", "off", tasks)
+    with pytest.raises(ExposureError, match="no day to measure"):
+        evaluate(ScriptedArm("x", resolver, planned), tasks, resolver, store, spec, exposure=failed, code="git-test")
+    assert not store.is_complete(spec.key("git-test"))
+    # nothing was checkpointed as scored: the rerun answers every task again
+    again = ScriptedArm("x", resolver, planned)
+    evaluate(again, tasks, resolver, store, spec, code="git-test")
+    assert again.calls == len(tasks)

@@ -34,7 +34,14 @@ from churn_assets.arms.hierarchical import HIERARCHICAL_READS, HierarchicalArm
 from churn_assets.arms.naive import NAIVE_READS, NaiveArm
 from churn_assets.fabric.sources import Sources
 from churn_assets.freshness.policies import Off
-from churn_assets.freshness.scenario import DETERMINISTIC_AGENT, SERVES_POLICY, ArmReads, Scenario, ScenarioError
+from churn_assets.freshness.scenario import (
+    DETERMINISTIC_AGENT,
+    RAG_INDEX,
+    SERVES_POLICY,
+    ArmReads,
+    Scenario,
+    ScenarioError,
+)
 from churn_assets.grounding.registry import Registry, load_registry
 from churn_assets.world.calendar import Day
 
@@ -57,6 +64,12 @@ class ArmSpec:
     factory: Callable[[ArmContext], Arm]
     reads: ArmReads = SERVES_POLICY  # the refresh policy's staged partitions, no day inputs of its own
     fixed_policy: str | None = None
+
+    @property
+    def searches_corpus(self) -> bool:
+        """Whether it reads the RAG corpus: it searches it by the question's embedding (so it needs the
+        embedding model), and reads no live store (no SaaS API quota to wait on)."""
+        return any(asset == RAG_INDEX for asset, _when in self.reads.day_inputs)
 
 
 ARMS: dict[str, ArmSpec] = {spec.name: spec for spec in (

@@ -26,6 +26,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -161,7 +162,7 @@ def evaluate(
     store: ResultsStore,
     spec: RunSpec,
     *,
-    exposure: RunExposure | None = None,
+    exposure: RunExposure | Future[RunExposure] | None = None,
     code: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     transport_counters: Callable[[], Mapping[str, Any]] | None = None,
@@ -173,8 +174,10 @@ def evaluate(
 
     `catalog` (a `RunCatalog` or a warehouse URL) records the run's status and figures; None records nothing.
     Holds the results folder's lock throughout (`ResultsStore.run_lock`); `on_wait` is called when another
-    run of the same key holds it. `retry_transport`: re-answer the finished result's transport failures (the
-    module doc); without any, the finished result is returned.
+    run of the same key holds it. `exposure` may still be being computed (a `Future`, as `eval_run` passes it:
+    the ledger's side of a run then overlaps the arm's waits on its stores); answers are scored and
+    checkpointed once it is known, in task order. `retry_transport`: re-answer the finished result's transport
+    failures (the module doc); without any, the finished result is returned.
     """
     key = spec.key(code)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
@@ -257,12 +260,32 @@ def _record_failure(cat: RunCatalog, key: RunKey, error: BaseException) -> None:
 
 
 def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, writer: RunWriter, spec: RunSpec,
-                key: RunKey, exposure: RunExposure | None, progress: Callable[[int, int], None] | None,
+                key: RunKey, exposure: RunExposure | Future[RunExposure] | None,
+                progress: Callable[[int, int], None] | None,
                 transport_counters: Callable[[], Mapping[str, Any]] | None, retried: Mapping[str, Any],
                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     planned = dict(arm.planned_vintage)
-    exposed = {te.task_id: te.exposed for te in exposure.tasks} if exposure else {}
     latencies: dict[str, float] = {}
+    computing = exposure if isinstance(exposure, Future) else None
+    known: RunExposure | None = None if isinstance(exposure, Future) else exposure
+    exposed = {te.task_id: te.exposed for te in known.tasks} if known else {}
+    unscored: list[tuple[Task, Any]] = []  # answered while the exposure is still being computed
+
+    def score_unscored() -> None:
+        for task, answer in unscored:
+            writer.append(score_answer(resolver, task, answer, planned, exposed.get(task.task_id)))
+        unscored.clear()
+
+    def exposure_known(wait: bool) -> bool:
+        nonlocal computing, known, exposed
+        if computing is None:
+            return True
+        if not (wait or computing.done()):
+            return False
+        known, computing = computing.result(), None  # its error, if any, is the run's
+        exposed = {te.task_id: te.exposed for te in known.tasks}
+        return True
+
     prepare = getattr(arm, "prepare", None)  # optional (`arms.base.Arm.prepare`): the whole set, even on a resume
     prepare_ms = 0.0
     if callable(prepare) and len(writer.completed) < len(tasks):
@@ -272,12 +295,16 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     for i, task in enumerate(tasks):
         if task.task_id not in writer.completed:
             answer = arm.answer(task)
-            writer.append(score_answer(resolver, task, answer, planned, exposed.get(task.task_id)))
+            unscored.append((task, answer))
             latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
+            if exposure_known(wait=False):
+                score_unscored()
         if progress is not None:
             progress(i + 1, len(tasks))
+    exposure_known(wait=True)
+    score_unscored()
     rows = [writer.completed[t.task_id] for t in tasks]
-    summary = {**summarize(rows, spec, key, planned, exposure), **retried}
+    summary = {**summarize(rows, spec, key, planned, known), **retried}
     timings = {
         "latency_ms_per_task": latencies,
         # the preparation's share included: a corpus arm's mean still counts the questions' embedding

@@ -229,6 +229,10 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
 # scheduling hint: the longest chain of work left below a job goes first, so the slow builds start early.
 _COST_HINT = {"analytics_dbt": 20.0, "vector_index": 15.0, "rag_index": 15.0, "warehouse_raw": 8.0, "ledger": 2.0}
 _CELL_COST = 5.0
+# A cell of an arm that searches the RAG corpus calls no live store: it goes after the cells that call the SaaS
+# API, so their calls start early (the quota refills at a fixed rate: every second before the first call is
+# lost) and it runs on the cores beside the last of them, which mostly wait. Measured on the warm paper.
+_CORPUS_CELL_COST = 4.0
 
 
 @dataclass
@@ -249,6 +253,7 @@ def _jobs(prepared: _Prepared, tags: dict[str, str]) -> list[_Job]:
     embedding builds of a world (vector index and RAG corpus days) run one after the other, in day order: each
     embeds only the chunks the earlier ones have not (two days built at once would both embed everything;
     measured on the 30-day world: 35 s for the first day, 1.7 s for the next one after it)."""
+    from churn_assets.arms.registry import ARMS
     from churn_assets.freshness.scenario import RAG_INDEX, VECTOR_INDEX
 
     step_of = {i: s for s in prepared.steps for i in s.inputs}
@@ -263,10 +268,13 @@ def _jobs(prepared: _Prepared, tags: dict[str, str]) -> list[_Job]:
             if job.id.world in previous:
                 job.needs.add(previous[job.id.world].id)
             previous[job.id.world] = job
+    corpus = {name for name in {c.arm for c in prepared.cells} if name in ARMS and ARMS[name].searches_corpus}
+    preload = bool(corpus)  # some cell will need the embedding model: each worker loads it in the background
     for key, index in prepared.to_run.items():
         cell = prepared.cells[index]
-        jobs.append(_Job(("cell", key), cell.label, _worker_cell, (cell, tags),
-                         {step_of[i] for i in prepared.inputs_of[key]}, _CELL_COST))
+        jobs.append(_Job(("cell", key), cell.label, _worker_cell, (cell, tags, preload),
+                         {step_of[i] for i in prepared.inputs_of[key]},
+                         _CORPUS_CELL_COST if cell.arm in corpus else _CELL_COST))
     by_id = {j.id: j for j in jobs}
     waiting_on: dict[Any, list[_Job]] = {j.id: [] for j in jobs}
     for j in jobs:
@@ -429,6 +437,7 @@ class _WorkerState:
     session: Session | None
     definitions: dg.Definitions | None
     error: str | None = None  # why the worker could not start (every job it gets fails with it)
+    pooled: bool = False  # a pool worker (False: the caller itself, `workers == 1`)
 
 
 _WORKER: _WorkerState | None = None
@@ -457,9 +466,9 @@ def _start_worker(root: str, torch_threads: int, environment: dict[str, str]) ->
     atexit.register(stack.close)
     try:
         session = stack.enter_context(open_session(StatePaths.resolve(root)))
-        _WORKER = _WorkerState(session, load_definitions(session.paths))
+        _WORKER = _WorkerState(session, load_definitions(session.paths), pooled=True)
     except Exception as e:
-        _WORKER = _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}")
+        _WORKER = _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}", pooled=True)
 
 
 def worker_session() -> tuple[Session, dg.Definitions]:
@@ -489,10 +498,15 @@ def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
         return StepResult(step, 0.0, error=_one_line(e))
 
 
-def _worker_cell(cell: Cell, tags: dict[str, str]) -> CellResult:
-    """Evaluate one cell in this worker through `run_scenario`; any error becomes the cell's own."""
+def _worker_cell(cell: Cell, tags: dict[str, str], preload_encoder: bool = False) -> CellResult:
+    """Evaluate one cell in this worker through `run_scenario`; any error becomes the cell's own.
+    `preload_encoder`: a cell of this pool searches the RAG corpus, so a pool worker starts loading the
+    embedding model in a thread now (about 10 s of imports, beside a cell that mostly waits on its stores)
+    instead of in that cell."""
     from churn_assets.orchestration.scenario_runs import run_scenario
 
+    if preload_encoder and _WORKER is not None and _WORKER.pooled:
+        _preload_encoder()
     log: list[str] = []
     started = time.perf_counter()
     try:
@@ -504,6 +518,26 @@ def _worker_cell(cell: Cell, tags: dict[str, str]) -> CellResult:
             log += traceback.format_exc().splitlines()
         return CellResult(cell, error=_one_line(e), seconds=time.perf_counter() - started, log=tuple(log))
     return CellResult(cell, summary, seconds=time.perf_counter() - started, log=tuple(log))
+
+
+_PRELOAD: threading.Thread | None = None
+
+
+def _preload_encoder() -> None:
+    """Load the embedding model in a daemon thread, once per worker (`load_model` is thread-safe: a cell that
+    needs it meanwhile waits for this load). A failed load is left for the cell that needs the model to
+    report."""
+    global _PRELOAD
+    if _PRELOAD is not None:
+        return
+    from churn_assets.grounding.embeddings import load_model
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            load_model()
+
+    _PRELOAD = threading.Thread(target=load, name="churnbench-encoder-preload", daemon=True)
+    _PRELOAD.start()
 
 
 class WorkerPool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -607,8 +608,18 @@ class GoldResolver:
         self._subs: dict[tuple[str, Day], Any] = {}  # (class, day) -> that class's sub-state
         self._golds: dict[tuple[Any, ...], Value] = {}
         self._aggregates: dict[tuple[Any, ...], Any] = {}  # its states never change once folded: kept for good
+        self._lock = threading.RLock()  # a shared resolver (`shared_resolver`) may be asked from two threads
+
+    @property
+    def substates(self) -> int:
+        """How many (class, day) sub-states it holds (what its memory grows with)."""
+        return len(self._subs)
 
     def state(self, vintage: Mapping[str, Day | str], anchor: Day | str) -> WorldState:
+        with self._lock:
+            return self._state(vintage, anchor)
+
+    def _state(self, vintage: Mapping[str, Day | str], anchor: Day | str) -> WorldState:
         days = check_vintage(vintage, _day(anchor))
         key = tuple(sorted(days.items()))
         if key not in self._states:
@@ -629,11 +640,39 @@ class GoldResolver:
         days = check_vintage(vintage or uniform_vintage(a), a)
         tmpl = _template(t)
         key = (tuple(sorted(days.items())), tmpl.template_id, json.dumps(params, sort_keys=True, default=str), a)
-        if key not in self._golds:
-            with shared_aggregates(self._aggregates):
-                self._golds[key] = gold_from_state(self.state(days, a), tmpl, params, a)
-        value = self._golds[key]
+        with self._lock:
+            if key not in self._golds:
+                with shared_aggregates(self._aggregates):
+                    self._golds[key] = gold_from_state(self._state(days, a), tmpl, params, a)
+            value = self._golds[key]
         return copy.deepcopy(value) if isinstance(value, list | dict | set) else value
+
+
+_SHARED_LOCK = threading.Lock()
+_SHARED: list[GoldResolver] = []
+_SHARED_KEPT = 2  # ledgers, as `load_world_ledger` keeps two
+# A shared resolver holding more sub-states than this is replaced by an empty one. A paper's nine cells need 26
+# (every class at T, the cached classes at T' and at their refresh days: counted on its results); a sweep's
+# worker evaluating dozens of cells of other days would otherwise keep every state it ever folded.
+SHARED_MAX_SUBSTATES = 48
+
+
+def shared_resolver(records: Sequence[Mapping[str, Any]], *, format_version: int = 2) -> GoldResolver:
+    """This process's resolver for the ledger object `records`, for evaluations that run in it one after
+    another: a paper's cells in one worker ask gold at T of the same tasks, and fold the classes served at T
+    alike, so each is computed once per worker instead of once per cell. Values are the same as a new
+    resolver's (its states never change once folded, and `gold` returns copies)."""
+    with _SHARED_LOCK:
+        for kept in _SHARED:
+            if kept.records is records and kept.format_version == format_version:
+                if kept.substates < SHARED_MAX_SUBSTATES:
+                    return kept
+                _SHARED.remove(kept)
+                break
+        resolver = GoldResolver(records, format_version=format_version)
+        _SHARED.append(resolver)
+        del _SHARED[:-_SHARED_KEPT]
+        return resolver
 
 
 def gold(records: Sequence[Mapping[str, Any]], t: Template | str, params: Params, *, anchor: Day | str,

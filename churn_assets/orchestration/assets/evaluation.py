@@ -16,6 +16,7 @@ has transport failures: then those tasks are answered again into a retry folder 
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
@@ -40,7 +41,7 @@ from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.orchestration.world_registry import using_world
-from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.gold import shared_resolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
 
 _INPUTS = [ledger, warehouse_raw, operational_store, contract_documents, vector_index, rag_index, task_set,
@@ -109,7 +110,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
     loaded = world_ledger(state, world)
-    resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
+    resolver = shared_resolver(loaded.records, format_version=loaded.format_version)  # shared by a worker's cells
     agent = None  # the deterministic agent
     if scenario.agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import agent_for_scenario
@@ -125,11 +126,14 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
                               saas_key=saas_key, documents_root=paths.contracts_root(world),
                               warehouse_secret=warehouse_secret)
+    # The exposure (ledger gold and change rates: CPU) is computed in a thread while the arm answers (mostly
+    # waiting on its stores and the SaaS API); answers are scored once it is known. Decision 199.
+    exposures = ThreadPoolExecutor(1, thread_name_prefix="churnbench-exposure")
     try:
         with service_errors(paths):  # a store that died mid-run: its name, not a traceback
             arm = _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
-            exposure = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
-                                    vintage=arm.planned_vintage, resolver=resolver)
+            exposure = exposures.submit(run_exposure, loaded.records, tasks, anchor=scenario.t,
+                                        t_prime=scenario.t_prime, vintage=arm.planned_vintage, resolver=resolver)
 
             def progress(done: int, total: int) -> None:
                 if done % 20 == 0 or done == total:
@@ -145,6 +149,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     except UserFacingError as e:
         raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     finally:
+        exposures.shutdown(wait=True, cancel_futures=True)
         close_sources(sources)
     run_dir = _result_dir(store, spec, summary)
     timings = (run_dir / "timings.json").read_text()
