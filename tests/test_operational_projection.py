@@ -326,3 +326,25 @@ def test_a_server_without_transactions_gets_plain_writes() -> None:
     assert stored["_meta"][0]["complete"] is True and stored["_meta"][0]["counts"]["users"] == 2
     again = write_partition(client, "w-s1-abcdef", "2024-01-05", docs, indexes=INDEXES, content_key={"v": 1})
     assert again.skipped
+
+
+def test_a_shared_fold_is_only_read_by_the_projection_the_parity_counts_and_the_corpus(
+        world_records: list[dict[str, Any]]) -> None:
+    """`world_as_of` hands one fold to the operational store, its parity check and the RAG corpus of the day:
+    none of them may change it (the state after all three equals a deep copy taken before)."""
+    import copy
+
+    from churn_assets.grounding.rag_corpus import corpus_records
+    from churn_assets.orchestration.assets.common import world_as_of
+    from churn_assets.world.ledger import LoadedLedger
+
+    day = dt.date(2024, 1, 30)
+    loaded = LoadedLedger(Path("ledger.jsonl"), 2, True, world_records, None)
+    state = world_as_of(loaded, day)
+    assert world_as_of(loaded, day) is state  # the same run's check gets the asset's fold
+    assert world_as_of(LoadedLedger(Path("l"), 2, True, list(world_records), None), day) is not state
+    before = copy.deepcopy(state)
+    project_operational(state, day, window_days=7)
+    active_users(state, day), assigned_licenses(state, day), open_tickets(state, day)
+    corpus_records(state, day, [])
+    assert state == before

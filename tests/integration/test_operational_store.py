@@ -127,16 +127,34 @@ def truth(small_world: str, session: Session, services: ServiceUrls) -> str:
     return small_world
 
 
+def _default_quota_left(session: Session, services: ServiceUrls, world: str) -> int:
+    """What the default profile's key of `world` has left, as the API says after one call of its own."""
+    import httpx
+
+    from churn_assets.fabric.saas_client import KEY_HEADER
+    from churn_assets.services import saas_api_key
+
+    assert services.saas is not None
+    answer = httpx.get(f"{services.saas}/v1/tenants/{world}/prices", params={"as_of": str(DAY_A)},
+                       headers={KEY_HEADER: saas_api_key(session.paths, "default", world_id=world)}, timeout=10)
+    answer.raise_for_status()
+    return int(answer.headers["X-RateLimit-Remaining"])
+
+
 def test_the_truth_checks_pass_and_name_a_corrupted_document(two_days: dict[str, dict[str, Any]], truth: str,
                                                              mongo: Any, session: Session,
-                                                             session_defs: dg.Definitions) -> None:
+                                                             session_defs: dg.Definitions,
+                                                             services: ServiceUrls) -> None:
     from churn_assets.orchestration.materialize import run_checks
 
     key = str(world_day_key(truth, DAY_A))
+    before = _default_quota_left(session, services, truth)
     found = {e.check_name: e for e in run_checks(session, session_defs, [STORE_TRUTH, SAAS_TRUTH], key)}
     assert found[STORE_TRUTH.name].passed, found[STORE_TRUTH.name].description
     assert found[SAAS_TRUTH.name].passed, found[SAAS_TRUTH.name].description
     assert found[SAAS_TRUTH.name].metadata["saas_calls"].value > 40  # prices, tickets, every product, users
+    # ... on a key of its own: the evaluations' default key lost only this probe's own call (it refills meanwhile)
+    assert _default_quota_left(session, services, truth) >= before - 1
 
     db = mongo[database_name(truth, DAY_A)]
     victim = db.licenses.find_one({"status": "assigned"})

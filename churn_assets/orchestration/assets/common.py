@@ -11,6 +11,8 @@ a partition's world (and day) with its stored config, and read the world's verif
   the files are unchanged (size and mtime of the ledger, mtime of the manifest): loading and verifying a
   180-day ledger costs more than folding and writing a day, so a backfill of many days, or the checks right
   after an asset, read it once.
+- `world_as_of(loaded, day)`: the fold of that ledger as of the day, the last one kept per process: an asset and
+  its checks in one run (the operational store and its parity check) fold the day once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -27,7 +30,9 @@ from churn_assets.orchestration.partitions import world_and_day
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.calendar import Day, outside_calendar
 from churn_assets.world.config import WorldConfig
+from churn_assets.world.fold import fold_ledger
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, LoadedLedger, load_ledger
+from churn_assets.world.state import WorldState
 
 
 @contextmanager
@@ -98,6 +103,25 @@ def world_ledger(state: StateResource, world_id: str) -> LoadedLedger:
         raise dg.Failure(description=f"world {world_id}: the ledger is invalid: {e}", allow_retries=False) from None
     except UserFacingError as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
+_FOLDS_LOCK = threading.Lock()
+_FOLDS: list[tuple[list[dict[str, Any]], Day, int, WorldState]] = []  # (records, day, format, state)
+_FOLDS_KEPT = 1  # an asset's checks run right after it; more would hold a large world's states for nothing
+
+
+def world_as_of(loaded: LoadedLedger, day: Day) -> WorldState:
+    """`fold_ledger(loaded.records, day)`, kept for the last `_FOLDS_KEPT` (ledger object, day) pairs of the
+    process. Callers only read the state (as every projection and check does): it is shared."""
+    with _FOLDS_LOCK:
+        for records, kept_day, version, state in _FOLDS:
+            if records is loaded.records and kept_day == day and version == loaded.format_version:
+                return state
+    state = fold_ledger(loaded.records, day, format_version=loaded.format_version)
+    with _FOLDS_LOCK:
+        _FOLDS.append((loaded.records, day, loaded.format_version, state))
+        del _FOLDS[:-_FOLDS_KEPT]
+    return state
 
 
 def problems_description(problems: list[str], shown: int = 3) -> str | None:

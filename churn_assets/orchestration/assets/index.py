@@ -26,14 +26,13 @@ from churn_assets.grounding.embeddings import default_encoder, model_load_second
 from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_vector_index, staging_schema
-from churn_assets.orchestration.assets.common import require_world_day, user_errors, world_ledger
+from churn_assets.orchestration.assets.common import require_world_day, user_errors, world_as_of, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.state import StatePaths
-from churn_assets.world.fold import fold_ledger
 from contracts.store import DocumentStoreError, StoredDay, day_dir, read_day
 
 GROUP = "grounding"
@@ -135,7 +134,7 @@ def rag_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     paths = state.paths
     stored, documents = day_documents(paths, world_id, day)
     loaded = world_ledger(state, world_id)
-    world = fold_ledger(loaded.records, day, format_version=loaded.format_version)
+    world = world_as_of(loaded, day)
     encoder = default_encoder()
     source_version = f"ledger:{loaded.head_hash or ''} documents:{stored.manifest.sha256}"
     with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:

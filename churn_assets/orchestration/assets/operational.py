@@ -44,13 +44,19 @@ from churn_assets.fabric.operational import (
     project_operational,
 )
 from churn_assets.files import file_lock
-from churn_assets.orchestration.assets.common import problems_description, require_world_day, user_errors, world_ledger
+from churn_assets.orchestration.assets.common import (
+    problems_description,
+    require_world_day,
+    user_errors,
+    world_as_of,
+    world_ledger,
+)
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import not_checked, truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.services import mongo_client
-from churn_assets.world.fold import active_users, assigned_licenses, fold_ledger, open_tickets
+from churn_assets.world.fold import active_users, assigned_licenses, open_tickets
 
 MAX_PROBLEMS_SHOWN = 50
 
@@ -86,7 +92,7 @@ def operational_store(context: dg.AssetExecutionContext, state: StateResource) -
         urls = state.service_urls()
     loaded = world_ledger(state, world_id)
     head_hash = loaded.head_hash or ""
-    folded = fold_ledger(loaded.records, day, format_version=loaded.format_version)
+    folded = world_as_of(loaded, day)
     collections = project_operational(folded, day, window_days=DEFAULT_WINDOW_DAYS)
     # One writer per day database: `write_partition` drops and rewrites a database whose `_meta` does not match,
     # and there is no rename to swap one in, so two processes building the same day would drop each other's
@@ -166,7 +172,7 @@ with warnings.catch_warnings():
             return dg.AssetCheckResult(passed=False, description=str(e),
                                        metadata={"problems": dg.MetadataValue.json([str(e)])})
         loaded = world_ledger(state, world_id)
-        folded = fold_ledger(loaded.records, day, format_version=loaded.format_version)
+        folded = world_as_of(loaded, day)
         meta = read_meta(db)
         assert meta is not None  # require_complete read it
         expected = project_operational(folded, day, window_days=int(meta.get("window_days") or DEFAULT_WINDOW_DAYS))
@@ -209,6 +215,7 @@ with warnings.catch_warnings():
         a sample of users' entitlements, a 404 for a user hired later) equal SQL over the truth schema."""
         from churn_assets.evaluation.independent.stores import saas_problems
         from churn_assets.fabric.saas_client import SaasClient
+        from churn_assets.fabric.saas_profiles import CHECK_PROFILE
         from churn_assets.services import ServiceError, saas_api_key
 
         world_id, day, _ = require_world_day(state, context.partition_key)
@@ -216,7 +223,7 @@ with warnings.catch_warnings():
             urls = state.service_urls()
             if urls.saas is None:
                 return not_checked("no SaaS API is configured or running")
-            client = SaasClient(urls.saas, saas_api_key(state.paths, world_id=world_id))
+            client = SaasClient(urls.saas, saas_api_key(state.paths, CHECK_PROFILE, world_id=world_id))
         except ServiceError as e:
             return not_checked(str(e))
         with client:
