@@ -334,6 +334,7 @@ def test_a_shared_fold_is_only_read_by_the_projection_the_parity_counts_and_the_
     none of them may change it (the state after all three equals a deep copy taken before)."""
     import copy
 
+    from churn_assets.fabric.operational import DEFAULT_WINDOW_DAYS
     from churn_assets.grounding.rag_corpus import corpus_records
     from churn_assets.orchestration.assets.common import world_as_of
     from churn_assets.world.ledger import LoadedLedger
@@ -344,7 +345,9 @@ def test_a_shared_fold_is_only_read_by_the_projection_the_parity_counts_and_the_
     assert world_as_of(loaded, day) is state  # the same run's check gets the asset's fold
     assert world_as_of(LoadedLedger(Path("l"), 2, True, list(world_records), None), day) is not state
     before = copy.deepcopy(state)
-    project_operational(state, day, window_days=7)
-    active_users(state, day), assigned_licenses(state, day), open_tickets(state, day)
-    corpus_records(state, day, [])
+    project_operational(state, day, window_days=DEFAULT_WINDOW_DAYS)
+    active_users(state, day)
+    assigned_licenses(state, day)
+    open_tickets(state, day)
+    corpus_records(state, day, [])  # the records the corpus states from the fold (the chunks come from documents)
     assert state == before

@@ -181,7 +181,6 @@ def test_retry_transport_asks_only_the_transport_failures_again_into_a_retry_fol
 def test_an_exposure_still_being_computed_gives_the_same_results_in_task_order(world, tmp_path: Path) -> None:
     """`eval_run` hands `evaluate` the exposure as a Future computed beside the answers: the rows are scored
     once it is known, in task order, and everything equals the run given the exposure up front."""
-    import threading
     from concurrent.futures import Future
 
     records, resolver, tasks = world
@@ -192,16 +191,18 @@ def test_an_exposure_still_being_computed_gives_the_same_results_in_task_order(w
                      exposure=exposure, code="git-test")
     pending: Future = Future()
     store = ResultsStore(tmp_path / "b")
+    key = spec.key("git-test")
+    checkpoint = store.run_dir(key) / "tasks.partial.jsonl"
 
     class Arm(ScriptedArm):
         def answer(self, task: Task) -> ScriptedAnswer:
-            if self.calls == 10:  # the exposure arrives while the arm is answering
-                threading.Timer(0.05, pending.set_result, (exposure,)).start()
+            if self.calls == 10:  # the exposure arrives while the arm is answering: nothing was recorded before
+                assert not checkpoint.exists() or checkpoint.read_text() == ""
+                pending.set_result(exposure)
             return super().answer(task)
 
     later = evaluate(Arm("x", resolver, planned), tasks, resolver, store, spec, exposure=pending, code="git-test")
     assert later == known and later["exposure"] == exposure.exposure
-    key = spec.key("git-test")
     assert ResultsStore(tmp_path / "a").read_tasks(key) == store.read_tasks(key)
     assert [r["task_id"] for r in store.read_tasks(key)] == [t.task_id for t in tasks]
 
@@ -224,3 +225,33 @@ def test_an_exposure_that_fails_fails_the_run_and_leaves_nothing_complete(world,
     again = ScriptedArm("x", resolver, planned)
     evaluate(again, tasks, resolver, store, spec, code="git-test")
     assert again.calls == len(tasks)
+
+
+def test_answers_made_before_the_arm_fails_are_checkpointed_once_the_exposure_is_known(world, tmp_path: Path) -> None:
+    """An arm that fails while the exposure is still being computed: the answers it made are scored and kept
+    (the resume asks only the rest), and the arm's error is the run's."""
+    import threading
+    from concurrent.futures import Future
+
+    records, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Off())
+    exposure = run_exposure(records, tasks, anchor=T, t_prime=T_PRIME, vintage=planned, resolver=resolver)
+    spec = _spec("grounding_no_freshness_tiers", "off", tasks)
+    pending: Future = Future()
+    store = ResultsStore(tmp_path)
+
+    class Failing(ScriptedArm):
+        def answer(self, task: Task) -> ScriptedAnswer:
+            if self.calls == 12:
+                threading.Timer(0.2, pending.set_result, (exposure,)).start()  # known only after the failure
+                raise RuntimeError("the store went away")
+            return super().answer(task)
+
+    with pytest.raises(RuntimeError, match="went away"):
+        evaluate(Failing("x", resolver, planned), tasks, resolver, store, spec, exposure=pending, code="git-test")
+    again = ScriptedArm("x", resolver, planned)
+    resumed = evaluate(again, tasks, resolver, store, spec, exposure=exposure, code="git-test")
+    assert again.calls == len(tasks) - 12
+    whole = evaluate(ScriptedArm("x", resolver, planned), tasks, resolver, ResultsStore(tmp_path / "a"), spec,
+                     exposure=exposure, code="git-test")
+    assert resumed == whole

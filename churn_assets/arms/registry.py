@@ -67,8 +67,10 @@ class ArmSpec:
 
     @property
     def searches_corpus(self) -> bool:
-        """Whether it reads the RAG corpus: it searches it by the question's embedding (so it needs the
-        embedding model), and reads no live store (no SaaS API quota to wait on)."""
+        """Whether it reads the RAG corpus, which it searches by the question's embedding (so it needs the
+        embedding model). The corpus arms read nothing else, so the cell scheduler also takes it to mean no SaaS
+        quota to wait on (`cells._CORPUS_CELL_COST`): an arm reading the corpus and a live store too would only
+        be started later than it could be."""
         return any(asset == RAG_INDEX for asset, _when in self.reads.day_inputs)
 
 

@@ -33,8 +33,10 @@ NEEDS_PAPER = ("truth_raw", "dbt", "staged", "eval", "paper_warm")
 MiB = 1024  # ru_maxrss is in KiB on Linux
 LARGE_SCALE = 10  # scales from here on: one repeat per stage (`stages_at`)
 # A SaaS plan's bucket holds a minute of its quota and refills in a minute (`saas_mock/config.py`, `_plan`; the
-# service is a subprocess churn_assets never imports): the warm paper waits that long, untimed, after the cold.
+# service is a subprocess churn_assets never imports): the warm paper waits, untimed, until that long after the
+# last paper on its state folder ended.
 QUOTA_REFILL_S = 60.0
+_PAPER_ENDED: dict[Path, float] = {}  # state folder -> when the last paper stage on it ended (monotonic clock)
 
 DESCRIPTIONS = {
     "generate": "generate + write the ledger",
@@ -205,11 +207,13 @@ def _paper(stage: str, ctx: Context, state: Path, workers: int | None, log: Path
     """A paper stage: the CLI on `state` (cold: the folder emptied first; warm: its results removed)."""
     py = [sys.executable, "-m", "churn_assets"]
     cmds: list[list[str]] = []
+    waited = 0.0
     if stage == "paper_warm":
         shutil.rmtree(state / "results", ignore_errors=True)
-        # The cold paper just emptied the SaaS key's bucket: a warm paper started at once would begin with an
-        # empty quota, as no user's second run does a minute later (measured: 112-153 s back to back).
-        time.sleep(QUOTA_REFILL_S)
+        # A paper just emptied the SaaS key's bucket: a warm paper started at once would begin with an empty
+        # quota, as no user's second run does a minute later (measured: 112-153 s back to back).
+        waited = max(0.0, QUOTA_REFILL_S - (time.monotonic() - _PAPER_ENDED.get(state, float("-inf"))))
+        time.sleep(waited)
     else:
         _purge(state)
         cmds.append([*py, "worlds", "add", "--days", str(ctx.days), *(a for o in ctx.overrides for a in ("--set", o))])
@@ -226,6 +230,7 @@ def _paper(stage: str, ctx: Context, state: Path, workers: int | None, log: Path
         if code != 0:
             raise UserFacingError(f"bench: {stage} failed (exit {code}) running {' '.join(cmd[2:])}; see {log}")
     seconds = time.perf_counter() - started
+    _PAPER_ENDED[state] = time.monotonic()
     if stage == "paper_cold_serial":
         _purge(state)
     # CPU: the CLI and the processes it waited for (pool workers, dbt); not the embedded servers.
@@ -233,7 +238,7 @@ def _paper(stage: str, ctx: Context, state: Path, workers: int | None, log: Path
             "cpu_median": round(cpu, 1), "peak_rss_mib": round(peak / MiB, 1),
             "load_before": list(load_before), "load_after": list(os.getloadavg()),
             "extra": {"json": str(paper_json), "workers": 1 if stage == "paper_cold_serial" else workers or "default",
-                      "untimed_quota_wait_s": QUOTA_REFILL_S if stage == "paper_warm" else 0.0}}
+                      "untimed_quota_wait_s": round(waited, 1)}}
 
 
 def ratios(doc: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ failures it re-asked. A finished result without transport failures is reused as 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import statistics
 import time
@@ -269,7 +270,7 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     computing = exposure if isinstance(exposure, Future) else None
     known: RunExposure | None = None if isinstance(exposure, Future) else exposure
     exposed = {te.task_id: te.exposed for te in known.tasks} if known else {}
-    unscored: list[tuple[Task, Any]] = []  # answered while the exposure is still being computed
+    unscored: list[tuple[Task, AnswerLike]] = []  # answered while the exposure is still being computed
 
     def score_unscored() -> None:
         for task, answer in unscored:
@@ -292,15 +293,24 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
         started = time.perf_counter()
         prepare(tasks)
         prepare_ms = (time.perf_counter() - started) * 1000.0
-    for i, task in enumerate(tasks):
-        if task.task_id not in writer.completed:
-            answer = arm.answer(task)
-            unscored.append((task, answer))
-            latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
-            if exposure_known(wait=False):
-                score_unscored()
-        if progress is not None:
-            progress(i + 1, len(tasks))
+    try:
+        for i, task in enumerate(tasks):
+            if task.task_id not in writer.completed:
+                answer = arm.answer(task)
+                unscored.append((task, answer))
+                latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
+                if exposure_known(wait=False):
+                    score_unscored()
+            if progress is not None:
+                progress(i + 1, len(tasks))
+    except Exception:
+        # The arm failed (a store gone, say): the answers it made while the exposure was being computed are
+        # checkpointed before the error goes on, so a resume does not ask them again. An exposure that fails
+        # too leaves them unrecorded (the arm's error is the one reported).
+        with contextlib.suppress(Exception):
+            exposure_known(wait=True)
+            score_unscored()
+        raise
     exposure_known(wait=True)
     score_unscored()
     rows = [writer.completed[t.task_id] for t in tasks]

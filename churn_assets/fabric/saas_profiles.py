@@ -11,6 +11,6 @@ SAAS_PROFILES: tuple[str, ...] = ("default", "reference", "unlimited")
 # The profile the pipeline's own checks read the SaaS API on (`saas_api_matches_truth`): they compare answers,
 # which every profile gives alike, and must not spend the quota an evaluation's key is measured against. On the
 # default key, the cold paper's 16 operational-store checks (about 80 calls each) emptied the bucket the
-# evaluations then waited on (decision 200). An external deployment's key (CHURNBENCH_SAAS_API_KEY) is the same
-# for every profile.
+# evaluations then waited on (decision 200). An external deployment's key (CHURNBENCH_SAAS_API_KEY, or one
+# derived from CHURNBENCH_SAAS_KEY_ISSUER) is the same for every profile.
 CHECK_PROFILE = "unlimited"

@@ -615,6 +615,11 @@ class GoldResolver:
         """How many (class, day) sub-states it holds (what its memory grows with)."""
         return len(self._subs)
 
+    @property
+    def vintage_maps(self) -> int:
+        """How many vintage maps it has assembled states for (each keeps its gold values)."""
+        return len(self._states)
+
     def state(self, vintage: Mapping[str, Day | str], anchor: Day | str) -> WorldState:
         with self._lock:
             return self._state(vintage, anchor)
@@ -651,7 +656,8 @@ class GoldResolver:
 _SHARED_LOCK = threading.Lock()
 _SHARED: list[GoldResolver] = []
 _SHARED_KEPT = 2  # ledgers, as `load_world_ledger` keeps two
-# A shared resolver holding more sub-states than this is replaced by an empty one. A paper's nine cells need 26
+# A shared resolver holding this many sub-states (or this many times as many vintage maps) is replaced by an
+# empty one. A paper's nine cells need 26
 # (every class at T, the cached classes at T' and at their refresh days: counted on its results); a sweep's
 # worker evaluating dozens of cells of other days would otherwise keep every state it ever folded.
 SHARED_MAX_SUBSTATES = 48
@@ -665,7 +671,7 @@ def shared_resolver(records: Sequence[Mapping[str, Any]], *, format_version: int
     with _SHARED_LOCK:
         for kept in _SHARED:
             if kept.records is records and kept.format_version == format_version:
-                if kept.substates < SHARED_MAX_SUBSTATES:
+                if kept.substates < SHARED_MAX_SUBSTATES and kept.vintage_maps < 4 * SHARED_MAX_SUBSTATES:
                     return kept
                 _SHARED.remove(kept)
                 break

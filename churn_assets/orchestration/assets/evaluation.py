@@ -149,7 +149,9 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     except UserFacingError as e:
         raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     finally:
-        exposures.shutdown(wait=True, cancel_futures=True)
+        # Not waited for: on success `evaluate` has its result; on a failure or a termination, a thread still
+        # measuring must not hold the step's error back (it only reads the ledger and the locked resolver).
+        exposures.shutdown(wait=False, cancel_futures=True)
         close_sources(sources)
     run_dir = _result_dir(store, spec, summary)
     timings = (run_dir / "timings.json").read_text()
