@@ -273,9 +273,10 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     unscored: list[tuple[Task, AnswerLike]] = []  # answered while the exposure is still being computed
 
     def score_unscored() -> None:
-        for task, answer in unscored:
+        while unscored:  # in order; a row whose write fails stays first (and is never written twice)
+            task, answer = unscored[0]
             writer.append(score_answer(resolver, task, answer, planned, exposed.get(task.task_id)))
-        unscored.clear()
+            unscored.pop(0)
 
     def exposure_known(wait: bool) -> bool:
         nonlocal computing, known, exposed
@@ -293,24 +294,24 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
         started = time.perf_counter()
         prepare(tasks)
         prepare_ms = (time.perf_counter() - started) * 1000.0
-    try:
-        for i, task in enumerate(tasks):
-            if task.task_id not in writer.completed:
+    for i, task in enumerate(tasks):
+        if task.task_id not in writer.completed:
+            try:
                 answer = arm.answer(task)
-                unscored.append((task, answer))
-                latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
-                if exposure_known(wait=False):
+            except Exception:
+                # The arm failed (a store gone, say): the answers it made while the exposure was being computed
+                # are checkpointed before its error goes on, so a resume does not ask them again. A failure to
+                # compute the exposure or to write them leaves them unrecorded (the arm's error is reported).
+                with contextlib.suppress(Exception):
+                    exposure_known(wait=True)
                     score_unscored()
-            if progress is not None:
-                progress(i + 1, len(tasks))
-    except Exception:
-        # The arm failed (a store gone, say): the answers it made while the exposure was being computed are
-        # checkpointed before the error goes on, so a resume does not ask them again. An exposure that fails
-        # too leaves them unrecorded (the arm's error is the one reported).
-        with contextlib.suppress(Exception):
-            exposure_known(wait=True)
-            score_unscored()
-        raise
+                raise
+            unscored.append((task, answer))
+            latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
+            if exposure_known(wait=False):
+                score_unscored()
+        if progress is not None:
+            progress(i + 1, len(tasks))
     exposure_known(wait=True)
     score_unscored()
     rows = [writer.completed[t.task_id] for t in tasks]
