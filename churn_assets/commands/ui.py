@@ -19,7 +19,7 @@ from types import FrameType
 import click
 
 from churn_assets.commands.services import format_status
-from churn_assets.services import free_port, start_services
+from churn_assets.services import free_port, start_services, urls_from
 from churn_assets.state import STATE_DIR_ENV, StatePaths, require_current_format
 
 DEFAULT_PORT = 3000
@@ -58,8 +58,14 @@ def ui(port: int) -> None:
     """Open the Dagster UI on this state folder's instance (Ctrl-C stops it)."""
     paths = StatePaths.resolve()
     require_current_format(paths)  # the UI would show an older folder's partitions wrongly: migrate first
-    for status in start_services(paths):
+    from churn_assets.orchestration.materialize import open_instance  # imports Dagster: not at CLI start
+
+    statuses = start_services(paths)
+    for status in statuses:
         click.echo(format_status(status))
+    # The instance's tables exist before `dagster dev` opens it: created under the lock that a command started
+    # beside the UI on a new state folder also takes (`storage_schema_lock`).
+    open_instance(paths, urls_from(statuses, paths)).dispose()
     if not port_is_free(port):
         chosen = free_port()
         click.echo(f"port {port} is taken; using {chosen}")

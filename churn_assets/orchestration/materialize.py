@@ -51,6 +51,7 @@ RETRY_TRANSPORT_TAG = "churnbench/retry_transport"
 # Failure metadata of an `eval_run` whose inputs are missing: the `scenario_inputs` sensor reacts to it.
 MISSING_INPUTS = "missing_inputs"
 STATEMENT_TIMEOUT_MS = 120_000  # bounds any Dagster storage query, so a wedged server cannot hang a command
+STORAGE_SCHEMA_LOCK = "churnbench:dagster-storage-schema"  # the advisory lock's name (`storage_schema_lock`)
 
 
 class MaterializationError(UserFacingError):
@@ -76,7 +77,7 @@ def open_session(paths: StatePaths | None = None, *, require_format: bool = True
         require_current_format(paths)
     urls = ensure_services(paths)
     with service_errors(paths), _fail_fast_storage(POSTGRES.name in urls.embedded):
-        instance = dg.DagsterInstance.from_config(str(paths.dagster_home))
+        instance = open_instance(paths, urls)
         # dagster-postgres opens a new connection per statement unless told to hold a pool (which it
         # does for the webserver); a run writes ~50 events, so pooling halves the per-partition cost.
         instance.optimize_for_webserver(statement_timeout=STATEMENT_TIMEOUT_MS, pool_recycle=3600,
@@ -86,6 +87,30 @@ def open_session(paths: StatePaths | None = None, *, require_format: bool = True
             yield Session(paths, urls, instance)
         finally:
             instance.dispose()
+
+
+def open_instance(paths: StatePaths, urls: ServiceUrls) -> dg.DagsterInstance:
+    """The state folder's persistent Dagster instance, created under `storage_schema_lock`."""
+    with storage_schema_lock(urls.dagster_storage):
+        return dg.DagsterInstance.from_config(str(paths.dagster_home))
+
+
+@contextmanager
+def storage_schema_lock(storage_url: str) -> Iterator[None]:
+    """One process at a time creates a Dagster instance on a storage database (a Postgres advisory lock, so
+    processes on other hosts sharing an external database wait too). The first instance on a new database
+    creates dagster-postgres' tables, and two processes doing it at once may fail: dagster-postgres retries a
+    duplicate table (42P07) or a duplicate key, not Postgres' other answer to two concurrent CREATE TABLEs,
+    `type "event_logs" already exists` (42710), which CI met with two commands started together on a new state
+    folder. Opening an instance on an existing schema takes about 20 ms, so waiting costs little."""
+    from churn_assets.fabric.postgres import connection
+
+    with connection(storage_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (STORAGE_SCHEMA_LOCK,))
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (STORAGE_SCHEMA_LOCK,))
 
 
 def _report_dead_runs(paths: StatePaths, instance: dg.DagsterInstance, warehouse_url: str) -> None:
