@@ -102,10 +102,10 @@ def scaled_overrides(scale: float) -> list[str]:
     return lines
 
 
-def _records(ctx: Context) -> Any:
+def _records(ctx: Context, *, packed: bool = False) -> Any:
     from churn_assets.world.ledger import load_ledger
 
-    return load_ledger(ctx.ledger_dir)
+    return load_ledger(ctx.ledger_dir, packed=packed)
 
 
 # --- ledger-side stages ----------------------------------------------------------------------------
@@ -152,15 +152,16 @@ def fold(ctx: Context, repeats: int) -> Measured:
 
 
 def exposure(ctx: Context, repeats: int) -> Measured:
-    """The exposure-only path of the sweeps (`sweeps/exposure_cells.world_exposure`): the task set at T, then
-    plan, exposure and prediction of the paper's 2x2 (grounding tiered and off at D+1 and D+28)."""
+    """The exposure-only path of the sweeps (`sweeps/exposure_cells.exposure_of_world`): the ledger read packed,
+    the task set at T, then plan, exposure and prediction of the paper's 2x2 (grounding tiered and off at D+1 and
+    D+28)."""
     from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
     from churn_assets.deployment import task_settings
     from churn_assets.grounding.registry import load_registry
     from churn_assets.sweeps.exposure_cells import world_exposure
     from churn_assets.sweeps.spec import Cell
 
-    loaded, config, settings = _records(ctx), ctx.config(), task_settings()
+    loaded, config, settings = _records(ctx, packed=True), ctx.config(), task_settings()
     cells = [Cell(config.world_id, arm, policy, t_prime, ctx.t) for t_prime in ctx.windows().values()
              for arm, policy in ((TIERED_ARM, "tiered"), (UNTIERED_ARM, "off"))]
 

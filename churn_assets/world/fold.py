@@ -139,10 +139,21 @@ def _contract_expired(s: ContractTerms, r: Record, day: Day) -> None:
     s.expire(r["entity_id"], _as_day(r["payload"]["expired_on"]))
 
 
+_LAST_CONSUMPTION: tuple[Record | None, ConsumptionRecord | None] = (None, None)
+
+
 def _consumption_record(r: Record, day: Day) -> ConsumptionRecord:
+    """The record's usage tuple, one per ledger record for both classes that keep it (`consumption` and the
+    `utilization` index apply the same record one after the other): a large world's folds hold millions."""
+    global _LAST_CONSUMPTION
+    last_record, last = _LAST_CONSUMPTION
+    if last_record is r and last is not None and last.day == day:
+        return last
     p = r["payload"]
-    return ConsumptionRecord(day, p["user_id"], p["product_id"], r["entity_id"], p["sessions"],
+    made = ConsumptionRecord(day, p["user_id"], p["product_id"], r["entity_id"], p["sessions"],
                              p["session_minutes"], p["api_calls"])
+    _LAST_CONSUMPTION = (r, made)  # one assignment: another thread folding meanwhile sees either pair whole
+    return made
 
 
 def _consumption_logged(s: Consumption, r: Record, day: Day) -> None:

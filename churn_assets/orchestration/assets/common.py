@@ -18,7 +18,7 @@ a partition's world (and day) with its stored config, and read the world's verif
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,7 @@ def world_ledger(state: StateResource, world_id: str) -> LoadedLedger:
 
 
 _FOLDS_LOCK = threading.Lock()
-_FOLDS: list[tuple[list[dict[str, Any]], Day, int, WorldState]] = []  # (records, day, format, state)
+_FOLDS: list[tuple[Sequence[dict[str, Any]], Day, int, WorldState]] = []  # (records, day, format, state)
 _FOLDS_KEPT = 1  # an asset's checks run right after it; more would hold a large world's states for nothing
 
 
