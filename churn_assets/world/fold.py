@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets import gc_pause
 from churn_assets.world import v1
 from churn_assets.world.calendar import Day
 from churn_assets.world.state import (
@@ -284,18 +285,19 @@ def fold_vintage(
     last = max(cutoffs.values())
     state = WorldState(vintage=days)
     folder = _Folder(state, format_version)
-    for rec in records:
-        at = rec["at"]
-        if at > last:
-            break  # ledger order: nothing later can be inside any class's day
-        day = folder.day_of(rec)
-        applied = False
-        for entity_class, apply in folder.steps(rec):
-            if at <= cutoffs[entity_class]:
-                folder.apply(entity_class, apply, rec, day)
-                applied = True
-        if applied:
-            state.events_applied += 1
+    with gc_pause.cyclic_gc_paused():  # the state holds no cycle (see gc_pause)
+        for rec in records:
+            at = rec["at"]
+            if at > last:
+                break  # ledger order: nothing later can be inside any class's day
+            day = folder.day_of(rec)
+            applied = False
+            for entity_class, apply in folder.steps(rec):
+                if at <= cutoffs[entity_class]:
+                    folder.apply(entity_class, apply, rec, day)
+                    applied = True
+            if applied:
+                state.events_applied += 1
     return state
 
 
@@ -321,19 +323,29 @@ def walk_ledger(
     folder = _Folder(state, format_version)
     current: Day | None = None
     current_at = ""
-    for rec in records:
-        at = rec["at"]
-        if at != current_at:
-            day = folder.day_of(rec)
-            if current is not None:
-                yield from _close_days(state, current, day - _ONE_DAY, end_day)
-            if end_day is not None and day > end_day:
-                return
-            current, current_at = day, at
-        assert current is not None
-        for entity_class, apply in folder.steps(rec):
-            folder.apply(entity_class, apply, rec, current)
-        state.events_applied += 1
+    # The collector is paused while records are applied (the state holds no cycle, see gc_pause), not while
+    # the caller holds a day's state.
+    gc_pause.pause()
+    try:
+        for rec in records:
+            at = rec["at"]
+            if at != current_at:
+                day = folder.day_of(rec)
+                if current is not None:
+                    gc_pause.resume()
+                    try:
+                        yield from _close_days(state, current, day - _ONE_DAY, end_day)
+                    finally:
+                        gc_pause.pause()
+                if end_day is not None and day > end_day:
+                    return
+                current, current_at = day, at
+            assert current is not None
+            for entity_class, apply in folder.steps(rec):
+                folder.apply(entity_class, apply, rec, current)
+            state.events_applied += 1
+    finally:
+        gc_pause.resume()
     if current is not None:
         yield from _close_days(state, current, end_day or current, end_day)
 

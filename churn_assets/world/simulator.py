@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from churn_assets import gc_pause
 from churn_assets.world.calendar import add_months
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.draws import Draws, WeightedPool
@@ -515,10 +516,13 @@ def generate_ledger(
     """Simulate `config` and write `out_dir/ledger.jsonl` + `manifest.json` (atomically)."""
     writer = LedgerWriter(Path(out_dir), config.data, config.world_id, config.config_hash)
     try:
-        for day_events in Simulator(config).run():
-            writer.extend(day_events)
-            if on_day is not None and day_events:
-                on_day(day_events[0].at)
+        # The simulator's state holds no reference cycle; a 100x world spent 7 s of 84 in the cyclic
+        # collector's full collections (123 of them) with it on (see gc_pause).
+        with gc_pause.cyclic_gc_paused():
+            for day_events in Simulator(config).run():
+                writer.extend(day_events)
+                if on_day is not None and day_events:
+                    on_day(day_events[0].at)
     except BaseException:
         writer.abort()
         raise
