@@ -8,7 +8,9 @@ made the walk 190x the 1x one instead of about 120x. Paused, the collections tha
 not; the cycles other code makes meanwhile are collected once the collector is back.
 
 The pause counts its holders, so threads and nested holders may pause and resume in any order: the collector
-comes back when the last holder resumes, and only if it was enabled when the first one paused.
+comes back when the last holder resumes, and only if it was enabled when the first one paused. A holder that
+builds objects meant to stay (the SaaS mock's tenant records and views, decision 196) asks for them to be frozen
+(`gc.freeze`) when the last holder resumes, so no later collection walks them again.
 """
 
 from __future__ import annotations
@@ -21,33 +23,40 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _holders = 0
 _reenable = False
+_freeze = False
 
 
-def pause() -> None:
-    """Hold the collector paused (undo with `resume`)."""
-    global _holders, _reenable
+def pause(*, freeze: bool = False) -> None:
+    """Hold the collector paused (undo with `resume`). `freeze`: freeze every object when the last holder
+    resumes."""
+    global _holders, _reenable, _freeze
     with _lock:
         if _holders == 0:
             _reenable = gc.isenabled()
             gc.disable()
         _holders += 1
+        _freeze = _freeze or freeze
 
 
 def resume() -> None:
     """Release one `pause`; the last release brings the collector back if it was enabled before the first."""
-    global _holders
+    global _holders, _freeze
     with _lock:
         if _holders == 0:
             raise RuntimeError("gc_pause.resume() without a pause()")
         _holders -= 1
-        if _holders == 0 and _reenable:
-            gc.enable()
+        if _holders == 0:
+            if _freeze:
+                gc.freeze()
+                _freeze = False
+            if _reenable:
+                gc.enable()
 
 
 @contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused(*, freeze: bool = False) -> Iterator[None]:
     """The collector paused inside the block (see the module doc)."""
-    pause()
+    pause(freeze=freeze)
     try:
         yield
     finally:

@@ -23,14 +23,14 @@ from __future__ import annotations
 import bisect
 import contextlib
 import datetime as dt
-import gc
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from churn_assets import gc_pause
 from churn_assets.errors import UserFacingError
 from churn_assets.world.fold import assigned_licenses, fold_ledger, tickets_as_of
 from churn_assets.world.state import ConsumptionRecord, WorldState
@@ -354,13 +354,7 @@ def build_view(world_id: str, head: TenantHead, records: Sequence[Mapping[str, A
 # ---------------------------------------------------------------------------------------------------
 
 
-_GC_LOCK = threading.Lock()
-_GC_HOLDERS = 0
-_GC_WAS_ENABLED = True
-
-
-@contextlib.contextmanager
-def long_lived_objects() -> Iterator[None]:
+def long_lived_objects() -> contextlib.AbstractContextManager[None]:
     """Build objects that stay (a tenant's records, a view) with the cyclic GC paused, then freeze them.
 
     The server answers on one event loop while views are built in threads. A full collection holds the GIL
@@ -368,23 +362,10 @@ def long_lived_objects() -> Iterator[None]:
     missed its 3 s and `churnbench paper` refused the server as unresponsive, and these walks are what can hold
     the loop that long (0.66 s each over the 10x records alone, measured in a test process; decision 196).
     Frozen objects are never walked again; reference counting still frees them (records and
-    views hold no cycles) when a view leaves the LRU or a tenant's head moves.
+    views hold no cycles) when a view leaves the LRU or a tenant's head moves. Threads build at once (one per
+    tenant): the pause counts its holders, and the last one freezes and resumes (`churn_assets.gc_pause`).
     """
-    global _GC_HOLDERS, _GC_WAS_ENABLED
-    with _GC_LOCK:  # threads build at once (one per tenant): the first pauses, the last freezes and resumes
-        if _GC_HOLDERS == 0:
-            _GC_WAS_ENABLED = gc.isenabled()
-            gc.disable()
-        _GC_HOLDERS += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _GC_HOLDERS -= 1
-            if _GC_HOLDERS == 0:
-                gc.freeze()
-                if _GC_WAS_ENABLED:
-                    gc.enable()
+    return gc_pause.cyclic_gc_paused(freeze=True)
 
 
 @dataclass

@@ -103,3 +103,18 @@ def test_fold_vintage_releases_its_pause_when_it_fails(records: list[dict]) -> N
     with pytest.raises(Exception):  # noqa: B017 - any fold error; what matters is the collector after it
         fold_vintage(broken, uniform_vintage(records[-1]["at"]))
     assert gc.isenabled()
+
+
+def test_a_freeze_asked_by_any_holder_happens_when_the_last_resumes() -> None:
+    frozen = gc.get_freeze_count()
+    try:
+        with gc_pause.cyclic_gc_paused():
+            with gc_pause.cyclic_gc_paused(freeze=True):
+                kept = [[i] for i in range(1000)]  # lists: objects the cyclic collector tracks
+            assert gc.get_freeze_count() == frozen, "not while another holder still builds"
+        assert gc.get_freeze_count() >= frozen + len(kept)
+        with gc_pause.cyclic_gc_paused():
+            pass
+        assert not gc_pause._freeze, "a freeze is asked once, not by every later pause"
+    finally:
+        gc.unfreeze()
