@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from churn_assets import gc_pause
 from churn_assets.errors import UserFacingError
+from churn_assets.world import gc_pause
 from churn_assets.world.fold import assigned_licenses, fold_ledger, tickets_as_of
 from churn_assets.world.state import ConsumptionRecord, WorldState
 
@@ -363,7 +363,7 @@ def long_lived_objects() -> contextlib.AbstractContextManager[None]:
     the loop that long (0.66 s each over the 10x records alone, measured in a test process; decision 196).
     Frozen objects are never walked again; reference counting still frees them (records and
     views hold no cycles) when a view leaves the LRU or a tenant's head moves. Threads build at once (one per
-    tenant): the pause counts its holders, and the last one freezes and resumes (`churn_assets.gc_pause`).
+    tenant): the pause counts its holders, and the last one freezes and resumes (`churn_assets.world.gc_pause`).
     """
     return gc_pause.cyclic_gc_paused(freeze=True)
 

@@ -1,4 +1,4 @@
-"""The cyclic collector's pause (churn_assets/gc_pause.py) and where the folds hold it."""
+"""The cyclic collector's pause (churn_assets/world/gc_pause.py) and where the folds hold it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from churn_assets import gc_pause
+from churn_assets.world import gc_pause
 from churn_assets.world.config import load_config
 from churn_assets.world.fold import fold_vintage, uniform_vintage, walk_ledger
 from churn_assets.world.ledger import load_ledger

@@ -23,8 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets import gc_pause
-from churn_assets.world import v1
+from churn_assets.world import gc_pause, v1
 from churn_assets.world.calendar import Day
 from churn_assets.world.state import (
     STATE_CLASSES,

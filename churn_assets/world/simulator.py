@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from churn_assets import gc_pause
+from churn_assets.world import gc_pause
 from churn_assets.world.calendar import add_months
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.draws import Draws, WeightedPool
