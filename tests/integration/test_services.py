@@ -108,14 +108,11 @@ def test_second_up_finds_the_running_services(services: ServiceUrls, state_paths
     assert {s.name: s.action for s in again} == {"postgres": "already running", "mongo": "already running",
                                                  "saas": "already running"}
     assert {s.name: s.pid for s in again} == before
-    # The real CLI, warm: finds them through the state folder only.
-    started = time.monotonic()
+    # The real CLI, warm: finds them through the state folder only (how fast: bench/bench_services.py).
     out = subprocess.run([churnbench_exe, "services", "up"], env=cli_env(state_paths.root),
                          capture_output=True, text=True, timeout=60, check=True).stdout
-    elapsed = time.monotonic() - started
     assert out.count("already running") == 3, out
     assert str(before["mongo"]) in out and str(before["postgres"]) in out
-    assert elapsed < 5, f"warm `services up` took {elapsed:.1f}s (bench/bench_services.py measures it)"
 
 
 def test_instance_stores_runs_in_postgres(small_world: str, state_paths: StatePaths,
@@ -264,7 +261,8 @@ def test_postgres_killed_mid_materialization_gives_a_clear_error(other_state: St
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1
-    assert time.monotonic() - killed < 20
+    # Exits instead of waiting on the dead server: 17 s alone, 21 s at load 10 (decision 280); a hang is minutes.
+    assert time.monotonic() - killed < 60
     last = err.strip().splitlines()[-1]
     assert last.startswith("churnbench: error:") and "Postgres" in last and "churnbench services up" in last
     assert ensure_services(other_state)  # restarts it for whoever comes next
