@@ -164,7 +164,7 @@ def validate_config(data: dict[str, Any], where: str = "world config") -> WorldC
     `config_model`) and it is stored in the order it came in. `data` itself is not changed.
     """
     # Imported here: the CLI imports this module at start-up, and pydantic with its first model costs
-    # 150-250 ms (docs/decisions.md 71); only a command that reads a config pays it.
+    # 150-250 ms (docs/decisions.md 76); only a command that reads a config pays it.
     from churn_assets.world.config_model import WorldModel
     from churn_assets.world.validation import parse
 
