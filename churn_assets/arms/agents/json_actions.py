@@ -28,6 +28,10 @@ from churn_assets.grounding.rows import VIEWS
 
 RETRIEVE, SEARCH, ANSWER = "retrieve", "search_records", "answer"
 DAY_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+# Bounds on every free value: the grammar then cannot run on inside a string, a number or a list until max_tokens
+# (a small model does); a whole action stays well under the local server's 256 tokens.
+ID_CHARS, TEXT_CHARS, MAX_ITEMS = 16, 160, 10
+ID = {"type": "string", "maxLength": ID_CHARS}
 
 
 class InvalidReply(ValueError):
@@ -41,35 +45,39 @@ def _action(name: str, properties: Mapping[str, Any], required: list[str]) -> di
 
 
 ANSWER_ACTION = _action(ANSWER, {
-    "answer": {"anyOf": [{"type": "number"}, {"type": "string"}]},
+    "answer": {"anyOf": [{"type": "number"}, {"type": "string", "maxLength": TEXT_CHARS}]},
     "data_as_of": {"anyOf": [{"type": "string", "pattern": DAY_PATTERN}, {"type": "null"}]},
 }, ["answer", "data_as_of"])
 
 RETRIEVE_ACTION = _action(RETRIEVE, {
     "view": {"type": "string", "enum": list(VIEWS)},
-    "product": {"type": "string"},
-    "contract": {"type": "string"},
-    "vendor": {"type": "string"},
+    "product": ID,
+    "contract": ID,
+    "vendor": ID,
     "first": {"type": "string", "pattern": DAY_PATTERN},
     "last": {"type": "string", "pattern": DAY_PATTERN},
-    "window_days": {"type": "integer"},
-    "products": {"type": "array", "items": {"type": "string"}},
+    "window_days": {"type": "integer", "minimum": 1, "maximum": 3660},
+    "products": {"type": "array", "items": ID, "maxItems": MAX_ITEMS},
 }, ["view"])
 
 
 def search_action(by_kind: bool) -> dict[str, Any]:
     from churn_assets.arms.extraction import RECORD_CLASSES
 
-    properties: dict[str, Any] = {"query": {"type": "string"}, "k": {"type": "integer"}}
+    properties: dict[str, Any] = {"query": {"type": "string", "maxLength": TEXT_CHARS},
+                                  "k": {"type": "integer", "minimum": 1, "maximum": 100}}
     if by_kind:
-        properties["kinds"] = {"type": "array", "items": {"type": "string", "enum": list(RECORD_CLASSES)}}
+        properties["kinds"] = {"type": "array", "items": {"type": "string", "enum": list(RECORD_CLASSES)},
+                               "maxItems": len(RECORD_CLASSES)}
     return _action(SEARCH, properties, ["query"])
 
 
-def action_schema(records: bool, by_kind: bool = True) -> dict[str, Any]:
-    """The schema of one turn: the arm's read action, or the answer."""
+def action_schema(records: bool, by_kind: bool = True, *, may_answer: bool = True) -> dict[str, Any]:
+    """The schema of one turn: the arm's read action, or the answer. The first turn of a task may only read
+    (`may_answer` False): every question is about the data, and an answer before any read is not grounded in it
+    (tool calling's `tool_choice: required` on the first turn, as a grammar)."""
     read = search_action(by_kind) if records else RETRIEVE_ACTION
-    return {"anyOf": [read, ANSWER_ACTION]}
+    return {"anyOf": [read, ANSWER_ACTION]} if may_answer else {"anyOf": [read]}
 
 
 def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,18 +91,22 @@ def system_prompt(records: bool, by_kind: bool, glossary: str, views: str) -> st
     if records:
         kinds_arg, kinds = (', "kinds": [<record kinds>]', " among the record kinds named") if by_kind else ("", "")
         read = (f'{{"action": "search_records", "query": "<what to look for, naming the ids you need>", '
-                f'"k": <how many records>{kinds_arg}}} returns the fact records most similar to the query{kinds}; '
-                "only the records it returns are known to you.")
+                f'"k": <how many records>{kinds_arg}}}: the fact records most similar to the query{kinds}.')
+        known = "records"
     else:
-        read = ('{"action": "retrieve", "view": "<view>", <filters>} returns the rows of one view of the data as '
-                f"served to you; only the rows it returns are known to you. Views: {views}.")
+        read = ('{"action": "retrieve", "view": "<view>", <filters>}: the rows of one view of the data, as served '
+                f"to you. Views:\n{views}")
+        known = "rows"
     return ("You answer one question about a company's software licenses, users, cost centers, vendors, "
-            "contracts, usage and support tickets. Every reply is exactly one JSON object, one action:\n"
-            f"- {read}\n"
-            '- {"action": "answer", "answer": <value>, "data_as_of": "<YYYY-MM-DD>"} ends the task: <value> in the '
-            'format the question states, or "unknown" when the data does not know what the question names; '
-            "data_as_of is the as-of day of the oldest data you used (each result states its data_as_of), or null.\n"
-            "Read what you need, then answer. Do not ask questions back.\n\n" + glossary)
+            "contracts, usage and support tickets, from its data only. Every reply is exactly one JSON object: "
+            "one action.\n"
+            f"Read: {read}\n"
+            'Answer: {"action": "answer", "answer": <value>, "data_as_of": "<YYYY-MM-DD>"} ends the task. <value> '
+            'in the format the question states, or "unknown" when the data does not know what the question names. '
+            "data_as_of: the as-of day of the oldest data you used (each result states its data_as_of), or null.\n"
+            f"Read first (the first reply must be a read): you know only the {known} your reads returned. Then "
+            "answer. Do not ask questions back.\n\n"
+            + glossary)
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,10 @@ NO_KEY = "not-set"  # sent when no key is configured (local endpoints such as vL
 TOOLS, JSON_ACTIONS = "tools", "json"
 MODES = (TOOLS, JSON_ACTIONS)
 MAX_INVALID_REPLIES = 3  # invalid JSON replies in a row, within one task, before the loop gives up
-# The local server's defaults: a read of at most 50 rows (about 1.5k tokens) fits an 8k context several times.
-LOCAL_DEFAULTS: dict[str, Any] = {"mode": JSON_ACTIONS, "max_tokens": 512, "max_rows_per_call": 50}
+# The local server's defaults: a read of at most 50 rows is about 1.4k tokens, so the system prompt (about 0.9k),
+# four reads with their actions and the answer fit the 8k context (a fifth read would not: measured, docs/llm.md).
+LOCAL_DEFAULTS: dict[str, Any] = {"mode": JSON_ACTIONS, "max_tokens": 256, "max_rows_per_call": 50,
+                                  "max_tool_rounds": 4}
 LOCAL_N_CTX, LOCAL_THREADS = 8192, 1  # one inference thread: faster than two on a shared 2-core machine
 
 
@@ -551,7 +553,7 @@ def answer_format(answer: AnswerType | None) -> str:
 
 
 def _views_doc() -> str:
-    return "; ".join(f"{v}: {VIEW_DOCS[v]}" for v in VIEWS)
+    return "\n".join(f"- {v}: {VIEW_DOCS[v].removeprefix(v + ': ')}" for v in VIEWS)
 
 
 @cache
@@ -575,6 +577,7 @@ def system_prompt(mode: str, records: bool, by_kind: bool = True) -> str:
 def task_prompt(question: str, today: Day, answer: AnswerType | None) -> str:
     """The first user message: today, the question, and the format of its answer."""
     return f"Today is {today.isoformat()}.\nQuestion: {question}\nAnswer format: {answer_format(answer)}."
+
 
 
 _ANSWER_RE = re.compile(r"ANSWER\s*:\s*(.*)", re.IGNORECASE)
@@ -766,17 +769,19 @@ class LlmAgent:
 
         s, meter = self.settings, task.meter
         read_action = json_actions.SEARCH if records else json_actions.RETRIEVE
-        allowed = (read_action, json_actions.ANSWER)
-        model = self.chat_model.bind(
-            response_format=json_actions.response_format(json_actions.action_schema(records, by_kind)))
+        # In the request body as it is (`extra_body`): given as `response_format`, langchain-openai would parse the
+        # reply with the client's structured-output path, which raises on a reply cut at max_tokens.
+        first, then = (self.chat_model.bind(extra_body={"response_format": json_actions.response_format(
+            json_actions.action_schema(records, by_kind, may_answer=may_answer))}) for may_answer in (False, True))
         invalid: list[str] = []  # this run of invalid replies: why each was invalid
         truncated = 0
         while True:
-            reply = self._invoke(model, messages, meter)
+            reply = self._invoke(then if meter.tool_calls else first, messages, meter)
             text = _text_of(reply)
             finish = (getattr(reply, "response_metadata", None) or {}).get("finish_reason")
             messages.append(AIMessage(content=text))
             try:
+                allowed = (read_action, json_actions.ANSWER) if meter.tool_calls else (read_action,)
                 action = json_actions.read_reply(text, finish, allowed, s.max_tokens)
             except json_actions.InvalidReply as e:
                 invalid.append(str(e))
