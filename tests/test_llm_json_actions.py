@@ -22,7 +22,7 @@ from churn_assets.arms.agents.llm import (
     system_prompt,
 )
 from churn_assets.arms.base import TracingTools
-from churn_assets.grounding.rows import Request
+from churn_assets.grounding.rows import VIEWS, Request
 
 JSON_SETTINGS = dataclasses.replace(SETTINGS, mode=JSON_ACTIONS)
 
@@ -70,7 +70,25 @@ def test_reads_are_traced_requests_and_the_answer_is_read_with_the_templates_typ
     first, *later = (schema_of(k) for k in chat.call_kwargs)
     assert first == json_actions.action_schema(False, may_answer=False)
     assert later == [json_actions.action_schema(False)] * 2
-    assert [a["properties"]["action"]["const"] for a in later[0]["anyOf"]] == ["retrieve", "answer"]
+    actions = [(a["properties"]["action"]["const"], a["properties"].get("view", {}).get("const"))
+               for a in later[0]["anyOf"]]
+    assert actions == [("retrieve", v) for v in VIEWS] + [("answer", None)]
+
+
+def test_each_view_takes_only_its_filters() -> None:
+    """One retrieve action per view: a read the grammar lets through is a request the router takes."""
+    from churn_assets.arms.agents.llm import VIEW_DOCS, request_of
+
+    assert set(json_actions.VIEW_FILTERS) == set(VIEWS)
+    for view, (required, optional) in json_actions.VIEW_FILTERS.items():
+        action = json_actions.retrieve_action(view)
+        assert action["required"] == ["action", "view", *required]
+        assert set(action["properties"]) == {"action", "view", *required, *optional}
+        for name in (*required, *optional):  # every filter offered is one the view's description names
+            assert name in VIEW_DOCS[view] or (name, view) == ("products", "usage"), (view, name)
+        args = {"view": view, **{f: {"first": "2024-04-01", "last": "2024-04-27", "window_days": 30}[f]
+                                 for f in required}}
+        assert request_of(args).view == view  # the smallest valid action is a valid request
 
 
 @pytest.mark.parametrize(("value", "expected"), [(12.5, 12.5), ("$12.50", 12.5), (1234, 1234.0), ("unknown", None)])

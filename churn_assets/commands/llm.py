@@ -89,3 +89,61 @@ def prepare(name: str) -> None:
     path = prepare_model(model)
     click.echo(f"{model.name}: {path} ({model.size:,} bytes, SHA-256 {model.sha256} as pinned; "
                f"{time.perf_counter() - started:.1f} s)")
+
+
+TRY_WORLD = "llmtry"  # + the task count: a world per count, so a task set of another count is never reused
+TRY_DAYS = 30
+TRY_T, TRY_GAP = "2024-01-29", 7  # T near the world's end; T' a week before (the tiered arms serve stale classes)
+
+
+@llm.command("try")
+@click.option("--tasks", type=click.IntRange(1, 180), default=10, show_default=True,
+              help="How many tasks the model answers (the world's task set at T has this many).")
+@click.option("--arm", default="grounding", show_default=True, help="The arm (`churnbench run --help` lists them).")
+@GGUF_OPTION
+def try_command(tasks: int, arm: str, gguf: str | None) -> None:
+    """Run the LLM agent on a 30-day world and print its verdicts: the local model (or the endpoint of
+    CHURNBENCH_LLM_BASE_URL) answers `--tasks` tasks of world `llmtry<N>` (seed 42) at T = 2024-01-29 through
+    `--arm`, with caches built a week before. Everything is `churnbench run --agent llm` (the world registered and
+    its inputs built first); the results are in the state folder like any run's."""
+    import datetime as dt
+
+    from churn_assets.arms.registry import arm_spec
+    from churn_assets.commands.run import result_line
+
+    arm_spec(arm)  # an unknown arm: one line, before anything starts
+    settings = llm_settings("llm", gguf)
+    _task_count(tasks)
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.scenario_runs import run_scenario
+    from churn_assets.orchestration.world_registry import add_world
+    from churn_assets.state import StatePaths
+    from churn_assets.world.config import load_config
+
+    t = dt.date.fromisoformat(TRY_T)
+    paths = StatePaths.resolve()
+    config = load_config(days=TRY_DAYS, name=f"{TRY_WORLD}{tasks}")
+    with open_session(paths) as session:
+        if add_world(paths, session.instance, config):
+            click.echo(f"world {config.world_id} registered ({TRY_DAYS} days, seed {config.seed})")
+        summary = run_scenario(session, defs_for(str(paths.root)), config.world_id, arm,
+                               t - dt.timedelta(days=TRY_GAP), t, "tiered", "default", click.echo, llm=settings)
+    click.echo(f"{summary['scenario_key']}: {result_line(summary)}")
+    click.echo(f"results: {summary['results']}")
+
+
+def _task_count(tasks: int) -> None:
+    """This process's task sets have `tasks` tasks: a deployment file like the current one with that count,
+    named by CHURNBENCH_DEPLOYMENT before anything reads the deployment (the in-process materializations do)."""
+    import yaml
+
+    from churn_assets.deployment import DEPLOYMENT_ENV, deployment
+    from churn_assets.state import StatePaths, atomic_write_text
+
+    data = dict(deployment().data)
+    data["tasks"] = {**dict(data.get("tasks") or {}), "count": tasks}
+    path = StatePaths.resolve().ensure().root / f"deployment-{tasks}-tasks.yaml"
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+    os.environ[DEPLOYMENT_ENV] = str(path)
+    deployment.cache_clear()

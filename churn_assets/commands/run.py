@@ -65,7 +65,8 @@ REPLAN_OPTION = click.option("--replan", is_flag=True, help="Plan the scenario a
                              "stored plan made from another registry is refused otherwise).")
 
 
-def _line(s: dict[str, Any]) -> str:
+def result_line(s: dict[str, Any]) -> str:
+    """A run's figures on one line (verdict counts, exposure, prediction)."""
     v = s["verdicts"]
     return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
             f"freshness {v['freshness_error']:3d}  "
@@ -116,7 +117,7 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
                                saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport)
-    click.echo(f"{summary['scenario_key']}: {_line(summary)}")
+    click.echo(f"{summary['scenario_key']}: {result_line(summary)}")
     if retry_transport:
         click.echo(_retry_line(summary))
     click.echo(f"results: {summary['results']}")
@@ -190,7 +191,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         s = dict(result.summary or {})
         s.update(arm=arm, policy=policy, t_prime=WINDOWS[window].isoformat(), t=T.isoformat(), window=window)
         runs.append(s)
-        echo(f"== {arm} ({policy}) T'={s['t_prime']} T={T}\n   {_line(s)}")
+        echo(f"== {arm} ({policy}) T'={s['t_prime']} T={T}\n   {result_line(s)}")
     elapsed = time.perf_counter() - started
     if as_json:
         click.echo(json.dumps({"world": world_id, "t": T.isoformat(), "seconds": round(elapsed, 1),

@@ -49,16 +49,30 @@ ANSWER_ACTION = _action(ANSWER, {
     "data_as_of": {"anyOf": [{"type": "string", "pattern": DAY_PATTERN}, {"type": "null"}]},
 }, ["answer", "data_as_of"])
 
-RETRIEVE_ACTION = _action(RETRIEVE, {
-    "view": {"type": "string", "enum": list(VIEWS)},
-    "product": ID,
-    "contract": ID,
-    "vendor": ID,
-    "first": {"type": "string", "pattern": DAY_PATTERN},
-    "last": {"type": "string", "pattern": DAY_PATTERN},
+# The filters each view takes (as `VIEW_DOCS` of agents/llm.py describes them), the required ones first: one
+# retrieve action per view, so a read the grammar lets through is a request the router takes, and a small model
+# cannot pad it with filters that do not apply (SmolLM2 filled every optional one).
+FILTERS: dict[str, dict[str, Any]] = {
+    "product": ID, "contract": ID, "vendor": ID,
+    "first": {"type": "string", "pattern": DAY_PATTERN}, "last": {"type": "string", "pattern": DAY_PATTERN},
     "window_days": {"type": "integer", "minimum": 1, "maximum": 3660},
     "products": {"type": "array", "items": ID, "maxItems": MAX_ITEMS},
-}, ["view"])
+}
+VIEW_FILTERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # view -> (required, optional)
+    "users": ((), ()), "memberships": ((), ()), "cost_centers": ((), ()), "products": ((), ()),
+    "licenses": ((), ("product", "contract")), "holdings": ((), ("product",)), "prices": ((), ("product",)),
+    "vendors": ((), ("vendor",)), "contracts": ((), ("contract",)), "tickets": ((), ()),
+    "consumption": (("first", "last"), ()), "usage": (("window_days",), ("products",)),
+}
+
+
+def retrieve_action(view: str) -> dict[str, Any]:
+    required, optional = VIEW_FILTERS[view]
+    return _action(RETRIEVE, {"view": {"const": view}, **{f: FILTERS[f] for f in required + optional}},
+                   ["view", *required])
+
+
+RETRIEVE_ACTIONS = [retrieve_action(v) for v in VIEWS]
 
 
 def search_action(by_kind: bool) -> dict[str, Any]:
@@ -76,8 +90,8 @@ def action_schema(records: bool, by_kind: bool = True, *, may_answer: bool = Tru
     """The schema of one turn: the arm's read action, or the answer. The first turn of a task may only read
     (`may_answer` False): every question is about the data, and an answer before any read is not grounded in it
     (tool calling's `tool_choice: required` on the first turn, as a grammar)."""
-    read = search_action(by_kind) if records else RETRIEVE_ACTION
-    return {"anyOf": [read, ANSWER_ACTION]} if may_answer else {"anyOf": [read]}
+    reads = [search_action(by_kind)] if records else RETRIEVE_ACTIONS
+    return {"anyOf": [*reads, ANSWER_ACTION]} if may_answer else {"anyOf": reads}
 
 
 def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,8 +108,8 @@ def system_prompt(records: bool, by_kind: bool, glossary: str, views: str) -> st
                 f'"k": <how many records>{kinds_arg}}}: the fact records most similar to the query{kinds}.')
         known = "records"
     else:
-        read = ('{"action": "retrieve", "view": "<view>", <filters>}: the rows of one view of the data, as served '
-                f"to you. Views:\n{views}")
+        read = ('{"action": "retrieve", "view": "<view>", <its filters>}: the rows of one view of the data, as '
+                f"served to you. Views:\n{views}")
         known = "rows"
     return ("You answer one question about a company's software licenses, users, cost centers, vendors, "
             "contracts, usage and support tickets, from its data only. Every reply is exactly one JSON object: "

@@ -170,11 +170,9 @@ def _serve_local(paths, settings, gguf) -> str:
 
 
 def _with_llm_server_state(paths, agent, error: Exception) -> str:
-    """An endpoint failure of a local model's agent, with why the model server stopped serving when it did (it
-    died: named with its log), so the one line says what happened; any other error as it is."""
-    from churn_assets.arms.agents.llm import LlmEndpointError
-
-    if not isinstance(error, LlmEndpointError) or agent is None or agent.settings.local is None:
+    """The run's error, or, when a local model's server stopped serving (it died: named with its log), that: the
+    endpoint error it caused reads as a lost connection otherwise."""
+    if agent is None or agent.settings.local is None:
         return str(error)
     from churn_assets.services.llm import llm_server_failure
 
