@@ -198,3 +198,23 @@ def test_local_settings_hash_the_model_file_and_the_server_not_its_url() -> None
     assert len({v.agent_id for v in variants} | {local.agent_id}) == len(variants) + 1
     with pytest.raises(Exception, match="not both"):
         LlmSettings("http://x/v1", "m", local=LocalServer(sha, "xllamacpp 1.0"))
+
+
+def test_a_request_the_source_refuses_is_told_to_the_model() -> None:
+    """A 4xx for the model's own arguments (the SaaS API's window_days above its maximum, seen with SmolLM2) is a bad
+    tool argument: told to the model, not traced, the run goes on."""
+    from churn_assets.fabric.saas_client import SaasRequestError
+
+    class Refusing(FakeRouter):
+        def retrieve(self, requests: Any, note: str = "") -> Any:
+            if requests[0].window_days == 2024:
+                raise SaasRequestError("GET /v1/.../utilization: 422 window_days must be <= 366", status=422)
+            return super().retrieve(requests, note)
+
+    llm, chat = agent(turn({"action": "retrieve", "view": "usage", "window_days": 2024, "products": ["prd_0001"]}),
+                      read("users"), answer(1), settings=JSON_SETTINGS)
+    tools = TracingTools(Refusing())  # type: ignore[arg-type]
+    got = llm.answer(QUESTION, T, tools)
+    assert got.value == 1 and len(tools.traces) == 1
+    told = json.loads(chat.received[1][-1].content.splitlines()[1])
+    assert "the source refused this request" in told["error"] and "422" in told["error"]

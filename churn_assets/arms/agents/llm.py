@@ -66,7 +66,7 @@ from churn_assets.arms.agents.interface import (
 from churn_assets.arms.agents.local_models import LocalGguf, find_gguf, resolve_gguf, runtime_version
 from churn_assets.arms.extraction import K
 from churn_assets.canonical import canonical_json, sha256_hex
-from churn_assets.fabric.saas_client import TransportError
+from churn_assets.fabric.saas_client import SaasRequestError, TransportError
 from churn_assets.freshness.scenario import LLM_AGENT_ID_RE
 from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
@@ -670,7 +670,10 @@ class LlmAgent:
             request = request_of(args)
             traces = getattr(tools, "traces", None)
             before = len(traces) if isinstance(traces, list) else 0
-            [rows] = tools.retrieve([request], note=f"llm: {request.describe()}")
+            try:
+                [rows] = tools.retrieve([request], note=f"llm: {request.describe()}")
+            except SaasRequestError as e:  # a 4xx for the model's own arguments (window_days=2024): told to it
+                raise ToolArgumentError(f"the source refused this request: {e}") from None
             return rows_json(request, rows, limit, _read_day(tools, before, request.entity_class))
 
         return self._run(question, today, {"retrieve": retrieve}, records=False, by_kind=True)
