@@ -520,3 +520,22 @@ def test_cli_run_with_the_llm_agent_and_no_model_fails_in_one_line(monkeypatch: 
     assert result.exit_code == 1
     [line] = result.output.splitlines()
     assert "bash scripts/install.sh --llm smollm2-135m" in line and "CHURNBENCH_LLM_BASE_URL" in line
+
+
+@pytest.mark.parametrize(("gguf", "fragment"), [
+    ("/nowhere/model.gguf", "CHURNBENCH_LLM_GGUF=/nowhere/model.gguf: no such file"),
+    ("llama-70b", "is neither a file nor a packaged model"),
+    (__file__, "not a GGUF file"),
+])
+def test_cli_run_with_a_bad_gguf_fails_in_one_line_before_anything_starts(monkeypatch: pytest.MonkeyPatch,
+                                                                         gguf: str, fragment: str) -> None:
+    from churn_assets.cli import main
+
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CHURNBENCH_LLM_GGUF", "")  # --gguf sets it in the process: restored after the test
+    result = CliRunner().invoke(main, ["run", "--world", "w-s1-000000", "--arm", "grounding", "--t-prime",
+                                       "2024-03-29", "--t", "2024-04-27", "--agent", "llm", "--gguf", gguf])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert fragment in line
