@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 TASKS = 10  # "about 10 tasks" of the CI test
 REPEATS = 1  # part B's --repeats: K = 2 is this constant (each repeat's rows are checked the same way)
 T = dt.date(2024, 1, 29)
-RESUME_T, RESUME_TASKS = dt.date(2024, 1, 27), 3  # the kill-and-resume run: another day, fewer tasks
+RESUME_T, RESUME_TASKS = dt.date(2024, 1, 27), 2  # the kill-and-resume run: another day, two tasks
 ARM = "naive"
 # Short tasks for CI: one read of at most 10 rows, then the answer (the agent id says so).
 CI_SETTINGS = {"CHURNBENCH_LLM_MAX_TOOL_ROUNDS": "1", "CHURNBENCH_LLM_MAX_ROWS": "10"}
