@@ -93,13 +93,15 @@ def prepare(name: str) -> None:
 
 TRY_WORLD = "llmtry"  # + the task count: a world per count, so a task set of another count is never reused
 TRY_DAYS = 30
-TRY_T, TRY_GAP = "2024-01-29", 7  # T near the world's end; T' a week before (the tiered arms serve stale classes)
+TRY_T, TRY_GAP = "2024-01-29", 7  # T near the world's end; T' a week before (grounding then serves stale classes)
 
 
 @llm.command("try")
 @click.option("--tasks", type=click.IntRange(1, 180), default=10, show_default=True,
               help="How many tasks the model answers (the world's task set at T has this many).")
-@click.option("--arm", default="grounding", show_default=True, help="The arm (`churnbench run --help` lists them).")
+@click.option("--arm", default="naive", show_default=True,
+              help="The arm (`churnbench run --help` lists them; naive has the fewest inputs to build, grounding "
+                   "serves stale caches).")
 @GGUF_OPTION
 def try_command(tasks: int, arm: str, gguf: str | None) -> None:
     """Run the LLM agent on a 30-day world and print its verdicts: the local model (or the endpoint of
