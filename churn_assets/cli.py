@@ -8,6 +8,7 @@ import sys
 import click
 
 from churn_assets.commands.bench import bench
+from churn_assets.commands.llm import llm
 from churn_assets.commands.migrate import migrate
 from churn_assets.commands.project import project
 from churn_assets.commands.regression import regression
@@ -71,3 +72,4 @@ main.add_command(results)
 main.add_command(verify_results)
 main.add_command(bench)
 main.add_command(migrate)
+main.add_command(llm)

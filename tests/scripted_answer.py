@@ -18,6 +18,8 @@ class ScriptedAnswer:
     vintage: dict[str, dt.date]
     parse_error: str | None = None
     transport_error: str | None = None
+    budget_error: str | None = None
+    data_as_of: dt.date | None = None
     timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
     route: str = "staged_sql"
 

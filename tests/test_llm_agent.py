@@ -1,7 +1,8 @@
-"""The LLM agent's wiring, with a scripted fake chat model (no model is reachable from these machines).
+"""The LLM agent's wiring at the chat-model seam, with a scripted fake chat model (a real model answers in
+tests/integration/test_llm_local.py).
 
-The fake model emits the tool calls and the final text a test scripts, and records what it was sent. The
-arm side is a fake router behind the real `TracingTools`: rows built by hand, one trace per retrieval, so
+The fake model emits the tool calls, JSON actions and final text a test scripts, and records what it was sent.
+The arm side is a fake router behind the real `TracingTools`: rows built by hand, one trace per retrieval, so
 the tests see exactly which `Request`s the model's tool calls became.
 """
 
@@ -20,7 +21,7 @@ import openai
 import pytest
 from click.testing import CliRunner
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
@@ -41,7 +42,9 @@ from churn_assets.arms.agents.llm import (
     answer_text,
     price_for,
     price_table,
+    stated_as_of,
 )
+from churn_assets.arms.agents.local_models import LocalModelError
 from churn_assets.arms.base import RouterArm, TracingTools
 from churn_assets.arms.registry import define_scenario, scenario_from_json
 from churn_assets.fabric.saas_client import TransportError
@@ -55,7 +58,9 @@ D = dt.date.fromisoformat
 QUESTION = "How many licenses of product prd_0001 are held by active users?"  # t2_license_holders_product
 PRICE_QUESTION = "What is the current monthly list price per seat of product prd_0001?"  # t1_list_price
 ENV_VARS = (ENV_BASE_URL, ENV_MODEL, ENV_API_KEY, ENV_OPENAI_API_KEY, "CHURNBENCH_LLM_TEMPERATURE",
-            "CHURNBENCH_LLM_MAX_TOKENS", "CHURNBENCH_LLM_MAX_TOOL_ROUNDS", "CHURNBENCH_LLM_SEED")
+            "CHURNBENCH_LLM_MAX_TOKENS", "CHURNBENCH_LLM_MAX_TOOL_ROUNDS", "CHURNBENCH_LLM_SEED", "CHURNBENCH_LLM_GGUF",
+            "CHURNBENCH_LLM_MODE", "CHURNBENCH_LLM_MAX_TOOL_CALLS", "CHURNBENCH_LLM_MAX_ROWS", "CHURNBENCH_LLM_N_CTX",
+            "CHURNBENCH_LLM_THREADS")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -69,6 +74,7 @@ class ScriptedChat(BaseChatModel):
     script: list[Any] = Field(default_factory=list)
     received: list[list[BaseMessage]] = Field(default_factory=list)
     bound: list[list[Any]] = Field(default_factory=list)
+    call_kwargs: list[dict[str, Any]] = Field(default_factory=list)  # what each call was bound with
 
     @property
     def _llm_type(self) -> str:
@@ -81,6 +87,7 @@ class ScriptedChat(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
         self.received.append(list(messages))
+        self.call_kwargs.append(dict(kwargs))
         step = self.script.pop(0)
         if isinstance(step, BaseException):
             raise step
@@ -168,10 +175,15 @@ def test_tool_calls_reach_tracing_tools_as_requests_and_the_answer_is_parsed() -
     assert licenses["view"] == "licenses" and licenses["total_rows"] == 3
     assert [r[licenses["columns"].index("license_id")] for r in licenses["rows"]] == ["lic_0001", "lic_0002",
                                                                                      "lic_0003"]
-    # the prompt states today and the answer type of the question's template
-    system = chat.received[0][0]
-    assert isinstance(system, SystemMessage) and "2024-04-27" in system.content and "whole number" in system.content
+    # the system prompt is the arm's fixed one (a prefix cache holds across tasks); the first user message states
+    # today, the question and the answer type of its template
+    system, first = chat.received[0][:2]
+    assert isinstance(system, SystemMessage) and "2024-04-27" not in system.content
+    assert isinstance(first, HumanMessage) and "Today is 2024-04-27" in first.content
+    assert QUESTION in first.content and "whole number" in first.content
     assert [t["function"]["name"] for t in chat.bound[0]] == ["retrieve"]
+    # each result states the as-of day of its data (the read's data time, from its trace)
+    assert licenses["data_as_of"] == T.isoformat()
 
 
 def test_tools_stay_class_restricted_like_the_deterministic_agents() -> None:
@@ -242,9 +254,12 @@ def test_answer_text_takes_the_last_answer_line() -> None:
     assert answer_text("ANSWER: 1\nthinking again...\nANSWER: `2`.") == "2"
     assert answer_text("**ANSWER:** **$1,234.50**") == "$1,234.50"
     assert answer_text("just 7") == "just 7"
+    assert answer_text("ANSWER: 3\nDATA_AS_OF: 2024-04-20") == "3"
+    assert stated_as_of("ANSWER: 3\nDATA_AS_OF: `2024-04-20`") == D("2024-04-20")
+    assert stated_as_of("ANSWER: 3\nDATA_AS_OF: last week") is None and stated_as_of("ANSWER: 3") is None
 
 
-def test_the_tool_round_bound_gives_a_clear_failure() -> None:
+def test_the_tool_round_bound_exhausts_the_budget() -> None:
     settings = dataclasses.replace(SETTINGS, max_tool_rounds=2)
     looping = [calls(("retrieve", {"view": "users"})) for _ in range(3)]
     llm, chat = agent(*looping, settings=settings)
@@ -252,8 +267,27 @@ def test_the_tool_round_bound_gives_a_clear_failure() -> None:
     got = llm.answer(QUESTION, T, TracingTools(router))  # type: ignore[arg-type]
     assert len(chat.received) == 3 and len(router.calls) == 2  # 2 rounds of tools, the third turn must answer
     assert chat.received[-1][-1].content == ANSWER_NOW and len(chat.bound) == 1  # told to, and no tools offered
-    assert got.value is None and got.parse_error is not None and "max_tool_rounds=2" in got.parse_error
+    assert got.value is None and got.parse_error is None
+    assert got.budget_error is not None and "max_tool_rounds=2" in got.budget_error
     assert got.usage is not None and got.usage.calls == 3 and got.usage.tool_calls == 2
+
+
+def test_the_tool_call_budget_bounds_calls_across_rounds() -> None:
+    """30 calls by default: whichever of it and max_tool_rounds comes first. Here 3 calls in two turns: the third
+    turn is told to answer, and answering there is a normal answer."""
+    settings = dataclasses.replace(SETTINGS, max_tool_calls=3)
+    llm, chat = agent(calls(("retrieve", {"view": "users"}), ("retrieve", {"view": "holdings"})),
+                      calls(("retrieve", {"view": "licenses"})), final("ANSWER: 2\nDATA_AS_OF: 2024-04-27"),
+                      settings=settings)
+    got = llm.answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+    assert chat.received[-1][-1].content == ANSWER_NOW
+    assert (got.value, got.budget_error, got.data_as_of) == (2, None, T)
+    # a turn asking for more calls than the budget has left is not run at all
+    llm, _ = agent(calls(("retrieve", {"view": "users"}), ("retrieve", {"view": "holdings"})),
+                   calls(*[("retrieve", {"view": "licenses"})] * 2), settings=settings)
+    router = FakeRouter()
+    got = llm.answer(QUESTION, T, TracingTools(router))  # type: ignore[arg-type]
+    assert len(router.calls) == 2 and got.budget_error is not None and "max_tool_calls=3" in got.budget_error
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -388,9 +422,12 @@ def test_agent_id_is_stable_and_follows_the_settings_not_the_key() -> None:
     others = {LlmSettings.from_env(env(**{ENV_MODEL: "gpt-4o"})).agent_id,
               LlmSettings.from_env(env(CHURNBENCH_LLM_TEMPERATURE="0.7")).agent_id,
               LlmSettings.from_env(env(CHURNBENCH_LLM_MAX_TOOL_ROUNDS="3")).agent_id,
+              LlmSettings.from_env(env(CHURNBENCH_LLM_MAX_TOOL_CALLS="12")).agent_id,
+              LlmSettings.from_env(env(CHURNBENCH_LLM_MAX_ROWS="50")).agent_id,
+              LlmSettings.from_env(env(CHURNBENCH_LLM_MODE="json")).agent_id,
               LlmSettings.from_env(env(**{ENV_BASE_URL: "http://other:8000/v1"})).agent_id,
-              dataclasses.replace(base, prompt_version="2").agent_id}
-    assert base.agent_id not in others and len(others) == 5
+              dataclasses.replace(base, prompt_version="0").agent_id}
+    assert base.agent_id not in others and len(others) == 8
     # the id is the documented hash: sha256 of the canonical JSON of the settings, first six hex digits
     import hashlib
 
@@ -398,13 +435,26 @@ def test_agent_id_is_stable_and_follows_the_settings_not_the_key() -> None:
     assert base.agent_id == "llm-" + hashlib.sha256(canonical.encode()).hexdigest()[:6]
 
 
-def test_from_env_without_an_endpoint_names_the_variables() -> None:
-    with pytest.raises(LlmConfigError, match=r"CHURNBENCH_LLM_BASE_URL and CHURNBENCH_LLM_MODEL not set"):
+def no_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine installed without `--llm`: no packaged model found (CI installs SmolLM2)."""
+    from churn_assets.arms.agents import local_models
+
+    monkeypatch.setattr(local_models, "installed_path", lambda model: None)
+
+
+def test_from_env_without_an_endpoint_or_a_local_model_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_local_model(monkeypatch)
+    with pytest.raises(LocalModelError, match=r"no local model is installed: `bash scripts/install.sh --llm "
+                                             r"smollm2-135m` installs one.*CHURNBENCH_LLM_BASE_URL"):
         LlmSettings.from_env({})
     with pytest.raises(LlmConfigError, match=r"CHURNBENCH_LLM_MODEL not set"):
         LlmSettings.from_env({ENV_BASE_URL: "http://localhost:8000/v1"})
+    with pytest.raises(LlmConfigError, match=r"CHURNBENCH_LLM_MODEL='gpt-4o' names a model of an endpoint"):
+        LlmSettings.from_env({ENV_MODEL: "gpt-4o"})
     with pytest.raises(LlmConfigError, match="CHURNBENCH_LLM_TEMPERATURE"):
         LlmSettings.from_env(env(CHURNBENCH_LLM_TEMPERATURE="warm"))
+    with pytest.raises(LlmConfigError, match="mode 'chat' is not one of tools, json"):
+        LlmSettings.from_env(env(CHURNBENCH_LLM_MODE="chat"))
 
 
 def test_scenario_key_carries_the_llm_agent_id_and_its_settings() -> None:
@@ -429,8 +479,8 @@ def test_running_needs_the_environment_to_match_the_scenarios_agent() -> None:
     assert built.agent_id == settings.agent_id and built._api_key == "sk-x"
     with pytest.raises(LlmConfigError, match=r"model: 'gpt-4o-mini' -> 'gpt-4o'"):
         agent_for_scenario(settings.agent_id, settings.to_json(), env(**{ENV_MODEL: "gpt-4o"}))
-    with pytest.raises(LlmConfigError, match="CHURNBENCH_LLM_BASE_URL"):
-        agent_for_scenario(settings.agent_id, settings.to_json(), {})
+    with pytest.raises(LocalModelError, match=r"CHURNBENCH_LLM_GGUF=/nowhere\.gguf: no such file"):
+        agent_for_scenario(settings.agent_id, settings.to_json(), {"CHURNBENCH_LLM_GGUF": "/nowhere.gguf"})
 
 
 def test_run_result_spec_hashes_model_settings() -> None:
@@ -458,12 +508,34 @@ def test_make_arm_takes_an_agent() -> None:
     assert isinstance(make_arm(scenario, Sources("w"), served=naive_vintage(T)).agent, DeterministicAgent)
 
 
-def test_cli_run_with_the_llm_agent_and_no_endpoint_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_run_with_the_llm_agent_and_no_model_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No endpoint and no local model installed: one line naming the install command, before anything starts."""
     from churn_assets.cli import main
 
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
+    no_local_model(monkeypatch)
     result = CliRunner().invoke(main, ["run", "--world", "w-s1-000000", "--arm", "grounding", "--t-prime",
                                        "2024-03-29", "--t", "2024-04-27", "--agent", "llm"])
-    assert result.exit_code != 0
-    assert "CHURNBENCH_LLM_BASE_URL" in result.output and "CHURNBENCH_LLM_MODEL" in result.output
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert "bash scripts/install.sh --llm smollm2-135m" in line and "CHURNBENCH_LLM_BASE_URL" in line
+
+
+@pytest.mark.parametrize(("gguf", "fragment"), [
+    ("/nowhere/model.gguf", "CHURNBENCH_LLM_GGUF=/nowhere/model.gguf: no such file"),
+    ("llama-70b", "is neither a file nor a packaged model"),
+    (__file__, "not a GGUF file"),
+])
+def test_cli_run_with_a_bad_gguf_fails_in_one_line_before_anything_starts(monkeypatch: pytest.MonkeyPatch,
+                                                                         gguf: str, fragment: str) -> None:
+    from churn_assets.cli import main
+
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CHURNBENCH_LLM_GGUF", "")  # --gguf sets it in the process: restored after the test
+    result = CliRunner().invoke(main, ["run", "--world", "w-s1-000000", "--arm", "grounding", "--t-prime",
+                                       "2024-03-29", "--t", "2024-04-27", "--agent", "llm", "--gguf", gguf])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert fragment in line

@@ -221,9 +221,9 @@ def test_retrieve_round_trip_over_http(endpoint: Endpoint) -> None:
     assert set(params["properties"]) == {"view", "product", "contract", "vendor", "first", "last", "window_days",
                                          "products"}
     assert [m["role"] for m in first["messages"]] == ["system", "user"]
-    assert "Today is 2024-04-27" in first["messages"][0]["content"]
-    assert "whole number" in first["messages"][0]["content"]
-    assert first["messages"][1]["content"] == QUESTION
+    assert "Today is" not in first["messages"][0]["content"]  # the arm's fixed prompt: the prefix cache holds
+    assert "Today is 2024-04-27" in first["messages"][1]["content"]
+    assert "whole number" in first["messages"][1]["content"] and QUESTION in first["messages"][1]["content"]
 
     # the model's tool calls reached the arm's tools as Requests, one traced retrieval each
     assert [reqs for reqs, _ in router.calls] == [[Request("holdings", product="prd_0001")], [Request("users")]]
@@ -389,3 +389,52 @@ def test_an_endpoint_not_listening_stops_the_arm_with_llm_endpoint_error(endpoin
         arm.answer(task)
     assert isinstance(caught.value.__cause__, openai.APIConnectionError)
     assert endpoint.seen == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# the JSON-action loop over HTTP: response_format in the request, replies read as actions
+# ---------------------------------------------------------------------------------------------------
+
+
+def json_settings(url: str) -> LlmSettings:
+    return LlmSettings(url, "qwen2.5-coder-0.5b", mode="json", max_tokens=256)
+
+
+def test_json_actions_over_http_ask_for_the_schema_and_read_the_replies(endpoint: Endpoint) -> None:
+    from churn_assets.arms.agents import json_actions
+
+    def respond(body: dict[str, Any]) -> Reply:
+        first = len(body["messages"]) == 2
+        action = ({"action": "retrieve", "view": "holdings", "product": "prd_0001"} if first else
+                  {"action": "answer", "answer": 2, "data_as_of": "2024-04-27"})
+        return 200, text_reply(body, json.dumps(action), FIRST if first else FINAL), {}
+
+    endpoint.respond = respond
+    router = FakeRouter()
+    got = LlmAgent(json_settings(endpoint.base_url)).answer(QUESTION, T, TracingTools(router))  # type: ignore[arg-type]
+    assert (got.value, got.data_as_of, got.budget_error) == (2, T, None)
+    assert [reqs for reqs, _ in router.calls] == [[Request("holdings", product="prd_0001")]]
+    first, second = endpoint.bodies
+    # no tools: each request carries the action schema as OpenAI's response_format (llama.cpp makes it a grammar)
+    assert "tools" not in first and first.get("max_completion_tokens", first.get("max_tokens")) == 256
+    assert first["response_format"] == json_actions.response_format(json_actions.action_schema(False,
+                                                                                               may_answer=False))
+    assert second["response_format"] == json_actions.response_format(json_actions.action_schema(False))
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
+    assert second["messages"][3]["content"].startswith("Result of retrieve:")
+    assert got.usage is not None and (got.usage.input_tokens, got.usage.output_tokens) == (
+        FIRST[0] + FINAL[0], FIRST[1] + FINAL[1])
+
+
+def test_an_endpoint_that_ignores_the_schema_stops_the_run_in_one_line(endpoint: Endpoint) -> None:
+    """Invalid JSON replies again and again (an endpoint that does not honour response_format): LlmReplyError,
+    nothing scored; each invalid reply was told to the model first."""
+    from churn_assets.arms.agents.llm import MAX_INVALID_REPLIES, LlmReplyError
+
+    endpoint.respond = lambda body: (200, text_reply(body, "I would look at the holdings view.", FIRST), {})
+    router = FakeRouter()
+    with pytest.raises(LlmReplyError) as caught:
+        LlmAgent(json_settings(endpoint.base_url)).answer(QUESTION, T, TracingTools(router))  # type: ignore[arg-type]
+    assert "\n" not in str(caught.value) and "invalid JSON replies in a row" in str(caught.value)
+    assert len(endpoint.seen) == MAX_INVALID_REPLIES and router.calls == []
+    assert "not JSON" in endpoint.bodies[-1]["messages"][-1]["content"]

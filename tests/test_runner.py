@@ -9,6 +9,7 @@ exposure and no reasoning errors.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,33 @@ def test_answers_made_before_the_arm_fails_are_checkpointed_once_the_exposure_is
     whole = evaluate(ScriptedArm("x", resolver, planned), tasks, resolver, ResultsStore(tmp_path / "a"), spec,
                      exposure=exposure, code="git-test")
     assert resumed == whole
+
+
+def test_rows_record_the_stated_as_of_day_and_an_exhausted_budget(world, tmp_path: Path) -> None:
+    """Every row has `data_as_of` (the agent's statement, or null) and `budget_error`; an answer whose agent ran
+    out of its read budget is `budget_exhausted`, counted in the summary, and nothing of its text is parsed."""
+    import dataclasses
+
+    _records, resolver, tasks = world
+    planned = served_vintage(load_registry(), T_PRIME, T, Off())
+    base = ScriptedArm("grounding_no_freshness_tiers", resolver, planned)
+    out_of_budget = tasks[1].task_id
+
+    class StatingArm:
+        name, planned_vintage = base.name, base.planned_vintage
+
+        def answer(self, task: Task) -> ScriptedAnswer:
+            got = dataclasses.replace(base.answer(task), data_as_of=T_PRIME)
+            if task.task_id == out_of_budget:
+                return dataclasses.replace(got, value=None, text="12", budget_error="a 31st read")
+            return got
+
+    store, spec = ResultsStore(tmp_path), _spec(base.name, "off", tasks)
+    summary = evaluate(StatingArm(), tasks, resolver, store, spec, code="git-test")
+    rows = [json.loads(x) for x in (store.run_dir(spec.key("git-test")) / "tasks.jsonl").read_text().splitlines()]
+    assert all(r["data_as_of"] == T_PRIME.isoformat() for r in rows)
+    [exhausted] = [r for r in rows if r["task_id"] == out_of_budget]
+    assert (exhausted["verdict"], exhausted["answer"], exhausted["budget_error"]) == (
+        "budget_exhausted", None, "a 31st read")
+    assert all(r["budget_error"] is None for r in rows if r is not exhausted)
+    assert summary["verdicts"]["budget_exhausted"] == 1 and summary["tasks"] == len(tasks)

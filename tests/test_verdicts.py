@@ -8,6 +8,7 @@ import pytest
 from test_gold import WORLD
 
 from churn_assets.evaluation.verdicts import (
+    BUDGET_EXHAUSTED,
     CORRECT,
     FRESHNESS_ERROR,
     MIXED_VINTAGE_ERROR,
@@ -68,6 +69,9 @@ def _read(day: str, classes: tuple[str, ...] = SPEND_CLASSES) -> dict[str, dt.da
     (Outcome(answer_text="a lot", read_days=_read("2024-01-20")), PARSE_FAILURE),
     (Outcome(question_parsed=False), PARSE_FAILURE),
     (Outcome(transport_failed=True, read_days=_read("2024-01-15")), TRANSPORT_FAILURE),
+    # A model that asked to read past its budget: no answer (its empty text is not parsed).
+    (Outcome(answer_text="", budget_exhausted=True, read_days=_read("2024-01-15")), BUDGET_EXHAUSTED),
+    (Outcome(transport_failed=True, budget_exhausted=True), TRANSPORT_FAILURE),
     # A typed value from the deterministic agent, one cent off gold: wrong (money compares at the cent).
     (Outcome(answer=560.01, has_value=True, read_days=_read("2024-01-20")), REASONING_ERROR),
     (Outcome(answer=560.004, has_value=True, read_days=_read("2024-01-20")), CORRECT),
@@ -100,7 +104,12 @@ def test_the_pure_verdict_function() -> None:
     assert verdict(MONEY, 3.0, 1.0, 2.0, {day}) == REASONING_ERROR
     assert verdict(MONEY, 2.0, 1.0, 2.0, {day}, transport_failed=True) == TRANSPORT_FAILURE
     assert verdict(MONEY, None, 1.0, 2.0, {day}, parse_failed=True) == PARSE_FAILURE
+    # precedence: a failed source, then an exhausted budget, then an unparseable answer
+    assert verdict(MONEY, None, 1.0, 2.0, {day}, budget_exhausted=True) == BUDGET_EXHAUSTED
+    assert verdict(MONEY, None, 1.0, 2.0, {day}, budget_exhausted=True, parse_failed=True) == BUDGET_EXHAUSTED
+    assert verdict(MONEY, None, 1.0, 2.0, {day}, transport_failed=True, budget_exhausted=True) == TRANSPORT_FAILURE
+    assert verdict(MONEY, 1.0, 1.0, 2.0, {day}, budget_exhausted=True) == BUDGET_EXHAUSTED  # no answer counts
     assert verdict(MONEY, 0.0, 1.0, 0.0, {day}, served_degenerate=True) == UNATTRIBUTED_ERROR
     assert verdict(MONEY, 3.0, 1.0, 0.0, {day}, served_degenerate=True) == REASONING_ERROR
-    assert set(STALE_VERDICTS) <= set(VERDICTS) and len(VERDICTS) == 7
+    assert set(STALE_VERDICTS) <= set(VERDICTS) and len(VERDICTS) == 8 and BUDGET_EXHAUSTED not in STALE_VERDICTS
     assert UNATTRIBUTED_ERROR not in STALE_VERDICTS

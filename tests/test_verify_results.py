@@ -35,15 +35,20 @@ T_PRIME = dt.date(2024, 1, 10)
 
 
 class PlannedArm:
+    """Answers gold under its planned vintage, except one task whose agent ran out of its read budget (as a model
+    agent does: no answer, what it read traced)."""
+
     name = "grounding_no_freshness_tiers"
 
-    def __init__(self, resolver: GoldResolver, planned: dict[str, dt.date]) -> None:
-        self.resolver, self.planned_vintage = resolver, planned
+    def __init__(self, resolver: GoldResolver, planned: dict[str, dt.date], out_of_budget: str = "") -> None:
+        self.resolver, self.planned_vintage, self.out_of_budget = resolver, planned, out_of_budget
 
     def answer(self, task: Task) -> ScriptedAnswer:
+        read = {c: self.planned_vintage[c] for c in task.template.classes}
+        if task.task_id == self.out_of_budget:
+            return ScriptedAnswer(task.task_id, None, "", read, budget_error="asked for a 9th read")
         value = self.resolver.gold(task.template, task.params, anchor=T, vintage=self.planned_vintage)
-        return ScriptedAnswer(task.task_id, None, task.template.answer.format(value),
-                      {c: self.planned_vintage[c] for c in task.template.classes})
+        return ScriptedAnswer(task.task_id, None, task.template.answer.format(value), read)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +63,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GoldResolver, list[Ta
     store = ResultsStore(tmp_path_factory.mktemp("results"))
     spec = RunSpec(Scenario(config.world_id, PlannedArm.name, "off", T_PRIME, T), config.config_hash,
                    task_set_hash(tasks))
-    evaluate(PlannedArm(resolver, planned), tasks, resolver, store, spec, exposure=exposure, code="git-test")
+    evaluate(PlannedArm(resolver, planned, out_of_budget=tasks[2].task_id), tasks, resolver, store, spec,
+             exposure=exposure, code="git-test")
     return resolver, tasks, store.run_dir(spec.key("git-test"))
 
 
@@ -79,6 +85,7 @@ def test_an_honest_run_is_confirmed_row_by_row(run) -> None:
     stored = load_run(run_dir)
     verdicts = {r["verdict"] for r in stored.rows}
     assert "correct" in verdicts and verdicts & {"freshness_error", "mixed_vintage_error"}  # both kinds checked
+    assert stored.rows[2]["verdict"] == "budget_exhausted" and stored.summary["verdicts"]["budget_exhausted"] == 1
     report = verify_rows(resolver, tasks, stored.rows, stored.summary)
     assert report.ok, [str(d) for d in report.disagreements]
     assert report.rows == len(tasks) == 20
@@ -121,6 +128,24 @@ def test_a_changed_answer_no_longer_supports_its_verdict(run, tmp_path: Path) ->
     report = verify_rows(resolver, tasks, stored.rows, stored.summary)
     assert [(d.task_id, d.field, d.stored, d.recomputed) for d in report.disagreements] == [
         (rows[i]["task_id"], "verdict", "correct", "reasoning_error")]
+
+
+@pytest.mark.parametrize("forgery", ["hidden", "claimed"])
+def test_an_exhausted_budget_is_checked_like_a_verdict(run, tmp_path: Path, forgery: str) -> None:
+    """A budget-exhausted row whose budget error is removed no longer supports its verdict (it becomes a parse
+    failure: no answer text), and a correct row that claims an exhausted budget is not a budget verdict."""
+    resolver, tasks, run_dir = run
+    rows = load_run(run_dir).rows
+    if forgery == "hidden":
+        i, changes, recomputed = 2, {"budget_error": None}, "parse_failure"
+    else:
+        i = next(i for i, r in enumerate(rows) if r["verdict"] == "correct")
+        changes, recomputed = {"budget_error": "forged"}, "budget_exhausted"
+    stored = load_run(_tampered(run_dir, tmp_path, i, **changes))
+    report = verify_rows(resolver, tasks, stored.rows, stored.summary)
+    assert report.tasks_disagreeing == [rows[i]["task_id"]]
+    assert (rows[i]["task_id"], "verdict", rows[i]["verdict"], recomputed) in [
+        (d.task_id, d.field, d.stored, d.recomputed) for d in report.disagreements]
 
 
 def test_rows_must_be_the_task_set(run) -> None:

@@ -49,6 +49,8 @@ class ArmAnswer:
     parse_error: str | None = None
     transport_error: str | None = None
     usage: TokenUsage | None = None  # a model-backed agent's tokens and cost (None: the deterministic agent)
+    budget_error: str | None = None  # the agent asked to read past its budget (scored `budget_exhausted`)
+    data_as_of: Day | None = None  # the as-of day of its data, as the agent stated it (None: not stated)
 
     @property
     def served_vintage(self) -> dict[str, Day]:
@@ -68,7 +70,8 @@ class ArmAnswer:
         return {
             "task_id": self.task_id, "arm": self.arm, "value": self.value, "text": self.text,
             "template_id": self.template_id, "parse_error": self.parse_error,
-            "transport_error": self.transport_error, "cost_units": self.cost_units,
+            "transport_error": self.transport_error, "budget_error": self.budget_error,
+            "data_as_of": self.data_as_of.isoformat() if self.data_as_of else None, "cost_units": self.cost_units,
             "served_vintage": {c: d.isoformat() for c, d in sorted(self.served_vintage.items())},
             "traces": [t.to_json(with_latency=False) for t in self.traces],
             **({"usage": self.usage.to_json()} if self.usage is not None else {}),
@@ -147,7 +150,8 @@ class Arm(abc.ABC):
         return ArmAnswer(task.task_id, self.name, agent_answer.value, agent_answer.text, agent_answer.template_id,
                          tuple(traces), {"total": round(total, 1), "retrieval": round(retrieval, 1),
                                          "agent": round(total - retrieval, 1)},
-                         parse_error=agent_answer.parse_error, transport_error=transport, usage=agent_answer.usage)
+                         parse_error=agent_answer.parse_error, transport_error=transport, usage=agent_answer.usage,
+                         budget_error=agent_answer.budget_error, data_as_of=agent_answer.data_as_of)
 
     def check_traces(self, answer: ArmAnswer) -> list[str]:
         """Differences between an answer's traces and this arm's planned vintage (empty: they agree)."""

@@ -18,7 +18,10 @@ import click
                    "CHURNBENCH_REGRESSION_BASELINE).")
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Cells evaluated at once (worker processes).")
-def regression(update_baseline: bool, baseline: str | None, workers: int) -> None:
+@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True,
+              help="llm: refused until the statistical gate of a stochastic agent exists (docs/llm.md); "
+                   "`churnbench sweep --preset regression --agent llm` runs the same cells.")
+def regression(update_baseline: bool, baseline: str | None, workers: int, agent: str) -> None:
     """Run the regression preset (two 30-day worlds, grounding on and off and naive at T - 27, deterministic
     agent; finished cells reused), materialize its `regression_report` and gate it: every figure (verdict
     counts, stale answers, exposure, accuracy per arm and cell) within the baseline's thresholds and the world
@@ -29,6 +32,14 @@ def regression(update_baseline: bool, baseline: str | None, workers: int) -> Non
     from churn_assets.state import StatePaths
     from churn_assets.sweeps.regression import BASELINE_ENV
 
+    if agent == "llm":
+        from churn_assets.errors import UserFacingError
+
+        # The baseline gate compares exact figures: right for the deterministic agent, wrong for a sampling model,
+        # whose gate (repeats, paired differences against a per-model baseline) is issue 33's second part.
+        raise UserFacingError("regression --agent llm: no gate for a stochastic agent yet (exact figures cannot "
+                              "gate a sampling model); `churnbench sweep --preset regression --agent llm` runs the "
+                              "same cells and reports their figures")
     if baseline:
         os.environ[BASELINE_ENV] = os.path.abspath(baseline)  # the report asset (in process) reads the same file
     paths = StatePaths.resolve()

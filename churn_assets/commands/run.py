@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
@@ -64,7 +65,8 @@ REPLAN_OPTION = click.option("--replan", is_flag=True, help="Plan the scenario a
                              "stored plan made from another registry is refused otherwise).")
 
 
-def _line(s: dict[str, Any]) -> str:
+def result_line(s: dict[str, Any]) -> str:
+    """A run's figures on one line (verdict counts, exposure, prediction)."""
     v = s["verdicts"]
     return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
             f"freshness {v['freshness_error']:3d}  "
@@ -98,27 +100,24 @@ def _interval(s: dict[str, Any]) -> str:
 @click.option("--t", "t", required=True, help="T: the evaluation day.")
 @click.option("--policy", default="tiered", show_default=True,
               help="tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N.")
-@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True,
-              help="llm: a model on the OpenAI-compatible endpoint of CHURNBENCH_LLM_BASE_URL / CHURNBENCH_LLM_MODEL.")
+@agent_option()
+@GGUF_OPTION
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
 @RETRY_TRANSPORT_OPTION
-def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str,
-        replan: bool, retry_transport: bool) -> None:
+def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, gguf: str | None,
+        saas_profile: str, replan: bool, retry_transport: bool) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
 
-    llm = None
-    if agent == "llm":  # settings from CHURNBENCH_LLM_*: a clear error, before anything starts, when unset
-        from churn_assets.arms.agents.llm import LlmSettings
-
-        llm = LlmSettings.from_env()
+    # settings from CHURNBENCH_LLM_* (or the local model): a clear error, before anything starts, when missing
+    llm = llm_settings(agent, gguf)
     paths = StatePaths.resolve()
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
                                saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport)
-    click.echo(f"{summary['scenario_key']}: {_line(summary)}")
+    click.echo(f"{summary['scenario_key']}: {result_line(summary)}")
     if retry_transport:
         click.echo(_retry_line(summary))
     click.echo(f"results: {summary['results']}")
@@ -143,8 +142,11 @@ WORKERS_OPTION = click.option("--workers", type=click.IntRange(1, 8), default=No
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
 @WORKERS_OPTION
+@agent_option()
+@GGUF_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
-def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, as_json: bool) -> None:
+def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, agent: str,
+          gguf: str | None, as_json: bool) -> None:
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
     their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
@@ -155,6 +157,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
 
     paths = StatePaths.resolve()
     echo = (lambda _msg: None) if as_json else click.echo
+    llm = llm_settings(agent, gguf, echo)
     started = time.perf_counter()
     if world_id is None:
         from churn_assets.orchestration.materialize import open_session
@@ -177,7 +180,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         for name, day in (("the paper's D+28 T'", WINDOWS["D+28"]), ("the paper's T", T)):
             require_in_calendar(name, day, config.start, config.end, f"world {world_id}")
     cells = paper_cells()
-    results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile)
+    results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
                                 for arm, policy, window in cells],
                         workers=workers or default_workers(), progress=echo, replan=replan)
     failed = [r for r in results if not r.ok]
@@ -188,13 +191,14 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         s = dict(result.summary or {})
         s.update(arm=arm, policy=policy, t_prime=WINDOWS[window].isoformat(), t=T.isoformat(), window=window)
         runs.append(s)
-        echo(f"== {arm} ({policy}) T'={s['t_prime']} T={T}\n   {_line(s)}")
+        echo(f"== {arm} ({policy}) T'={s['t_prime']} T={T}\n   {result_line(s)}")
     elapsed = time.perf_counter() - started
     if as_json:
         click.echo(json.dumps({"world": world_id, "t": T.isoformat(), "seconds": round(elapsed, 1),
+                               "agent_id": llm.agent_id if llm else "det",
                                "saas_profile": saas_profile, "runs": [_json_run(r) for r in runs]}, indent=2))
         return
-    _print_report(world_id, runs, elapsed)
+    _print_report(world_id, runs, elapsed, llm.agent_id if llm else "deterministic agent")
 
 
 def paper_cells() -> list[tuple[str, str, str]]:
@@ -219,9 +223,9 @@ def _json_run(r: dict[str, Any]) -> dict[str, Any]:
             "results": r["results"]}
 
 
-def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float) -> None:
+def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float, agent: str) -> None:
     click.echo(f"\nchurnbench paper: world {world_id}, T = {T}, {runs[0]['tasks']} tasks, {elapsed / 60:.1f} min\n")
-    click.echo("Stale answers (freshness + mixed-vintage errors), grounding arm, deterministic agent; reference in ()")
+    click.echo(f"Stale answers (freshness + mixed-vintage errors), grounding arm, {agent}; reference in ()")
     click.echo(f"{'':14}{'D+1 (control)':>18}{'D+28':>14}")
     from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
 

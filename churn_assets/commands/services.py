@@ -17,7 +17,8 @@ from churn_assets.state import StatePaths
 
 @click.group()
 def services() -> None:
-    """Embedded services of this state folder: Postgres 16 + pgvector, MongoDB-protocol server, SaaS API.
+    """Embedded services of this state folder: Postgres 16 + pgvector, MongoDB-protocol server, SaaS API (and
+    the local model server, which an `--agent llm` run starts: `status` shows it, `down` stops it).
 
     The state folder is ./.churnbench or $CHURNBENCH_STATE_DIR. Set CHURNBENCH_POSTGRES_URL /
     CHURNBENCH_MONGODB_URI / CHURNBENCH_SAAS_URL to use external servers instead (nothing is started
@@ -55,8 +56,9 @@ def status() -> None:
     broken = [s for s in statuses if s.state in ("dead", "unresponsive")]
     if broken:
         names = ", ".join(f"{s.name} ({s.state})" for s in broken)
-        click.echo(f"churnbench: error: {names}: `churnbench services up` restarts a dead service; "
-                   "an unresponsive one needs `churnbench services down` first", err=True)
+        click.echo(f"churnbench: error: {names}: `churnbench services up` restarts a dead service (the next "
+                   "`--agent llm` run, the model server); an unresponsive one needs `churnbench services down` "
+                   "first", err=True)
         sys.exit(1)
 
 

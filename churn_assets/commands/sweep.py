@@ -8,6 +8,7 @@ import time
 
 import click
 
+from churn_assets.commands.llm import GGUF_OPTION, agent_option
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.state import StatePaths
 from churn_assets.sweeps.presets import PRESETS
@@ -36,8 +37,8 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.option("--gaps", help="Comma-separated gaps T - T' in days instead of the preset's.")
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Cells evaluated at once (worker processes).")
-@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default=None,
-              help="The agent (llm: the CHURNBENCH_LLM_* endpoint); default: the preset's.")
+@agent_option(default=None)
+@GGUF_OPTION
 @click.option("--saas-profile", type=click.Choice(SAAS_PROFILES), default=None,
               help="The SaaS API's plan (requests/min, latency); default: the preset's (the Launchpad's "
                    "`saas_profile`).")
@@ -54,7 +55,7 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.pass_context
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
-          workers: int, agent: str | None, saas_profile: str | None, llm_budget: float | None,
+          workers: int, agent: str | None, gguf: str | None, saas_profile: str | None, llm_budget: float | None,
           llm_max_concurrent: int, exposure_only: bool, as_json: bool, retry_transport: bool) -> None:
     """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
     (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
@@ -69,6 +70,10 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
     from churn_assets.orchestration.sweeps import run_sweep
     from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
 
+    if gguf:  # the sweep's settings are read from the environment once it knows its agent (`with_llm_settings`)
+        from churn_assets.commands.llm import llm_settings
+
+        llm_settings("llm", gguf, echo=lambda _m: None)
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
     spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent,
                      saas_profile=saas_profile)

@@ -63,7 +63,7 @@ STATUSES = ("running", "complete", "failed")
 VERSION_TABLE = "churnbench_alembic_version"
 # The newest script in migrations/versions; reading it here spares every call the import of Alembic
 # (tests/test_catalog_migrations.py fails when a new script is added without moving this).
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The key of the old hand-written DDL's lock too, so a process of either version waits for the other.
 LOCK_KEY = "churnbench results catalog"

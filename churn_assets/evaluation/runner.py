@@ -71,6 +71,12 @@ class AnswerLike(Protocol):
     def transport_error(self) -> str | None: ...
 
     @property
+    def budget_error(self) -> str | None: ...
+
+    @property
+    def data_as_of(self) -> Day | None: ...
+
+    @property
     def timings_ms(self) -> dict[str, float]: ...
 
     @property
@@ -133,10 +139,12 @@ def _day_json(vintage: Mapping[str, Day]) -> dict[str, str]:
 
 def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned: Mapping[str, Day],
                  exposed: bool | None) -> dict[str, Any]:
-    """One task's result row: question, answer, gold at T, planned vintage and gold under it, verdict, trace."""
+    """One task's result row: question, answer, gold at T, planned vintage and gold under it, verdict, trace; the
+    as-of day the agent stated for its data (`data_as_of`, ISO day or null) and a model agent's usage block
+    (calls, tool calls, input and output tokens, cost, seconds)."""
     outcome = Outcome(answer_text=answer.text, answer=answer.value, has_value=answer.value is not None,
                       read_days=answer.served_vintage, transport_failed=answer.transport_error is not None,
-                      question_parsed=answer.parse_error is None)
+                      budget_exhausted=answer.budget_error is not None, question_parsed=answer.parse_error is None)
     scored = score(resolver, task, outcome)
     t = task.template
     anchor = dt.date.fromisoformat(task.anchor)
@@ -151,7 +159,9 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
         "served_vintage": _day_json(scored.served_vintage), "planned_vintage": _day_json(planned),
         "gold_planned": planned_gold, "exposed": exposed, "classes_stale": stale_classes,
         "cost_units": answer.cost_units, "routes": answer.routes, "parse_error": answer.parse_error,
-        "transport_error": answer.transport_error, "traces": trace.get("traces", []),
+        "transport_error": answer.transport_error, "budget_error": answer.budget_error,
+        "data_as_of": answer.data_as_of.isoformat() if answer.data_as_of else None,
+        "traces": trace.get("traces", []),
         **({"usage": trace["usage"]} if "usage" in trace else {}),  # a model-backed agent's tokens and cost
     }
 

@@ -4,6 +4,10 @@ In order of precedence:
 
 - `transport_failure`: no answer came back (a source kept refusing: retries exhausted, 429s, timeouts).
   Never scored as a wrong answer.
+- `budget_exhausted`: no answer came back because the agent asked to read past its per-task budget (a model
+  agent's `max_tool_calls` reads or `max_tool_rounds` reading turns, whichever came first; the deterministic
+  agent has no budget). After a transport failure (a source that failed is not the agent's doing) and before a
+  parse failure (there is no answer text to parse).
 - `parse_failure`: the agent could not parse the question, or its answer text is not a value of the
   template's answer type.
 - `correct`: equal to gold at T (under the answer type's stated rounding).
@@ -43,9 +47,11 @@ MIXED_VINTAGE_ERROR = "mixed_vintage_error"
 REASONING_ERROR = "reasoning_error"
 UNATTRIBUTED_ERROR = "unattributed_error"
 PARSE_FAILURE = "parse_failure"
+BUDGET_EXHAUSTED = "budget_exhausted"
 TRANSPORT_FAILURE = "transport_failure"
+# (the order of reports' columns, not the precedence: `budget_exhausted` came last)
 VERDICTS = (CORRECT, FRESHNESS_ERROR, MIXED_VINTAGE_ERROR, UNATTRIBUTED_ERROR, REASONING_ERROR, PARSE_FAILURE,
-            TRANSPORT_FAILURE)
+            TRANSPORT_FAILURE, BUDGET_EXHAUSTED)
 STALE_VERDICTS = (FRESHNESS_ERROR, MIXED_VINTAGE_ERROR)  # "stale answers" in every comparison
 
 
@@ -57,6 +63,7 @@ def verdict(
     served_days: Collection[Day],
     *,
     transport_failed: bool = False,
+    budget_exhausted: bool = False,
     parse_failed: bool = False,
     served_degenerate: bool = False,
 ) -> str:
@@ -64,6 +71,8 @@ def verdict(
     whether the served gold carries no information (`served_gold_is_degenerate`)."""
     if transport_failed:
         return TRANSPORT_FAILURE
+    if budget_exhausted:
+        return BUDGET_EXHAUSTED
     if parse_failed:
         return PARSE_FAILURE
     if answer_type.equal(answer, gold_at_anchor):
@@ -103,6 +112,7 @@ class Outcome:
     has_value: bool = False  # True when `answer` is set (a typed answer may legitimately be None)
     read_days: Mapping[str, Day] = field(default_factory=dict)
     transport_failed: bool = False
+    budget_exhausted: bool = False
     question_parsed: bool = True
 
 
@@ -134,11 +144,11 @@ def score(resolver: GoldResolver, task: Task, outcome: Outcome) -> Scored:
     parse_failed = not outcome.question_parsed
     if outcome.has_value:
         answer = t.answer.normalize(outcome.answer)
-    elif not outcome.transport_failed and not parse_failed:
+    elif not outcome.transport_failed and not outcome.budget_exhausted and not parse_failed:
         try:
             answer = t.answer.parse(outcome.answer_text or "")
         except AnswerParseError:
             parse_failed = True
-    v = verdict(t.answer, answer, gold_t, served, read.values(),
-                transport_failed=outcome.transport_failed, parse_failed=parse_failed, served_degenerate=degenerate)
+    v = verdict(t.answer, answer, gold_t, served, read.values(), transport_failed=outcome.transport_failed,
+                budget_exhausted=outcome.budget_exhausted, parse_failed=parse_failed, served_degenerate=degenerate)
     return Scored(task.task_id, v, answer, gold_t, served, read, degenerate)

@@ -5,7 +5,8 @@ For each stored row (correct ones too) it recomputes, from the ledger only:
 - gold at T (every class at T) and gold under the vintage the answer read (its served vintage, from its
   trace), and gold under the run's planned vintage;
 - the verdict, from the stored answer (or the stored answer text, when the arm gave no typed value), the
-  stored transport/parse failure and the recomputed gold, with the rule of `evaluation.verdicts`;
+  stored transport failure, exhausted budget and parse failure and the recomputed gold, with the rule of
+  `evaluation.verdicts`;
 - whether the task was exposed (gold at T differs from gold under the planned vintage);
 
 and compares each with what the row stores. The rows must be exactly the run's task set (same ids, order,
@@ -97,10 +98,10 @@ def _vintage(raw: Any, task_id: str, what: str, out: list[Disagreement]) -> dict
 def _stored_answer(task: Task, row: Mapping[str, Any]) -> tuple[Value, bool]:
     """(answer, parse failed) as the scorer derived them from the arm's outcome."""
     t = task.template
+    if row.get("transport_error") is not None or row.get("budget_error") is not None:
+        return None, False  # no answer (the verdict says why); checked before parse_error, as `verdict` ranks them
     if row.get("parse_error") is not None:
         return None, True
-    if row.get("transport_error") is not None:
-        return None, False
     if row.get("answer") is not None:
         return t.answer.normalize(row["answer"]), False
     try:  # the arm gave no typed value: its text was parsed
@@ -169,7 +170,8 @@ def verify_row(resolver: GoldResolver, task: Task, row: Mapping[str, Any]) -> li
         out.append(Disagreement(tid, "answer", row.get("answer"), _as_stored(answer)))
     degenerate = served_gold_is_degenerate(t, task.params, anchor, complete_vintage(served, anchor), gold_served)
     expected = verdict(t.answer, answer, gold_t, gold_served, served.values(),
-                       transport_failed=row.get("transport_error") is not None, parse_failed=parse_failed,
+                       transport_failed=row.get("transport_error") is not None,
+                       budget_exhausted=row.get("budget_error") is not None, parse_failed=parse_failed,
                        served_degenerate=degenerate)
     if row.get("verdict") != expected:
         out.append(Disagreement(tid, "verdict", row.get("verdict"), expected))
@@ -329,7 +331,8 @@ def verify_row_independent(python: GoldResolver, sql: SqlGold, task: Task, row: 
     observed_degenerate = served_gold_is_degenerate(t, task.params, anchor, complete_vintage(observed, anchor),
                                                     sql_observed)
     expected = verdict(t.answer, answer, sql_t, sql_observed, observed.values(),
-                       transport_failed=row.get("transport_error") is not None, parse_failed=parse_failed,
+                       transport_failed=row.get("transport_error") is not None,
+                       budget_exhausted=row.get("budget_error") is not None, parse_failed=parse_failed,
                        served_degenerate=observed_degenerate)
     if row.get("verdict") != expected:
         out.append(Disagreement(tid, "verdict (from the observed data times and the sql golds)", row.get("verdict"),

@@ -134,6 +134,25 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+def http_health(url: str, timeout: float) -> None:
+    """Raise unless `GET <url>/health` answers 200 with `{"status": "ok"}` within `timeout` seconds (the SaaS
+    API's and llama.cpp's server's health route alike)."""
+    import http.client
+    import json
+
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ConnectionError(f"{url} is not an http(s) URL")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("GET", parts.path.rstrip("/") + "/health")
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    if response.status != 200 or json.loads(body or b"{}").get("status") != "ok":
+        raise ConnectionError(f"{url}/health answered {response.status}")
 
 
 class Service(abc.ABC):

@@ -126,7 +126,10 @@ def services_lock(paths: StatePaths) -> Iterator[None]:
 
 
 class ProcessService(Service):
-    """A service that is one child process listening on a free loopback port (Mongo now, SaaS later)."""
+    """A service that is one child process listening on a free loopback port (Mongo, the SaaS API, the local model
+    server)."""
+
+    start_timeout: float = START_TIMEOUT_S  # from the spawn to its first healthy answer
 
     @abc.abstractmethod
     def command(self, paths: StatePaths, port: int) -> list[str]: ...
@@ -139,6 +142,10 @@ class ProcessService(Service):
 
     def prepare(self, paths: StatePaths) -> None:
         """Create data folders etc. before the first start."""
+
+    def record_extra(self) -> dict[str, Any]:
+        """What the service record states besides the process (the local model server: which model it serves)."""
+        return {}
 
     def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
         base: dict[str, Any] = {"name": self.name, "label": self.label, "mode": "embedded"}  # of every status
@@ -167,7 +174,7 @@ class ProcessService(Service):
                                         start_new_session=True, close_fds=True)
             SPAWNED[proc.pid] = proc
             url = self.url_for(port)
-            deadline = time.monotonic() + START_TIMEOUT_S
+            deadline = time.monotonic() + self.start_timeout
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     SPAWNED.pop(proc.pid, None)
@@ -184,13 +191,14 @@ class ProcessService(Service):
                     time.sleep(0.05)
                     continue
                 record = {"pid": proc.pid, "port": port, "url": url, "started_by": "churnbench",
-                          "create_time": psutil.Process(proc.pid).create_time(), "command": cmd}
+                          "create_time": psutil.Process(proc.pid).create_time(), "command": cmd,
+                          **self.record_extra()}
                 write_record(paths, self.name, record)
                 return ServiceStatus(self.name, self.label, "embedded", "running", url=url, pid=proc.pid,
                                      detail=f"log {log}")
             else:
                 terminate(proc.pid, None, timeout=5.0)
-                raise ServiceError(f"{self.label} did not answer within {START_TIMEOUT_S:.0f} s "
+                raise ServiceError(f"{self.label} did not answer within {self.start_timeout:.0f} s "
                                    f"({last})\n--- {log} (tail) ---\n{log_tail(log)}")
         raise ServiceError(f"{self.label} did not start ({last})\n--- {log} (tail) ---\n{log_tail(log)}")
 

@@ -9,7 +9,6 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.services.base import (
@@ -18,6 +17,7 @@ from churn_assets.services.base import (
     SAAS_KEYS_FILENAME,
     SAAS_URL_ENV,
     ServiceError,
+    http_health,
 )
 from churn_assets.services.process import ProcessService
 from churn_assets.state import StatePaths
@@ -62,21 +62,7 @@ class SaasService(ProcessService):
         return found
 
     def health(self, url: str, timeout: float) -> None:
-        import http.client
-
-        parts = urlsplit(url)
-        if not parts.hostname:
-            raise ConnectionError(f"{url} is not an http(s) URL")
-        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = kind(parts.hostname, parts.port, timeout=timeout)
-        try:
-            conn.request("GET", parts.path.rstrip("/") + "/health")
-            response = conn.getresponse()
-            body = response.read()
-        finally:
-            conn.close()
-        if response.status != 200 or json.loads(body or b"{}").get("status") != "ok":
-            raise ConnectionError(f"{url}/health answered {response.status}")
+        http_health(url, timeout)
 
 
 def saas_keys_file(paths: StatePaths) -> Path:

@@ -25,6 +25,7 @@ from churn_assets.services.base import (
     with_database,
 )
 from churn_assets.services.dagster_home import write_dagster_yaml
+from churn_assets.services.llm import LLM, llm_status
 from churn_assets.services.mongo import MongoService
 from churn_assets.services.postgres import PostgresService
 from churn_assets.services.process import services_lock, terminate
@@ -36,6 +37,9 @@ MONGO = MongoService()
 SAAS = SaasService()
 # Started in parallel, each after its `depends_on`; stopped in reverse order.
 SERVICES: list[Service] = [POSTGRES, MONGO, SAAS]
+# Started by what needs them, not by `services up` (the local model server: by an `--agent llm` evaluation);
+# shown by `services status` once started, stopped first by `services down`.
+ON_DEMAND: list[Service] = [LLM]
 
 
 def start_services(paths: StatePaths | None = None,
@@ -88,8 +92,10 @@ def urls_from(statuses: Sequence[ServiceStatus], paths: StatePaths) -> ServiceUr
                        mongodb=mongo.url, saas=saas, embedded=embedded)
 
 
-def services_status(paths: StatePaths | None = None, *, check_health: bool = True) -> list[ServiceStatus]:
-    """Current state of every service, starting nothing."""
+def services_status(paths: StatePaths | None = None, *, check_health: bool = True,
+                    on_demand: bool = True) -> list[ServiceStatus]:
+    """Current state of every service, starting nothing; with `on_demand`, the on-demand ones that were started in
+    this state folder too (after the core ones)."""
     paths = paths or StatePaths.resolve()
     out = []
     for service in SERVICES:
@@ -103,7 +109,8 @@ def services_status(paths: StatePaths | None = None, *, check_health: bool = Tru
                                          detail=str(e)))
         else:
             out.append(service.status(paths, check_health=check_health))
-    return out
+    llm = llm_status(paths, check_health=check_health) if on_demand else None
+    return out + ([llm] if llm is not None else [])
 
 
 def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
@@ -112,19 +119,21 @@ def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
     if not paths.root.exists():
         # The state folder was deleted with services running: stop what can still be found by path.
         POSTGRES._stop_postmaster(paths)
-        for owner in (SAAS, MONGO):
+        for owner in (LLM, SAAS, MONGO):
             for proc in owner.owned_processes(paths):
                 terminate(proc.pid, proc.create_time())
         return []
     with services_lock(paths):
         out = []
+        if llm_status(paths) is not None:
+            out.append(LLM.stop(paths))
         for service in reversed(SERVICES):  # dependents first
             if service.external_url():
                 out.append(ServiceStatus(service.name, service.label, "external", "running",
                                          url=service.external_url(), action="left alone (external)"))
             else:
                 out.append(service.stop(paths))
-        return list(reversed(out))
+        return list(reversed(out))  # the core services in start order, an on-demand one last
 
 
 def purge_embedded_data(paths: StatePaths) -> None:
@@ -160,7 +169,8 @@ def raise_if_a_service_died(paths: StatePaths, cause: BaseException | None = Non
     the connection drop while the pid still looks alive: look again for up to `settle_s`."""
     deadline = time.monotonic() + settle_s
     while True:
-        statuses = services_status(paths, check_health=False)
+        # the core services: a dead model server is named by the evaluation that talks to it (`llm_server_failure`)
+        statuses = services_status(paths, check_health=False, on_demand=False)
         gone = [s for s in statuses if s.mode == "embedded" and s.state in ("dead", "stopped")]
         if gone or time.monotonic() >= deadline:
             break

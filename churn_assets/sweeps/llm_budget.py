@@ -20,6 +20,7 @@ from typing import Any
 CHARS_PER_TOKEN = 4
 TYPICAL_TOOL_ROUNDS = 2
 ROW_CHARS = 60  # a tool result row as the agent renders it, about
+QUESTION_CHARS = 100  # a task's question, about
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,11 @@ class LlmEstimate:
 
 def estimate(settings: Any, cells: int, tasks_per_cell: int, *, today: dt.date) -> LlmEstimate:
     """The estimate for `cells` cells of `tasks_per_cell` tasks under `settings` (`LlmSettings`)."""
-    from churn_assets.arms.agents.llm import price_for, system_prompt
+    from churn_assets.arms.agents.llm import price_for, system_prompt, task_prompt
 
-    prompt_tokens = len(system_prompt(today, None, True)) // CHARS_PER_TOKEN
+    question = "x" * QUESTION_CHARS
+    prompt_tokens = (len(system_prompt(settings.mode, False)) + len(task_prompt(question, today, None))) \
+        // CHARS_PER_TOKEN
     largest_result = settings.max_rows_per_call * ROW_CHARS // CHARS_PER_TOKEN
     tasks = cells * tasks_per_cell
     calls_typ, calls_max = tasks * (TYPICAL_TOOL_ROUNDS + 1), tasks * (settings.max_tool_rounds + 1)

@@ -84,6 +84,8 @@ ADDED_IN_0002: tuple[tuple[str, str], ...] = (
     ("degenerate_exposure", "integer"),
     ("identity_version", "integer NOT NULL DEFAULT 1"),
 )
+# What revision 0003 adds (issue 33): the `budget_exhausted` verdict's count.
+ADDED_IN_0003: tuple[tuple[str, str], ...] = (("budget_exhausted", "integer"),)
 
 
 def old_ensure_catalog(conn: psycopg.Connection[Any], columns: tuple[tuple[str, str], ...] = OLD_COLUMNS) -> None:
@@ -208,7 +210,7 @@ def key(experiment_hash: str, code_version: str = "git-new") -> RunKey:
 def test_a_new_catalog_is_the_table_the_old_ddl_made(database: str) -> None:
     """A new catalog at head is the old DDL's table with the columns of the later revisions appended."""
     with connection(database, autocommit=True) as conn:
-        old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002)
+        old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002 + ADDED_IN_0003)
     old = definition(database)
     with connection(database, autocommit=True) as conn:
         conn.execute(b"DROP SCHEMA churnbench CASCADE")
@@ -257,7 +259,7 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     catalog = RunCatalog(database)
     listed = catalog.runs()  # a read adopts it: stamped at the baseline, then upgraded to head
     assert recorded_revisions(database) == [HEAD_REVISION]
-    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1}
+    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1, "budget_exhausted": None}
     before = [{**b, **added} for b in before]
     assert all_rows(database) == before
     after = definition(database)
@@ -265,7 +267,8 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     assert after["columns"][:last] == old_definition["columns"]
     assert after["columns"][last:] == [(last + 1, "unattributed_error", "integer", False, "", None),
                                        (last + 2, "degenerate_exposure", "integer", False, "", None),
-                                       (last + 3, "identity_version", "integer", True, "", "1")]
+                                       (last + 3, "identity_version", "integer", True, "", "1"),
+                                       (last + 4, "budget_exhausted", "integer", False, "", None)]
     assert {k: v for k, v in after.items() if k != "columns"} == {
         k: v for k, v in old_definition.items() if k != "columns"}
     assert [(r.run_id, r.experiment_hash, r.status, r.attempts) for r in listed] == [

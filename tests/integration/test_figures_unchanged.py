@@ -8,7 +8,9 @@ arm at T - 28; T = 2024-01-30, 20 tasks (the test budget of section 10). The fix
 before the Dagster-wing issue (commit 4f27244, the same cells run through its `run_scenario`) and rewritten once,
 by issue 19 (its diff: the measured-rate predictor moved cell 1's prediction 2.46 -> 1.37; every cell gained the
 `unattributed_error` count; the off cell's one stale answer equal to a degenerate served gold moved from
-`freshness_error` to it, so its stale answers and exposure went 10 -> 9; nothing else moved). An intended change
+`freshness_error` to it, so its stale answers and exposure went 10 -> 9; nothing else moved), and extended once by
+issue 33 (every cell gained the `budget_exhausted` count, 0: the deterministic agent has no read budget; added by
+hand, so this test still compares every other figure with the values written before). An intended change
 of figures (new question texts, say) regenerates it: `CHURNBENCH_UPDATE_FIGURES=1 pytest <this file>`, and the
 diff of the fixture goes into the commit and its reason into the closing note.
 

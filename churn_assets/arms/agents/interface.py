@@ -42,6 +42,12 @@ class AgentAnswer:
     params: dict[str, Any] = field(default_factory=dict)
     parse_error: str | None = None  # the question matched no template (or several), or a model's answer text
     usage: TokenUsage | None = None  # what a model-backed agent spent (None: no model, the deterministic agent)
+    # The model asked to read past its per-task budget (`max_tool_rounds` / `max_tool_calls`): no answer, the
+    # verdict `budget_exhausted`. None: within budget (always, for the deterministic agent).
+    budget_error: str | None = None
+    # The as-of day of the data the answer used, as the agent stated it (None: not stated; the deterministic
+    # agent states none).
+    data_as_of: Day | None = None
 
     @property
     def parsed(self) -> bool:
@@ -50,8 +56,9 @@ class AgentAnswer:
 
 @dataclass(frozen=True)
 class TokenUsage:
-    """What a model-backed agent spent on one answer: tokens as the endpoint reported them, and their cost
-    from the price table (`arms/agents/prices.yaml`; None: the model is not priced there)."""
+    """What a model-backed agent spent on one answer: tokens as the endpoint reported them, their cost from the
+    price table (`arms/agents/prices.yaml`; None: the model is not priced there), and wall time (the whole answer,
+    reads included, and its model calls alone; outside anything hashed: LLM rows are not reproducible anyway)."""
 
     model: str
     calls: int  # chat-model calls (each tool round is one)
@@ -60,11 +67,14 @@ class TokenUsage:
     tool_calls: int = 0
     cost_usd: float | None = None
     unreported_calls: int = 0  # calls whose response carried no token usage (counted as 0 tokens)
+    seconds: float = 0.0  # the answer's wall time, from the question to the answer (reads included)
+    model_seconds: float = 0.0  # of which waiting for the model
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "calls": self.calls, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "tool_calls": self.tool_calls, "cost_usd": self.cost_usd,
-                "unreported_calls": self.unreported_calls}
+                "unreported_calls": self.unreported_calls, "seconds": self.seconds,
+                "model_seconds": self.model_seconds}
 
 
 class Agent(Protocol):

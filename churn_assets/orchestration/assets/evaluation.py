@@ -115,8 +115,10 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     if scenario.agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import agent_for_scenario
 
-        try:  # the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's agent id
-            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings)
+        try:  # an endpoint's: the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's id;
+            # a local model's: its GGUF file found by hash and served by this state folder's model server
+            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings,
+                                       serve_local=lambda settings, gguf: _serve_local(paths, settings, gguf))
         except UserFacingError as e:
             raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     saas_key = saas_api_key(paths, scenario.saas_profile, world_id=world) if urls.saas else None
@@ -147,7 +149,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
                                on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
                                                                 "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
-        raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
+        raise dg.Failure(f"eval_run {scenario.key}: {_with_llm_server_state(paths, agent, e)}") from e
     finally:
         # Not waited for: on success `evaluate` has its result; on a failure or a termination, a thread still
         # measuring must not hold the step's error back (it only reads the ledger and the locked resolver).
@@ -157,6 +159,28 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     timings = (run_dir / "timings.json").read_text()
     return dg.MaterializeResult(metadata={**_metadata(summary, plan.served_vintage, str(run_dir), timings),
                                           "reused": False})
+
+
+def _serve_local(paths, settings, gguf) -> str:
+    """The base URL of this state folder's model server serving `gguf` as the settings say (started if needed)."""
+    from churn_assets.services.llm import LlmServerConfig, ensure_llm_server
+
+    return ensure_llm_server(paths, LlmServerConfig(gguf.path, gguf.sha256, gguf.name, settings.local.n_ctx,
+                                                    settings.local.threads))
+
+
+def _with_llm_server_state(paths, agent, error: Exception) -> str:
+    """The run's error, or, when a local model's server stopped serving (it died: named with its log), that: the
+    endpoint error it caused reads as a lost connection otherwise."""
+    if agent is None or agent.settings.local is None:
+        return str(error)
+    from churn_assets.services.llm import llm_server_failure
+
+    failure = llm_server_failure(paths)
+    if failure is None:
+        return str(error)
+    return (f"{failure}; the answers so far are checkpointed, and the run resumes (the server started again) "
+            f"when run again")
 
 
 class _ServiceGuard:
