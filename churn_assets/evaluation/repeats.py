@@ -152,6 +152,12 @@ def experiment_summary(rows_by_repeat: Sequence[Sequence[Mapping[str, Any]]],
     }
 
 
+def compact(experiment: Mapping[str, Any]) -> dict[str, Any]:
+    """An experiment summary without its per-task part (what metadata and sweep records keep; the per-task
+    verdicts stay readable from the repeats' folders)."""
+    return {k: v for k, v in experiment.items() if k != "per_task"}
+
+
 def _seconds(ms: float | None) -> float | None:
     return None if ms is None else round(float(ms) / 1000.0, 3)
 

@@ -97,18 +97,47 @@ NO_ENDPOINT = (f"set {ENV_BASE_URL} (an OpenAI-compatible endpoint, e.g. "
 # ---------------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------------
+# sampling per repeat (issue 33): one place, used by `LlmSettings.sampling`
+# ---------------------------------------------------------------------------------------------------
+
+# Repeats of a stochastic agent sample: the default temperature (in the agent id, as every setting is).
+REPEAT_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What one repeat's model requests carry: OpenAI-compatible `temperature` and `seed` (llama.cpp's server
+    honours both)."""
+
+    temperature: float
+    seed: int
+
+
+def repeat_seed(experiment_hash: str, repeat: int) -> int:
+    """The request seed of repeat `repeat` of an experiment: the first 31 bits of SHA-256 of
+    `<experiment hash>/repeat/<repeat>` (a non-negative 32-bit integer, as every server takes). The experiment
+    hash covers the agent id, so two agents, or two scenarios, never share a seed sequence."""
+    return int(sha256_hex(f"{experiment_hash}/repeat/{repeat}")[:8], 16) & 0x7FFFFFFF
+
+
 @dataclass(frozen=True)
 class LlmSettings:
-    """Everything about the model that can change an answer; the API key is deliberately not here."""
+    """Everything about the model that can change an answer; the API key is deliberately not here.
+
+    `temperature` is the repeats' sampling temperature (default `REPEAT_TEMPERATURE`). `seed`
+    (CHURNBENCH_LLM_SEED) is part of the agent id, and so of the experiment hash every repeat's request seed
+    derives from (`sampling`): setting it draws another sequence of seeds; in a run, requests never carry it
+    as it is."""
 
     base_url: str
     model: str
-    temperature: float = 0.0
+    temperature: float = REPEAT_TEMPERATURE
     max_tokens: int = 1024  # per model call
     max_tool_rounds: int = 8  # model turns that may ask for tools; the next one must answer
     max_rows_per_call: int = 500  # rows a `retrieve` shows the model (the rest: "truncated", narrow the filters)
     max_records_per_search: int = K  # k of `search_records` is clamped to this (the extraction rule's K)
-    seed: int | None = None  # sent to endpoints that honour it
+    seed: int | None = None  # a salt of the repeat seeds (see the class doc)
     prompt_version: str = PROMPT_VERSION
 
     def __post_init__(self) -> None:
@@ -145,6 +174,11 @@ class LlmSettings:
 
     def describe(self) -> str:
         return f"model {self.model} at {self.base_url}"
+
+    def sampling(self, experiment_hash: str, repeat: int) -> Sampling:
+        """What repeat `repeat` of the experiment `experiment_hash` sends: the settings' temperature and the
+        repeat's own seed (`repeat_seed`)."""
+        return Sampling(self.temperature, repeat_seed(experiment_hash, repeat))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LlmSettings:
@@ -467,11 +501,14 @@ Handler = Callable[[Mapping[str, Any]], str]
 
 class LlmAgent:
     """A chat model answering through an arm's tools. `chat_model`: any LangChain chat model with
-    `bind_tools` (tests inject a scripted one); default `ChatOpenAI` on the settings' endpoint."""
+    `bind_tools` (tests inject a scripted one); default `ChatOpenAI` on the settings' endpoint. `sampling`: the
+    repeat's temperature and seed (`LlmSettings.sampling`: what a run passes); None, outside a run, sends the
+    settings' own temperature and seed."""
 
     def __init__(self, settings: LlmSettings, *, chat_model: Any = None, api_key: str | None = None,
-                 prices: Mapping[str, Price] | None = None) -> None:
+                 prices: Mapping[str, Price] | None = None, sampling: Sampling | None = None) -> None:
         self.settings = settings
+        self.sampling = sampling
         self.agent_id = settings.agent_id
         self._chat_model = chat_model
         self._api_key = api_key
@@ -484,10 +521,12 @@ class LlmAgent:
             from pydantic import SecretStr
 
             s = self.settings
+            temperature, seed = ((self.sampling.temperature, self.sampling.seed) if self.sampling is not None
+                                 else (s.temperature, s.seed))
             # `max_completion_tokens` is the name of ChatOpenAI's `max_tokens` field in its signature (its alias).
             self._chat_model = ChatOpenAI(base_url=s.base_url, model=s.model,
-                                          api_key=SecretStr(self._api_key or NO_KEY), temperature=s.temperature,
-                                          max_completion_tokens=s.max_tokens, seed=s.seed, max_retries=2,
+                                          api_key=SecretStr(self._api_key or NO_KEY), temperature=temperature,
+                                          max_completion_tokens=s.max_tokens, seed=seed, max_retries=2,
                                           timeout=120)
         return self._chat_model
 
