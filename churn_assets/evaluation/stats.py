@@ -14,10 +14,12 @@ they give is reproducible from the same inputs (the bootstrap takes its seed).
   independent draws, and resampling tasks one by one would give too narrow an interval.
 - `cluster_standard_error`: the cluster-robust (CR1) standard error of a mean.
 - `wilson_interval`: the Wilson score interval of a proportion.
+- `student_t_cdf`, `student_t_quantile`: Student's t, for tests whose standard error rests on few clusters.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -110,6 +112,64 @@ def cluster_standard_error(values: Mapping[str, float], clusters: Mapping[str, s
     if g < 2:
         return 0.0
     return math.sqrt(g / (g - 1) * math.fsum(d * d for d in deviations.values())) / n
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom, by the regularized incomplete beta function
+    (Numerical Recipes' continued fraction): exact to about 1e-10, no scipy needed."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    x = df / (df + t * t)
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=256)  # a gate measurement asks the same few quantiles thousands of times
+def student_t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t (bisection on `student_t_cdf`, to 1e-10)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a quantile needs 0 < p < 1, got {p}")
+    lo, hi = -1e3, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if student_t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-10:
+            break
+    return (lo + hi) / 2.0
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """Lentz's evaluation of the continued fraction of the incomplete beta function."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
 
 
 def wilson_interval(successes: int, n: int, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
