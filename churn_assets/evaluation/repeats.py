@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from churn_assets.errors import UserFacingError
@@ -202,6 +203,45 @@ def read_repeats(store: ResultsStore, keys: Sequence[RunKey], t: str,
     identity = {"experiment_hash": first.experiment_hash, "code_version": first.code_version,
                 "scenario_key": first.scenario_key, "folders": [k.folder_name for k in keys]}
     return experiment_summary(rows, seconds, t=t, identity=identity)
+
+
+def experiment_keys(folder: Path, limit: int | None = None) -> list[RunKey]:
+    """The complete repeats of the experiment a results folder belongs to (the folder of any repeat or retry
+    of it: `<results root>/<world>/<scenario key>/<hash>__<code>[__rep<r>][__retry<n>]`), repeat 0 first, each
+    its newest complete retry, up to the first repeat that is missing or incomplete (at most `limit`)."""
+    from churn_assets.evaluation.results import REPEAT_SUFFIX, parse_folder_name
+
+    folder = Path(folder)
+    base, _repeat, _retry = parse_folder_name(folder.name)
+    experiment_hash, sep, code = base.partition("__")
+    if not sep:
+        raise UserFacingError(f"{folder} is not a results folder (its name is not <experiment hash>__<code version>)")
+    store = ResultsStore(folder.parent.parent.parent)
+    first = RunKey(folder.parent.parent.name, folder.parent.name, experiment_hash, code)
+    found = {0} | {parse_folder_name(p.name)[1] for p in folder.parent.glob(f"{base}{REPEAT_SUFFIX}*")
+                   if parse_folder_name(p.name)[0] == base}
+    keys = []
+    for r in range(max(found) + 1):
+        key = store.latest_complete(first.repeated(r))
+        if key is None or (limit is not None and r >= limit):
+            break
+        keys.append(key)
+    if not keys:
+        raise UserFacingError(f"{folder}: the experiment's first repeat is not complete")
+    return keys
+
+
+def verdict_matrix(folder: Path, limit: int | None = None) -> tuple[dict[str, list[str]], dict[str, str], int]:
+    """(task -> the verdict of each repeat, task -> template, repeats) of the experiment of a results folder."""
+    keys = experiment_keys(folder, limit)
+    store = ResultsStore(Path(folder).parent.parent.parent)
+    rows = [store.read_tasks(k) for k in keys]
+    order = [str(r["task_id"]) for r in rows[0]]
+    for k, rs in zip(keys, rows, strict=True):
+        if [str(r["task_id"]) for r in rs] != order:
+            raise UserFacingError(f"{store.run_dir(k)} does not hold the tasks of repeat 0 in their order")
+    matrix = {t: [str(rs[i]["verdict"]) for rs in rows] for i, t in enumerate(order)}
+    return matrix, {str(r["task_id"]): str(r.get("template")) for r in rows[0]}, len(keys)
 
 
 def evaluate_repeats(arm_for: Callable[[int], ArmLike], tasks: Sequence[Task], resolver: GoldResolver,
