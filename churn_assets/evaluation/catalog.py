@@ -309,7 +309,9 @@ def ensure_catalog(conn: sa.Connection) -> None:
         table_exists, revision = _catalog_state(conn)  # read again: another process may have just migrated
         config = alembic_config(conn)
         if revision is not None and not table_exists:
-            # The table was dropped by hand (to start the catalog afresh): create it again, as the old DDL did.
+            # The table was dropped by hand (to start the catalog afresh): create it again, as the old DDL did;
+            # the experiment summaries of the runs dropped with it go too (the scripts create them again).
+            conn.execute(sa.schema.DropTable(experiments_table(), if_exists=True))
             conn.execute(sa.delete(sa.table(VERSION_TABLE, schema=CATALOG_SCHEMA)))
         elif revision is not None:
             try:
