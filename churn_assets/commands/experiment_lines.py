@@ -42,9 +42,12 @@ def efficiency_line(e: Mapping[str, Any]) -> str:
         else:
             parts.append(f"{label} {_num(s['median'])} (p90 {_num(s['p90'])})")
     line = "efficiency per task, median (p90): " + (", ".join(parts) or "-")
-    if absent:
-        line += f"; no {', '.join(absent)}" + (" (the agent calls no model)" if eff.get("model_calls") is None
-                                               and "model calls" in absent else "")
+    counted = [label for label in absent if label != "seconds"]
+    if counted:
+        line += f"; no {', '.join(counted)}" + (" (the agent calls no model)" if eff.get("model_calls") is None
+                                                else "")
+    if "seconds" in absent:
+        line += "; seconds not timed (answers resumed from a checkpoint carry no timing)"
     if eff.get("tokens_unreported_answers"):
         line += f"; {eff['tokens_unreported_answers']} answer(s) with calls the endpoint reported no tokens for"
     return line
