@@ -168,3 +168,17 @@ def test_the_stochastic_regression_writes_its_baseline_then_gates(tmp_path: Path
         regression.run_stochastic_regression(session, None, echo=lines.append, baseline=tmp_path / "none.json",
                                              spec=spec)
     assert dt.date.fromisoformat(stored["spec"]["t"]) == spec.t
+
+
+def test_a_sweep_report_table_of_repeats() -> None:
+    from churn_assets.sweeps.analysis import repeats_table
+
+    e = experiment_summary([[_row("a", "A", "correct", 1)], [_row("a", "A", "reasoning_error", 2)]], [{}, {}],
+                           t="2024-01-29")
+    cell = {"world_id": WORLD, "arm": "grounding", "policy": "tiered", "t_prime": "2024-01-02", "t": "2024-01-29"}
+    record = {"outcomes": {"k": {"status": "done", "cell": cell, "repeats": e},
+                           "f": {"status": "failed", "cell": cell}}}
+    [row] = repeats_table(record)
+    assert (row["gap"], row["repeats"], row["accuracy_mean"], row["pass_hat_k"], row["pass_at_k"]) == (
+        27, 2, 0.5, 0.0, 1.0)
+    assert row["stability"] == 0.0 and row["median_tool_calls"] == 1 and row["median_model_calls"] is None

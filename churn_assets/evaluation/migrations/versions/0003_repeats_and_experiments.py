@@ -75,6 +75,7 @@ def downgrade() -> None:
     op.drop_index("results_experiments_world_ix", EXPERIMENTS, schema=SCHEMA)
     op.drop_table(EXPERIMENTS, schema=SCHEMA)
     op.drop_constraint(NEW_KEY, TABLE, schema=SCHEMA, type_="unique")
-    op.execute(sa.text(f'DELETE FROM "{SCHEMA}"."{TABLE}" WHERE repeat > 0'))
+    runs = sa.table(TABLE, sa.column("repeat", sa.Integer), schema=SCHEMA)
+    op.execute(sa.delete(runs).where(runs.c.repeat > 0))  # the old key cannot hold two repeats of one run
     op.create_unique_constraint(OLD_KEY, TABLE, ["experiment_hash", "code_version"], schema=SCHEMA)
     op.drop_column(TABLE, "repeat", schema=SCHEMA)
