@@ -244,6 +244,18 @@ def verdict_matrix(folder: Path, limit: int | None = None) -> tuple[dict[str, li
     return matrix, {str(r["task_id"]): str(r.get("template")) for r in rows[0]}, len(keys)
 
 
+def _counted_from_now(counters: Callable[[], Mapping[str, Any]] | None
+                      ) -> Callable[[], Mapping[str, Any]] | None:
+    """The counters of one repeat: what they counted since now (the repeats share one SaaS client)."""
+    if counters is None:
+        return None
+    before = dict(counters())
+
+    def since() -> dict[str, Any]:
+        return {k: round(v - before.get(k, 0), 3) if isinstance(v, int | float) else v for k, v in counters().items()}
+    return since
+
+
 def evaluate_repeats(arm_for: Callable[[int], ArmLike], tasks: Sequence[Task], resolver: GoldResolver,
                      store: ResultsStore, spec: RunSpec, repeats: int, *, deterministic: bool,
                      exposure: RunExposure | Future[RunExposure] | None = None, code: str | None = None,
@@ -261,8 +273,8 @@ def evaluate_repeats(arm_for: Callable[[int], ArmLike], tasks: Sequence[Task], r
     for r in range(repeats):
         rep = (lambda done, total, r=r: progress(r, done, total)) if progress is not None else None
         summaries.append(evaluate(arm_for(r), tasks, resolver, store, spec.repeated(r), exposure=exposure, code=code,
-                                  progress=rep, transport_counters=transport_counters, catalog=cat,
-                                  on_wait=on_wait, retry_transport=retry_transport))
+                                  progress=rep, transport_counters=_counted_from_now(transport_counters),
+                                  catalog=cat, on_wait=on_wait, retry_transport=retry_transport))
     keys = [spec.repeated(r).key(s["code_version"]).retried(int(s.get("retry", 0))) for r, s in enumerate(summaries)]
     experiment = read_repeats(store, keys, spec.scenario.t.isoformat(), deterministic)
     if cat is not None:

@@ -87,4 +87,5 @@ def _finished(session: Any, scenario: Any, key: str, repeats: int) -> bool:
     store = ResultsStore(session.paths.results_root)
     found = finished_run(store, scenario, config.config_hash, plan,
                          session.paths.task_set_file(scenario.world_id, scenario.t))
-    return found is not None and finished_repeats(store, found[0], repeats) is not None
+    return found is not None and finished_repeats(store, found[0], repeats,
+                                                  code=found[1]["code_version"]) is not None

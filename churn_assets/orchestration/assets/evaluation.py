@@ -101,7 +101,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     # (decision 190). Its identity needs the task set, so a missing task set goes on to the check below.
     found = finished_run(store, scenario, config.config_hash, plan, paths.task_set_file(world, scenario.t),
                          catalog=urls.warehouse)
-    keys = finished_repeats(store, found[0], repeats) if found is not None else None
+    keys = finished_repeats(store, found[0], repeats, code=found[1]["code_version"]) if found is not None else None
     if keys is not None and not (retry and any(transport_failures(store.read_summary(k)) for k in keys)):
         # every repeat of the same identity ran to the end before: reused, never run twice
         try:
