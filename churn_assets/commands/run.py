@@ -65,9 +65,9 @@ REPLAN_OPTION = click.option("--replan", is_flag=True, help="Plan the scenario a
                              "stored plan made from another registry is refused otherwise).")
 REPEATS_OPTION = click.option(
     "--repeats", type=click.IntRange(1, 100), default=1, show_default=True,
-    help="Answer the scenario K times, each repeat its own results folder reused on its own (an LLM agent "
+    help="Answer each scenario K times, each repeat its own results folder reused on its own (an LLM agent "
          "samples with each repeat's seed); prints mean accuracy with its 90% interval, pass^K, pass@K and "
-         "answer stability. The deterministic agent's repeats must answer alike, else the run fails.")
+         "answer stability (docs/llm.md). The deterministic agent's repeats must answer alike, else the run fails.")
 
 
 def _line(s: dict[str, Any]) -> str:
