@@ -11,7 +11,7 @@ from churn_assets.commands.bench import bench
 from churn_assets.commands.llm import llm
 from churn_assets.commands.migrate import migrate
 from churn_assets.commands.project import project
-from churn_assets.commands.regression import regression
+from churn_assets.commands.regression import gate_power, regression
 from churn_assets.commands.results import results, verify_results
 from churn_assets.commands.run import paper, run
 from churn_assets.commands.services import services
@@ -65,6 +65,7 @@ main.add_command(tasks)
 main.add_command(exposure)
 main.add_command(sweep)
 main.add_command(regression)
+main.add_command(gate_power)
 main.add_command(project)
 main.add_command(run)
 main.add_command(paper)

@@ -399,7 +399,7 @@ def test_the_default_chat_model_is_chat_openai_on_the_endpoint() -> None:
     model = LlmAgent(SETTINGS, api_key="sk-test").chat_model  # built without any network call
     assert isinstance(model, ChatOpenAI)
     assert model.openai_api_base == "http://llm.invalid/v1" and model.model_name == "gpt-4o-mini"
-    assert model.temperature == 0.0 and model.max_tokens == SETTINGS.max_tokens
+    assert model.temperature == 0.7 and model.max_tokens == SETTINGS.max_tokens  # the repeat temperature
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ def test_agent_id_is_stable_and_follows_the_settings_not_the_key() -> None:
     assert base.agent_id == LlmSettings.from_json(json.loads(json.dumps(base.to_json()))).agent_id
     assert "sk-one" not in json.dumps(base.to_json())
     others = {LlmSettings.from_env(env(**{ENV_MODEL: "gpt-4o"})).agent_id,
-              LlmSettings.from_env(env(CHURNBENCH_LLM_TEMPERATURE="0.7")).agent_id,
+              LlmSettings.from_env(env(CHURNBENCH_LLM_TEMPERATURE="0.2")).agent_id,  # the default is 0.7
               LlmSettings.from_env(env(CHURNBENCH_LLM_MAX_TOOL_ROUNDS="3")).agent_id,
               LlmSettings.from_env(env(CHURNBENCH_LLM_MAX_TOOL_CALLS="12")).agent_id,
               LlmSettings.from_env(env(CHURNBENCH_LLM_MAX_ROWS="50")).agent_id,

@@ -27,10 +27,12 @@ from test_llm_agent import PRICE_QUESTION, QUESTION, ROWS, FakeRouter, T
 
 from churn_assets.arms.agents.llm import (
     PRICES_FILE,
+    REPEAT_TEMPERATURE,
     RETRIEVE_TOOL,
     LlmAgent,
     LlmEndpointError,
     LlmSettings,
+    repeat_seed,
     search_tool,
 )
 from churn_assets.arms.base import RouterArm, TracingTools
@@ -211,7 +213,7 @@ def test_retrieve_round_trip_over_http(endpoint: Endpoint) -> None:
 
     # the first request: the model, sampling and the retrieve tool as the OpenAI `tools` JSON
     assert first["model"] == MODEL and not first.get("stream")
-    assert first["temperature"] == 0.0 and first["seed"] == 7
+    assert first["temperature"] == REPEAT_TEMPERATURE and first["seed"] == 7  # outside a run: the settings' own
     assert first.get("max_completion_tokens", first.get("max_tokens")) == 1024
     assert first["tools"] == [RETRIEVE_TOOL]
     [tool] = first["tools"]
@@ -255,6 +257,26 @@ def test_retrieve_round_trip_over_http(endpoint: Endpoint) -> None:
     # (kept to the micro-dollar, as llm.Price.cost rounds)
     assert u.cost_usd == round(u.input_tokens / 1e6 * price_in + u.output_tokens / 1e6 * price_out, 6)
     assert u.cost_usd is not None and u.cost_usd > 0
+
+
+def test_each_repeat_sends_the_repeat_temperature_and_its_own_seed(endpoint: Endpoint) -> None:
+    """What `eval_run` passes each repeat (`LlmSettings.sampling`) is what the request carries: the settings'
+    temperature and the repeat's seed, derived from the experiment hash and the repeat index."""
+    settings = LlmSettings(endpoint.base_url, MODEL)
+    assert settings.temperature == REPEAT_TEMPERATURE == 0.7
+    endpoint.respond = lambda body: (200, text_reply(body, "ANSWER: 2", FINAL), {})
+    sent = []
+    for repeat in (0, 1, 2):
+        sampling = settings.sampling("0123456789abcdef", repeat)
+        LlmAgent(settings, api_key=API_KEY, sampling=sampling).answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+        body = endpoint.bodies[-1]
+        sent.append((body["temperature"], body["seed"]))
+        assert body["seed"] == repeat_seed("0123456789abcdef", repeat) == sampling.seed
+    assert {t for t, _ in sent} == {0.7} and len({s for _, s in sent}) == 3
+    assert all(0 <= s < 2**31 for _, s in sent)
+    # the seeds are a function of the experiment: another experiment hash, other seeds; the same, the same
+    assert repeat_seed("fedcba9876543210", 1) != repeat_seed("0123456789abcdef", 1)
+    assert settings.sampling("0123456789abcdef", 2) == sampling  # the same experiment and repeat: the same seed
 
 
 def test_a_tool_call_for_a_view_the_arm_does_not_serve_is_answered_not_served(endpoint: Endpoint) -> None:

@@ -22,7 +22,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.state import StatePaths
 
 if TYPE_CHECKING:
-    from churn_assets.evaluation.catalog import CatalogRun, RunCatalog
+    from churn_assets.evaluation.catalog import CatalogExperiment, CatalogRun, RunCatalog
     from churn_assets.evaluation.verify import VerifyReport
 
 
@@ -117,6 +117,7 @@ def list_(world_id: str | None) -> None:
     for r in runs:
         older = "  (older identity: shown, never reused)" if r.older_identity else ""
         retry = f"  (retry {r.retry})" if r.retry else ""
+        retry = (f"  (repeat {r.repeat})" if r.repeat else "") + retry
         click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {policies[r.run_id]:<{policy_width}}  "
                    f"{r.experiment_hash[:10]:<10}  "
                    f"{r.code_version:<{code_width}}  {r.status:<8}  {_pct(r.accuracy):>6}  "
@@ -134,12 +135,36 @@ def show(run_ref: str) -> None:
     paths = StatePaths.resolve()
     with _catalog(paths) as catalog:
         run, others = catalog.resolve(run_ref)
+        repeats = catalog.repeats_of(run)
+        experiments = catalog.experiments(run.experiment_hash, run.code_version)
     click.echo(_describe(run, others, _policy_name(paths, run)))
+    for line in _experiment_part(run, repeats, experiments):
+        click.echo(line)
+
+
+def _experiment_part(run: CatalogRun, repeats: list[CatalogRun], experiments: list[CatalogExperiment]) -> list[str]:
+    """The run's repeats (rows of the same experiment and code version) and the experiment's recorded summary
+    over them (the one of the most repeats; issue 33)."""
+    from churn_assets.commands.experiment_lines import experiment_lines
+
+    lines = []
+    if len(repeats) > 1:
+        lines.append(f"  repeats        {len(repeats)} rows of this experiment: "
+                     + ", ".join(f"repeat {r.repeat} run {r.run_id} ({r.status}"
+                                 + (f", accuracy {_pct(r.accuracy)}" if r.status == "complete" else "") + ")"
+                                 for r in repeats))
+    if experiments:
+        e = experiments[0]
+        lines.append(f"  experiment summary over {e.repeats} repeat(s) (recorded {_when(e.recorded_at)}"
+                     + (f"; also recorded over {', '.join(str(x.repeats) for x in experiments[1:])}"
+                        if len(experiments) > 1 else "") + "):")
+        lines += [f"    {line}" for line in experiment_lines(e.summary)]
+    return lines
 
 
 def _describe(r: CatalogRun, others: list[CatalogRun], policy: str) -> str:
     lines = [
-        f"run {r.run_id}: {r.scenario_key}",
+        f"run {r.run_id}: {r.scenario_key}" + (f" (repeat {r.repeat})" if r.repeat else ""),
         f"  experiment     {r.experiment_hash} (identity {r.identity_version}"
         + ("; older: its hash covers less than today's, so it is shown but never reused)" if r.older_identity
            else ")"),
@@ -195,6 +220,7 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
         raise click.UsageError("--world selects the runs of --all; with named RUNs leave it out")
     paths = StatePaths.resolve()
     folders: list[tuple[str, Path]] = []
+    incomplete: list[str] = []  # repeats of a named experiment that are not complete
     refs = [r for r in run_refs if not _is_results_folder(r)]
     folders += [(r, Path(r)) for r in run_refs if _is_results_folder(r)]
     if refs or all_runs:
@@ -204,12 +230,18 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
                 if run.status != "complete":
                     raise UserFacingError(f"run {run.run_id} ({run.scenario_key}) is {run.status}: only a complete "
                                           "run can be verified")
-                folders.append((f"run {run.run_id} {run.scenario_key}", Path(run.results_dir)))
+                # every repeat of the experiment it names (issue 33): one not complete is not confirmed
+                for rep in catalog.repeats_of(run):
+                    label = f"run {rep.run_id} {rep.scenario_key}" + (f" repeat {rep.repeat}" if rep.repeat else "")
+                    if rep.status != "complete":
+                        incomplete.append(f"{label} is {rep.status}")
+                    else:
+                        folders.append((label, Path(rep.results_dir)))
             if all_runs:
                 _require_known_world(paths, catalog, world_id)
                 folders += [(f"run {r.run_id} {r.scenario_key}", Path(r.results_dir))
                             for r in catalog.runs(world_id) if r.status == "complete"]
-    if not folders:
+    if not folders and not incomplete:
         click.echo("no complete runs to verify")
         return
     golds = _Golds()
@@ -217,6 +249,11 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
     with ExitStack() as stack:
         if independent:
             golds.conn = stack.enter_context(_truth_connection(paths))
+        for label in incomplete:
+            failed.append(label)
+            click.echo(f"{label}: cannot be verified: a repeat of the experiment that is not complete")
+        for label in _repeat_mismatches(folders):
+            failed.append(label)
         for label, folder in folders:
             try:
                 report = _verify_folder(paths, folder, golds)
@@ -275,6 +312,44 @@ def _sql_gold(golds: _Golds, world: str) -> Any:
                                   f"`churnbench project --world {world}`")
         golds.sql[world] = SqlGold(golds.conn, world)
     return golds.sql[world]
+
+
+def _repeat_mismatches(folders: list[tuple[str, Path]]) -> list[str]:
+    """The deterministic agent's repeats among `folders` (siblings `<hash>__<code>[__rep<r>]`) must answer every
+    task alike: one line per experiment whose repeats differ, naming the tasks (printed here)."""
+    import json
+
+    from churn_assets.evaluation.repeats import repeat_disagreements
+    from churn_assets.evaluation.results import parse_folder_name
+    from churn_assets.evaluation.verify import load_run
+    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+
+    groups: dict[tuple[Path, str], list[tuple[int, str, Path]]] = {}
+    for label, folder in folders:
+        base, repeat, _retry = parse_folder_name(folder.name)
+        groups.setdefault((folder.parent, base), []).append((repeat, label, folder))
+    out = []
+    for (_parent, base), members in groups.items():
+        if len({m[0] for m in members}) < 2:
+            continue
+        members.sort()
+        try:
+            runs = [load_run(m[2]) for m in members]
+        except (UserFacingError, OSError, json.JSONDecodeError):
+            continue  # each folder's own check says what is wrong with it
+        if runs[0].experiment.get("agent_id") != DETERMINISTIC_AGENT:
+            continue
+        try:
+            differ = repeat_disagreements([r.rows for r in runs])
+        except (ValueError, IndexError) as e:  # the repeats' rows are not the same tasks in the same order
+            differ = [str(e) or "the repeats do not hold the same tasks"]
+        if differ:
+            label = f"experiment {base} (repeats {', '.join(str(m[0]) for m in members)})"
+            click.echo(f"{label}: the deterministic agent's repeats differ in {len(differ)} task(s):")
+            for line in differ:
+                click.echo(f"  {line}")
+            out.append(label)
+    return out
 
 
 def _is_results_folder(ref: str) -> bool:

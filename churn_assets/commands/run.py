@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
+from churn_assets.commands.experiment_lines import experiment_lines
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
@@ -63,6 +64,11 @@ RETRY_TRANSPORT_OPTION = click.option(
          "retry folder of the same experiment; its other answers are kept. Without it a finished run is reused.")
 REPLAN_OPTION = click.option("--replan", is_flag=True, help="Plan the scenario again with today's registry (a "
                              "stored plan made from another registry is refused otherwise).")
+REPEATS_OPTION = click.option(
+    "--repeats", type=click.IntRange(1, 100), default=1, show_default=True,
+    help="Answer each scenario K times, each repeat its own results folder reused on its own (an LLM agent "
+         "samples with each repeat's seed); prints mean accuracy with its 90% interval, pass^K, pass@K and "
+         "answer stability (docs/llm.md). The deterministic agent's repeats must answer alike, else the run fails.")
 
 
 def result_line(s: dict[str, Any]) -> str:
@@ -105,8 +111,9 @@ def _interval(s: dict[str, Any]) -> str:
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
 @RETRY_TRANSPORT_OPTION
+@REPEATS_OPTION
 def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, gguf: str | None,
-        saas_profile: str, replan: bool, retry_transport: bool) -> None:
+        saas_profile: str, replan: bool, retry_transport: bool, repeats: int) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
@@ -116,11 +123,15 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     paths = StatePaths.resolve()
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
-                               saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport)
-    click.echo(f"{summary['scenario_key']}: {result_line(summary)}")
+                               saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport,
+                               repeats=repeats)
+    click.echo(f"{summary['scenario_key']}: {result_line(summary)}" + (" (repeat 0)" if repeats > 1 else ""))
+    for line in experiment_lines(summary.get("repeats")):
+        click.echo(line)
     if retry_transport:
         click.echo(_retry_line(summary))
-    click.echo(f"results: {summary['results']}")
+    click.echo(f"results: {summary['results']}"
+               + (f" (and its {repeats - 1} sibling repeat folder(s) `...__rep<r>`)" if repeats > 1 else ""))
 
 
 def default_workers() -> int:
@@ -144,14 +155,16 @@ WORKERS_OPTION = click.option("--workers", type=click.IntRange(1, 8), default=No
 @WORKERS_OPTION
 @agent_option()
 @GGUF_OPTION
+@REPEATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
 def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, agent: str,
-          gguf: str | None, as_json: bool) -> None:
+          gguf: str | None, repeats: int, as_json: bool) -> None:
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
     their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
     from churn_assets.errors import UserFacingError
     from churn_assets.orchestration.cells import Cell, run_cells
+    from churn_assets.orchestration.materialize import repeats_tags
     from churn_assets.orchestration.world_registry import add_world, is_registered
     from churn_assets.world.config import load_config
 
@@ -182,7 +195,8 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     cells = paper_cells()
     results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
                                 for arm, policy, window in cells],
-                        workers=workers or default_workers(), progress=echo, replan=replan)
+                        workers=workers or default_workers(), progress=echo, replan=replan,
+                        tags=repeats_tags(repeats) or None)
     failed = [r for r in results if not r.ok]
     if failed:
         raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))
@@ -192,11 +206,17 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         s.update(arm=arm, policy=policy, t_prime=WINDOWS[window].isoformat(), t=T.isoformat(), window=window)
         runs.append(s)
         echo(f"== {arm} ({policy}) T'={s['t_prime']} T={T}\n   {result_line(s)}")
+        for line in experiment_lines(s.get("repeats")) if repeats > 1 else []:
+            echo(f"   {line}")
     elapsed = time.perf_counter() - started
     if as_json:
+        # With one repeat the JSON is what it always was (`bench/compare_paper.py` compares it field by field).
         click.echo(json.dumps({"world": world_id, "t": T.isoformat(), "seconds": round(elapsed, 1),
                                "agent_id": llm.agent_id if llm else "det",
-                               "saas_profile": saas_profile, "runs": [_json_run(r) for r in runs]}, indent=2))
+                               "saas_profile": saas_profile,
+                               **({"repeats": repeats} if repeats > 1 else {}),
+                               "runs": [{**_json_run(r), **({"repeats": r.get("repeats")} if repeats > 1 else {})}
+                                        for r in runs]}, indent=2))
         return
     _print_report(world_id, runs, elapsed, llm.agent_id if llm else "deterministic agent")
 

@@ -48,6 +48,9 @@ def _ints(text: str | None) -> tuple[int, ...]:
               help="With --agent llm: cells talking to the endpoint at once.")
 @click.option("--exposure-only", "exposure_only", is_flag=True,
               help="Only the exposure-only cells (ttl-grid: every cell from the ledgers, no world evaluated).")
+@click.option("--repeats", type=click.IntRange(1, 100), default=None,
+              help="Answer every cell K times (each repeat its own results folder; `churnbench run --repeats`); "
+                   "default: the preset's (1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep's report data as one JSON object.")
 @click.option("--retry-transport", is_flag=True,
               help="Answer again the transport failures (rate limit, outage) of cells already finished, into a retry "
@@ -56,7 +59,8 @@ def _ints(text: str | None) -> tuple[int, ...]:
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
           workers: int, agent: str | None, gguf: str | None, saas_profile: str | None, llm_budget: float | None,
-          llm_max_concurrent: int, exposure_only: bool, as_json: bool, retry_transport: bool) -> None:
+          llm_max_concurrent: int, exposure_only: bool, repeats: int | None, as_json: bool,
+          retry_transport: bool) -> None:
     """Run a sweep preset: worlds and scenarios registered, every missing input built, every cell evaluated
     (finished cells reused), the report written (`results/sweeps/<sweep id>/`) and materialized as the sweep's
     `sweep_report` partition. `churnbench sweep list|show|rm` manage sweeps."""
@@ -76,7 +80,7 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         llm_settings("llm", gguf, echo=lambda _m: None)
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
     spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent,
-                     saas_profile=saas_profile)
+                     saas_profile=saas_profile, repeats=repeats)
     if exposure_only:
         from churn_assets.sweeps.presets import exposure_only_spec
 

@@ -4,7 +4,8 @@ The catalog lives in the warehouse database but in a schema of its own (`churnbe
 world's (world schemas are `<world>_<layer>`, see `fabric/postgres.py`), so dropping a world's schemas
 never touches it; `worlds rm` / `gc` delete a world's rows through `delete_world_runs`.
 
-A row is keyed by (experiment hash, code version), exactly as the results folder is. Its `status`:
+A row is keyed by (experiment hash, code version, repeat), exactly as the results folder is (a repeat r > 0
+of `--repeats K` is the folder `...__rep<r>`, `results.RunKey`; a single run is repeat 0). Its `status`:
 
 - `running`  written when a run starts (or resumes from its checkpoint);
 - `complete` written only after the results folder is complete (summary.json written last), with the
@@ -25,6 +26,9 @@ made before migrations existed (revision 0001 checks it has exactly its columns 
 applies newer revisions, under an advisory lock so that concurrent first runs wait for each other.
 SQLAlchemy and Alembic are imported inside the functions (together ~0.6 s): importing this module costs
 nothing.
+
+Beside the runs, `churnbench.results_experiments` holds one summary per experiment, code version and number of
+repeats (`record_experiment`, written once all K repeats are complete: `evaluation/repeats.py`).
 """
 
 from __future__ import annotations
@@ -39,12 +43,12 @@ from typing import TYPE_CHECKING, Any
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.results import (
     IDENTITY_VERSION,
-    RETRY_SUFFIX,
     STALE_FILE,
     SUMMARY_FILE,
     TASKS_FILE,
     TIMINGS_FILE,
     RunKey,
+    parse_folder_name,
 )
 from churn_assets.evaluation.verdicts import VERDICTS
 
@@ -57,19 +61,22 @@ if TYPE_CHECKING:
 
 CATALOG_SCHEMA = "churnbench"
 RUNS_TABLE = "results_runs"
+EXPERIMENTS_TABLE = "results_experiments"
 STATUSES = ("running", "complete", "failed")
 # Alembic's version table, beside the catalog and under a name of its own: Dagster's storage keeps its
 # migrations in `alembic_version` and may use the same database.
 VERSION_TABLE = "churnbench_alembic_version"
 # The newest script in migrations/versions; reading it here spares every call the import of Alembic
 # (tests/test_catalog_migrations.py fails when a new script is added without moving this).
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The key of the old hand-written DDL's lock too, so a process of either version waits for the other.
 LOCK_KEY = "churnbench results catalog"
 
 TABLE_COMMENT = ("Every evaluation run: identity (experiment hash, code version, scenario), status "
                  "(running/complete/failed), summary figures and its results files.")
+EXPERIMENTS_COMMENT = ("Every experiment's summary over its repeats: mean accuracy and 90% interval, pass^K, pass@K, "
+                       "answer stability, per task the K verdicts (summary JSON).")
 _FILE_COLUMNS = {"tasks": "tasks_file", "stale": "stale_file", "summary": "summary_file", "timings": "timings_file"}
 
 
@@ -109,6 +116,7 @@ class CatalogRun:
     started_at: dt.datetime
     finished_at: dt.datetime | None
     identity_version: int = 1
+    repeat: int = 0
 
     @property
     def older_identity(self) -> bool:
@@ -122,10 +130,8 @@ class CatalogRun:
     @property
     def retry(self) -> int:
         """Which retry of its transport failures the row's results folder is (0: the first answering)."""
-        name = Path(self.results_dir).name
-        suffix = name[len(self.folder_name) + len(RETRY_SUFFIX):] if name.startswith(self.folder_name + RETRY_SUFFIX) \
-            else ""
-        return int(suffix) if suffix.isdigit() else 0
+        base, _repeat, retry = parse_folder_name(Path(self.results_dir).name)
+        return retry if base == self.folder_name else 0
 
 
 @functools.cache
@@ -166,8 +172,10 @@ def runs_table() -> sa.Table:
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
         sa.Column("finished_at", sa.DateTime(timezone=True)),
         sa.Column("identity_version", sa.Integer, nullable=False, server_default=sa.text("1")),
+        sa.Column("repeat", sa.Integer, nullable=False, server_default=sa.text("0")),
         sa.PrimaryKeyConstraint("run_id", name="results_runs_pkey"),
-        sa.UniqueConstraint("experiment_hash", "code_version", name="results_runs_experiment_hash_code_version_key"),
+        sa.UniqueConstraint("experiment_hash", "code_version", "repeat",
+                            name="results_runs_experiment_hash_code_version_repeat_key"),
         sa.CheckConstraint(f"status IN ({statuses})", name="results_runs_status_check"),
         sa.CheckConstraint("status <> 'complete' OR (finished_at IS NOT NULL AND tasks IS NOT NULL)",
                            name="results_runs_check"),
@@ -176,8 +184,49 @@ def runs_table() -> sa.Table:
     )
 
 
+@functools.cache
+def experiments_table() -> sa.Table:
+    """`churnbench.results_experiments` (revision 0004): one summary per experiment, code version and number
+    of repeats."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+
+    return sa.Table(
+        EXPERIMENTS_TABLE, runs_table().metadata,
+        sa.Column("experiment_id", sa.BigInteger, sa.Identity(always=True)),
+        sa.Column("experiment_hash", sa.Text, nullable=False),
+        sa.Column("code_version", sa.Text, nullable=False),
+        sa.Column("repeats", sa.Integer, nullable=False),
+        sa.Column("world", sa.Text, nullable=False),
+        sa.Column("scenario_key", sa.Text, nullable=False),
+        sa.Column("arm", sa.Text, nullable=False),
+        sa.Column("policy", sa.Text, nullable=False),
+        sa.Column("t_prime", sa.Date, nullable=False),
+        sa.Column("t", sa.Date, nullable=False),
+        sa.Column("agent_id", sa.Text, nullable=False),
+        sa.Column("saas_profile", sa.Text, nullable=False),
+        sa.Column("tasks", sa.Integer, nullable=False),
+        sa.Column("accuracy_mean", sa.Double),
+        sa.Column("accuracy_low", sa.Double),
+        sa.Column("accuracy_high", sa.Double),
+        sa.Column("pass_hat_k", sa.Double),
+        sa.Column("pass_at_k", sa.Double),
+        sa.Column("stability", sa.Double),
+        sa.Column("stale_answers_mean", sa.Double),
+        sa.Column("summary", postgresql.JSONB, nullable=False),
+        sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+        sa.PrimaryKeyConstraint("experiment_id", name="results_experiments_pkey"),
+        sa.UniqueConstraint("experiment_hash", "code_version", "repeats",
+                            name="results_experiments_experiment_hash_code_version_repeats_key"),
+        sa.CheckConstraint("repeats >= 1", name="results_experiments_repeats_check"),
+        sa.Index("results_experiments_world_ix", "world", "scenario_key"),
+        comment=EXPERIMENTS_COMMENT,
+    )
+
+
 def catalog_metadata() -> sa.MetaData:
     """The catalog's MetaData (Alembic's `target_metadata`: autogenerate and the model-vs-scripts test)."""
+    experiments_table()  # both tables in one MetaData
     return runs_table().metadata
 
 
@@ -192,7 +241,7 @@ def _row(m: sa.RowMapping) -> CatalogRun:
         mean_latency_ms=m["mean_latency_ms"], results_dir=m["results_dir"],
         files={name: m[column] for name, column in _FILE_COLUMNS.items()},
         error=m["error"], attempts=m["attempts"], started_at=m["started_at"], finished_at=m["finished_at"],
-        identity_version=m["identity_version"])
+        identity_version=m["identity_version"], repeat=m["repeat"])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -260,7 +309,9 @@ def ensure_catalog(conn: sa.Connection) -> None:
         table_exists, revision = _catalog_state(conn)  # read again: another process may have just migrated
         config = alembic_config(conn)
         if revision is not None and not table_exists:
-            # The table was dropped by hand (to start the catalog afresh): create it again, as the old DDL did.
+            # The table was dropped by hand (to start the catalog afresh): create it again, as the old DDL did;
+            # the experiment summaries of the runs dropped with it go too (the scripts create them again).
+            conn.execute(sa.schema.DropTable(experiments_table(), if_exists=True))
             conn.execute(sa.delete(sa.table(VERSION_TABLE, schema=CATALOG_SCHEMA)))
         elif revision is not None:
             try:
@@ -307,12 +358,23 @@ def catalog_worlds(conn: psycopg.Connection[Any]) -> set[str]:
     return {r[0] for r in _execute(conn, sa.select(t.c.world).distinct())}
 
 
+def _experiments_exist(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the experiments table exists (a catalog not yet migrated to revision 0004 has none)."""
+    import sqlalchemy as sa
+
+    row = _execute(conn, sa.select(sa.func.to_regclass(_regclass(EXPERIMENTS_TABLE)).is_not(None))).fetchone()
+    return row is not None and bool(row[0])
+
+
 def delete_world_runs(conn: psycopg.Connection[Any], world: str) -> int:
-    """Delete every catalog row of a world; returns how many there were."""
+    """Delete every catalog row of a world (its experiment summaries too); returns how many runs there were."""
     import sqlalchemy as sa
 
     if not catalog_exists(conn):
         return 0
+    if _experiments_exist(conn):
+        e = experiments_table()
+        _execute(conn, sa.delete(e).where(e.c.world == world))
     t = runs_table()
     return _execute(conn, sa.delete(t).where(t.c.world == world)).rowcount
 
@@ -323,6 +385,9 @@ def delete_scenario_runs(conn: psycopg.Connection[Any], scenario_keys: Sequence[
 
     if not catalog_exists(conn) or not scenario_keys:
         return 0
+    if _experiments_exist(conn):
+        e = experiments_table()
+        _execute(conn, sa.delete(e).where(e.c.scenario_key.in_(list(scenario_keys))))
     t = runs_table()
     return _execute(conn, sa.delete(t).where(t.c.scenario_key.in_(list(scenario_keys)))).rowcount
 
@@ -347,6 +412,24 @@ def _figures(summary: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str
         "prediction": summary.get("prediction"), "mean_cost_units": summary.get("mean_cost_units"),
         "mean_latency_ms": timings.get("mean_latency_ms"),
     }
+
+
+def _scenario_columns(scenario: Scenario, key: RunKey) -> dict[str, Any]:
+    return {"world": key.world, "scenario_key": key.scenario_key, "arm": scenario.arm, "policy": scenario.policy_id,
+            "t_prime": scenario.t_prime, "t": scenario.t, "agent_id": scenario.agent_id,
+            "saas_profile": scenario.saas_profile}
+
+
+@dataclass(frozen=True)
+class CatalogExperiment:
+    """One row of the experiments table: the summary of an experiment's first `repeats` repeats."""
+
+    experiment_hash: str
+    code_version: str
+    repeats: int
+    scenario_key: str
+    summary: dict[str, Any]
+    recorded_at: dt.datetime
 
 
 def _renamed_path(path: str, old: str, new: str) -> str:
@@ -404,18 +487,16 @@ class RunCatalog:
 
     def _upsert(self, scenario: Scenario, key: RunKey, run_dir: Path, values: Mapping[str, Any],
                 on_conflict: Callable[[Any], dict[str, Any]], where: Any = None) -> None:
-        """INSERT ... ON CONFLICT (experiment_hash, code_version) DO UPDATE SET `on_conflict(excluded)`."""
+        """INSERT ... ON CONFLICT (experiment_hash, code_version, repeat) DO UPDATE SET `on_conflict(excluded)`."""
         from sqlalchemy.dialects.postgresql import insert
 
         t = runs_table()
-        row = {"experiment_hash": key.experiment_hash, "code_version": key.code_version, "world": key.world,
-               "scenario_key": key.scenario_key, "arm": scenario.arm, "policy": scenario.policy_id,
-               "t_prime": scenario.t_prime, "t": scenario.t, "agent_id": scenario.agent_id,
-               "saas_profile": scenario.saas_profile, "identity_version": IDENTITY_VERSION,
+        row = {"experiment_hash": key.experiment_hash, "code_version": key.code_version, "repeat": key.repeat,
+               **_scenario_columns(scenario, key), "identity_version": IDENTITY_VERSION,
                "results_dir": str(run_dir), **values}
         statement = insert(t).values(row)
         self._write(statement.on_conflict_do_update(
-            index_elements=[t.c.experiment_hash, t.c.code_version], set_=on_conflict(statement.excluded),
+            index_elements=[t.c.experiment_hash, t.c.code_version, t.c.repeat], set_=on_conflict(statement.excluded),
             where=where))
 
     def start(self, scenario: Scenario, key: RunKey, run_dir: Path) -> None:
@@ -448,8 +529,53 @@ class RunCatalog:
         t = runs_table()
         self._write(sa.update(t)
                     .where(t.c.experiment_hash == key.experiment_hash, t.c.code_version == key.code_version,
-                           t.c.status != "complete")
+                           t.c.repeat == key.repeat, t.c.status != "complete")
                     .values(status="failed", error=error[:2000], finished_at=sa.func.now()))
+
+    def record_experiment(self, scenario: Scenario, key: RunKey, summary: Mapping[str, Any]) -> None:
+        """Record (or replace) the summary of an experiment's first `summary["repeats"]` repeats, all complete
+        (`evaluation/repeats.py`); `key`: any repeat's key (its experiment hash and code version are used)."""
+        import json
+
+        from sqlalchemy.dialects.postgresql import insert
+
+        e = experiments_table()
+        interval = summary.get("accuracy_interval_90") or [None, None]
+        k = str(summary["repeats"])
+        figures = {"tasks": summary["tasks"], "accuracy_mean": summary.get("accuracy_mean"),
+                   "accuracy_low": interval[0], "accuracy_high": interval[1],
+                   "pass_hat_k": (summary.get("pass_hat_k") or {}).get(k),
+                   "pass_at_k": (summary.get("pass_at_k") or {}).get(k), "stability": summary.get("stability"),
+                   "stale_answers_mean": summary.get("stale_answers_mean"),
+                   "summary": json.loads(json.dumps(dict(summary), default=str))}
+        statement = insert(e).values({"experiment_hash": key.experiment_hash, "code_version": key.code_version,
+                                      "repeats": int(summary["repeats"]), **_scenario_columns(scenario, key),
+                                      **figures})
+        self._write(statement.on_conflict_do_update(
+            index_elements=[e.c.experiment_hash, e.c.code_version, e.c.repeats],
+            set_={**{c: statement.excluded[c] for c in figures}, "recorded_at": statement.excluded.recorded_at}))
+
+    def experiments(self, experiment_hash: str, code_version: str) -> list[CatalogExperiment]:
+        """The recorded summaries of one experiment and code version, most repeats first."""
+        import sqlalchemy as sa
+
+        e = experiments_table()
+        query = (sa.select(e).where(e.c.experiment_hash == experiment_hash, e.c.code_version == code_version)
+                 .order_by(e.c.repeats.desc()))
+        with self._connect() as conn:
+            if not self._ensure(conn, create=False):
+                return []
+            return [CatalogExperiment(m["experiment_hash"], m["code_version"], m["repeats"], m["scenario_key"],
+                                      dict(m["summary"]), m["recorded_at"])
+                    for m in (r._mapping for r in conn.execute(query))]
+
+    def repeats_of(self, run: CatalogRun) -> list[CatalogRun]:
+        """Every repeat row of `run`'s experiment and code version (`run` included), by repeat."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        return self._read(sa.select(t).where(t.c.experiment_hash == run.experiment_hash,
+                                             t.c.code_version == run.code_version).order_by(t.c.repeat))
 
     # -- runs whose process is gone (`orchestration/dead_runs.py`) ------------------------------------------
 
@@ -465,7 +591,7 @@ class RunCatalog:
         counts one more attempt, is left alone)."""
         t = runs_table()
         return (t.c.experiment_hash == run.experiment_hash, t.c.code_version == run.code_version,
-                t.c.status == "running", t.c.attempts == run.attempts)
+                t.c.repeat == run.repeat, t.c.status == "running", t.c.attempts == run.attempts)
 
     def mark_dead(self, run: CatalogRun, error: str) -> bool:
         """Record `failed` a `running` row whose process is gone; False when the row moved on meanwhile."""
@@ -544,8 +670,9 @@ class RunCatalog:
 
     def find(self, ref: str) -> list[CatalogRun]:
         """Runs a reference names: a run id, a scenario key (today's form or the form before issue 20: either
-        finds rows stored under either), `<experiment hash>__<code version>` (a results folder's name), a results
-        folder's path, or an experiment hash prefix (at least 4 hex digits). Newest first."""
+        finds rows stored under either), `<experiment hash>__<code version>` (a results folder's name: with
+        `__rep<r>`, that repeat's), a results folder's path, or an experiment hash prefix (at least 4 hex
+        digits). Newest first; a scenario key or hash prefix finds every repeat."""
         import sqlalchemy as sa
 
         from churn_assets.freshness.scenario import ScenarioKeyError, parse_scenario_key
@@ -554,16 +681,16 @@ class RunCatalog:
         ref = ref.strip()
         if "/" in ref:  # a results folder, as `churnbench run` prints it: its name is the run's identity
             ref = Path(ref.rstrip("/")).name
-        base, retry_mark, retry = ref.rpartition(RETRY_SUFFIX)
-        if retry_mark and base and retry.isdigit():  # a retry folder's name: the experiment it retried
-            ref = base
+        # A retry's folder names the experiment (and repeat) it retried; a repeat's folder, that repeat.
+        ref, repeat, _retry = parse_folder_name(ref)
         keys = [ref]
         try:
             parts = parse_scenario_key(ref)
             keys = [str(parts), parts.legacy]
         except ScenarioKeyError:
             pass  # not a scenario key: the ref is matched as a run id or run folder name below
-        clauses = [t.c.scenario_key.in_(keys), t.c.experiment_hash.concat("__").concat(t.c.code_version) == ref]
+        clauses = [t.c.scenario_key.in_(keys),
+                   sa.and_(t.c.experiment_hash.concat("__").concat(t.c.code_version) == ref, t.c.repeat == repeat)]
         if ref.isdigit():
             clauses.append(t.c.run_id == int(ref))
         if len(ref) >= 4 and all(ch in "0123456789abcdef" for ch in ref.lower()):
@@ -571,21 +698,26 @@ class RunCatalog:
         return self._read(sa.select(t).where(sa.or_(*clauses)).order_by(t.c.started_at.desc(), t.c.run_id.desc()))
 
     def resolve(self, ref: str) -> tuple[CatalogRun, list[CatalogRun]]:
-        """The one run `ref` names, and the other code versions of the same experiment (newest first).
+        """The one run `ref` names, and the other code versions of the same experiment (their repeat 0 rows,
+        newest first).
 
         Several code versions of one experiment resolve to the newest (name one with
-        `<experiment hash>__<code version>`); a reference matching several experiments is refused, listed.
+        `<experiment hash>__<code version>`), and several repeats to repeat 0 unless `ref` is a run id or a
+        repeat's folder; a reference matching several experiments is refused, listed.
         """
         found = self.find(ref)
         if not found:
             raise CatalogError(f"no run {ref!r} in the results catalog (see `churnbench results list`)")
         by_id = [r for r in found if str(r.run_id) == ref]
         if by_id:
-            return by_id[0], [r for r in found if r is not by_id[0] and r.experiment_hash == by_id[0].experiment_hash]
-        experiments = {r.experiment_hash for r in found}
-        if len(experiments) > 1:
-            listed = "\n  ".join(f"{r.run_id}  {r.experiment_hash}__{r.code_version}  {r.scenario_key}"
-                                 for r in found)
-            raise CatalogError(f"{ref!r} names {len(experiments)} experiments; use a longer hash prefix or a "
-                               f"run id:\n  {listed}")
-        return found[0], found[1:]
+            chosen = by_id[0]
+        else:
+            experiments = {r.experiment_hash for r in found}
+            if len(experiments) > 1:
+                listed = "\n  ".join(f"{r.run_id}  {r.experiment_hash}__{r.code_version}  {r.scenario_key}"
+                                     + (f"  (repeat {r.repeat})" if r.repeat else "") for r in found)
+                raise CatalogError(f"{ref!r} names {len(experiments)} experiments; use a longer hash prefix or a "
+                                   f"run id:\n  {listed}")
+            chosen = min((r for r in found if r.code_version == found[0].code_version), key=lambda r: r.repeat)
+        return chosen, [r for r in self.find(chosen.experiment_hash)
+                        if r.code_version != chosen.code_version and r.repeat == 0]

@@ -25,6 +25,13 @@ same experiment: same experiment hash and code version, in a sibling folder
 every `transport_failure` answered again; the earlier folder is never written. The newest complete retry is
 the experiment's result (what a later run reuses, what the catalog row points at).
 
+A run with `--repeats K` answers the same experiment K times (issue 33): repeat 0 is the folder above (so a
+single run is repeat 0 of any later repeated one), repeat r > 0 the sibling folder
+`<experiment hash>__<code version>__rep<r>/` (its retries `...__rep<r>__retry<N>/`). Each repeat is an ordinary
+results folder with the same files, its own lock, checkpoint and catalog row, reused on its own; its
+`identity.json` and `summary.json` name the repeat. The repeat index is part of the run's identity (`RunKey`),
+not of the experiment hash, which names the experiment all repeats share (`evaluation/repeats.py`).
+
 One writer per folder: a run holds `.lock` in its folder (`ResultsStore.run_lock`, an flock the kernel
 drops when the process dies) from before it looks at the folder until `summary.json` is written. A second
 run of the same key (another process or thread) waits there and then finds the folder complete and reuses
@@ -146,6 +153,7 @@ def _uncommitted_hash(repo: Path) -> str:
 
 
 RETRY_SUFFIX = "__retry"
+REPEAT_SUFFIX = "__rep"
 
 
 @dataclass(frozen=True)
@@ -155,14 +163,34 @@ class RunKey:
     experiment_hash: str
     code_version: str
     retry: int = 0  # 0: the first answering; N: the N-th retry of its transport failures (same experiment)
+    repeat: int = 0  # 0: the experiment's first (or only) repeat; r: its repeat r (`--repeats`, issue 33)
 
     @property
     def folder_name(self) -> str:
         base = f"{self.experiment_hash}__{self.code_version}"
+        if self.repeat:
+            base += f"{REPEAT_SUFFIX}{self.repeat}"
         return f"{base}{RETRY_SUFFIX}{self.retry}" if self.retry else base
 
     def retried(self, retry: int) -> RunKey:
         return dataclasses.replace(self, retry=retry)
+
+    def repeated(self, repeat: int) -> RunKey:
+        """The key of the same experiment's repeat `repeat` (its first answering: retry 0)."""
+        return dataclasses.replace(self, repeat=repeat, retry=0)
+
+
+def parse_folder_name(name: str) -> tuple[str, int, int]:
+    """(`<experiment hash>__<code version>`, repeat, retry) of a results folder's name; a name that is neither
+    a repeat's nor a retry's folder is its own base, repeat 0, retry 0."""
+    base, retry = name, 0
+    head, mark, tail = base.rpartition(RETRY_SUFFIX)
+    if mark and head and tail.isdigit():
+        base, retry = head, int(tail)
+    head, mark, tail = base.rpartition(REPEAT_SUFFIX)
+    if mark and head and tail.isdigit():
+        return head, int(tail), retry
+    return base, 0, retry
 
 
 class ResultsStore:
@@ -220,7 +248,7 @@ class ResultsStore:
             raise ResultsError(f"results {self.run_dir(key)} are complete and are never overwritten")
         identity = {"experiment_hash": key.experiment_hash, "code_version": key.code_version,
                     "identity_version": IDENTITY_VERSION, "experiment": dict(experiment or {}),
-                    **({"retry": key.retry} if key.retry else {})}
+                    **({"retry": key.retry} if key.retry else {}), **({"repeat": key.repeat} if key.repeat else {})}
         run_dir = self.run_dir(key)
         path = run_dir / IDENTITY_FILE
         if path.exists():

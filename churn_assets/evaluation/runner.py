@@ -22,6 +22,7 @@ failures it re-asked. A finished result without transport failures is reused as 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import statistics
 import time
@@ -32,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from churn_assets.evaluation.awareness import staleness_awareness
 from churn_assets.evaluation.catalog import RunCatalog
+from churn_assets.evaluation.efficiency import efficiency_summary, seconds_summary
 from churn_assets.evaluation.exposure import RunExposure
 from churn_assets.evaluation.results import (
     IDENTITY_VERSION,
@@ -103,12 +106,15 @@ class ArmLike(Protocol):
 @dataclass(frozen=True)
 class RunSpec:
     """The identity of a run: its scenario, its plan and what it was asked on (hashed) — never how long it
-    took. `plan` None: a run outside a stored scenario (unit tests), its plan fields then read None."""
+    took. `plan` None: a run outside a stored scenario (unit tests), its plan fields then read None. `repeat`:
+    which repeat of the experiment this run is (`evaluation/repeats.py`): part of the run's key and folder,
+    not of the experiment hash, which all repeats share."""
 
     scenario: Scenario
     world_config_hash: str
     task_set_hash: str
     plan: ScenarioPlan | None = None
+    repeat: int = 0
 
     @property
     def scenario_key(self) -> str:
@@ -130,7 +136,11 @@ class RunSpec:
 
     def key(self, code: str | None = None) -> RunKey:
         return RunKey(self.scenario.world_id, self.scenario_key, experiment_hash(self.experiment()),
-                      code or code_version())
+                      code or code_version(), repeat=self.repeat)
+
+    def repeated(self, repeat: int) -> RunSpec:
+        """The same experiment's repeat `repeat`."""
+        return dataclasses.replace(self, repeat=repeat)
 
 
 def _day_json(vintage: Mapping[str, Day]) -> dict[str, str]:
@@ -333,6 +343,7 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
         "prepare_ms": round(prepare_ms, 1),
         "saas": dict(transport_counters()) if transport_counters else {},
         "resumed_tasks": len(tasks) - len(latencies),
+        "seconds_per_task": seconds_summary(latencies),  # median, p90 (issue 33): wall time stays in the sidecar
     }
     writer.finish([t.task_id for t in tasks], summary, timings)
     return summary, timings
@@ -364,6 +375,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], spec: RunSpec, key: RunKey, pla
         "planned_vintage": _day_json(planned),
         "verdicts_by_task_tier": {k: dict(v) for k, v in sorted(by_tier.items())},
         **({"llm_usage": token_totals(rows)} if any("usage" in r for r in rows) else {}),
+        "efficiency": efficiency_summary(rows),
+        "staleness_awareness": staleness_awareness(rows, spec.scenario.t),
+        **({"repeat": key.repeat} if key.repeat else {}),
     }
 
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from churn_assets.evaluation.awareness import staleness_awareness
+from churn_assets.evaluation.efficiency import efficiency_summary
 from churn_assets.evaluation.results import SUMMARY_FILE, TASKS_FILE, ResultsError, canonical
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, served_gold_is_degenerate, verdict
 from churn_assets.tasks.answers import AnswerParseError, Value
@@ -225,6 +227,16 @@ def _verify_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         stored = verdicts.get(field.split(".", 1)[1], 0) if field.startswith("verdicts.") else summary.get(field)
         if stored != value:
             out.append(Disagreement(None, field, stored, value))
+    # The figures of issue 33, recomputed from the rows when the summary has them (older summaries do not).
+    if "efficiency" in summary:
+        expected_efficiency = json.loads(canonical(efficiency_summary(rows)))
+        if summary["efficiency"] != expected_efficiency:
+            out.append(Disagreement(None, "efficiency", summary["efficiency"], expected_efficiency))
+    t = (summary.get("experiment") or {}).get("t")
+    if "staleness_awareness" in summary and t:
+        expected_awareness = staleness_awareness(rows, str(t))
+        if summary["staleness_awareness"] != expected_awareness:
+            out.append(Disagreement(None, "staleness_awareness", summary["staleness_awareness"], expected_awareness))
     planned = summary.get("planned_vintage")
     for r in rows:
         if planned is not None and r.get("planned_vintage") != planned:

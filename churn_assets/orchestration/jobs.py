@@ -50,6 +50,10 @@ class SweepConfig(dg.Config):
                                          "reported spend plus a cell's estimate would pass this (US dollars).")
     llm_max_concurrent: int = Field(2, ge=1, le=8, description="With agent llm: cells (each one model call at a "
                                     "time) talking to the endpoint at once.")
+    repeats: int = Field(1, ge=1, le=100, description="Answer every cell K times, each repeat its own results "
+                         "folder (an LLM agent samples with each repeat's seed; the deterministic agent must "
+                         "answer alike); the report adds mean accuracy with its interval, pass^K, pass@K and "
+                         "stability.")
     retry_transport: bool = Field(False, description="Answer again the transport failures (rate limit, outage) of "
                                   "cells already finished, into a retry of the same experiment; other cells are "
                                   "reused as always.")
@@ -71,7 +75,8 @@ def sweep_spec_of(config: SweepConfig) -> "SweepSpec":
     spec = preset_spec(config.preset, args)
     return customize(spec, arms=config.arms, policies=config.policies, t=day(config.t, "t") if config.t else None,
                      t_primes=[day(d, "t_primes") for d in config.t_primes], gaps=config.gaps,
-                     agent=config.agent or None, saas_profile=config.saas_profile or None)
+                     agent=config.agent or None, saas_profile=config.saas_profile or None,
+                     repeats=config.repeats)
 
 
 @dg.op(description="Register the sweep's worlds and scenarios, compute its exposure-only cells, evaluate every "

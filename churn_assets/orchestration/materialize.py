@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +48,27 @@ LAUNCHED_BY_TAG = "churnbench/launched_by"
 # An `eval_run` run with this tag set to "true" re-answers the transport failures of its finished result
 # (`churnbench run --retry-transport`, a sweep's `retry_transport`); without it a finished result is reused.
 RETRY_TRANSPORT_TAG = "churnbench/retry_transport"
+# An `eval_run` run with this tag answers (or reuses) K repeats of its experiment (`--repeats K`, a sweep's
+# `repeats`; `evaluation/repeats.py`); without it, one.
+REPEATS_TAG = "churnbench/repeats"
+
+
+def repeats_tags(repeats: int) -> dict[str, str]:
+    """The tags that ask `eval_run` for `repeats` repeats (none for one: a single run's tags are unchanged)."""
+    from churn_assets.evaluation.repeats import check_repeats
+
+    return {REPEATS_TAG: str(check_repeats(repeats))} if repeats != 1 else {}
+
+
+def repeats_of(tags: Mapping[str, str] | None) -> int:
+    """The repeats a run's tags ask for (1 without the tag); a malformed value is refused in one line."""
+    from churn_assets.evaluation.repeats import check_repeats
+
+    raw = (tags or {}).get(REPEATS_TAG, "1")
+    try:
+        return check_repeats(int(raw))
+    except ValueError:
+        raise UserFacingError(f"run tag {REPEATS_TAG}={raw!r} is not a whole number of repeats") from None
 # Failure metadata of an `eval_run` whose inputs are missing: the `scenario_inputs` sensor reacts to it.
 MISSING_INPUTS = "missing_inputs"
 STATEMENT_TIMEOUT_MS = 120_000  # bounds any Dagster storage query, so a wedged server cannot hang a command

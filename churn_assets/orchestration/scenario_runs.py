@@ -13,21 +13,31 @@ from typing import Any
 
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
                  policy: str, saas_profile: str, echo: Any, *, llm: Any = None, replan: bool = False,
-                 tags: dict[str, str] | None = None, retry_transport: bool = False) -> dict[str, Any]:
+                 tags: dict[str, str] | None = None, retry_transport: bool = False,
+                 repeats: int | None = None) -> dict[str, Any]:
     """Define the scenario, build its inputs, run `eval_run` for it, return its summary (plus where it is, and
     `reused`: whether a finished run of the same identity was reused). `llm`: the `LlmSettings` of an LLM agent
     (its agent id goes into the key, its settings into the experiment hash). `replan`: plan the scenario again
     (after a registry edit) instead of refusing its stored plan. `tags`: added to every run it launches.
     `retry_transport`: re-answer the transport failures of a finished result (`--retry-transport`; a finished
-    result without any is reused as always)."""
+    result without any is reused as always). `repeats`: answer K repeats of the experiment (`--repeats`;
+    None: what `tags` ask, a sweep cell's `REPEATS_TAG`, else 1); the summary is repeat 0's, with `repeats`
+    (the experiment's figures over the K repeats, `evaluation/repeats.py`, without the per-task part)."""
     from churn_assets.arms.registry import define_scenario
     from churn_assets.evaluation.verdicts import STALE_VERDICTS
     from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-    from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, materialize
+    from churn_assets.orchestration.materialize import (
+        REPEATS_TAG,
+        RETRY_TRANSPORT_TAG,
+        materialize,
+        repeats_of,
+        repeats_tags,
+    )
     from churn_assets.orchestration.scenario_materializer import materialize_scenario
     from churn_assets.orchestration.scenarios import register_scenario
     from churn_assets.orchestration.world_registry import using_world
 
+    repeats = repeats_of(tags) if repeats is None else repeats
     with using_world(session.paths, world):  # `worlds rm` refuses while the run builds and evaluates
         scenario = define_scenario(world, arm, policy, t_prime, t,
                                    agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT, saas_profile=saas_profile,
@@ -35,13 +45,15 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         key = register_scenario(session.paths, session.instance, scenario)
         # A finished result of this identity needs no input built or checked again (decision 190): a relaunched
         # sweep's cells each checked every input partition twice (here and in `eval_run`).
-        reusable = not (replan or retry_transport) and _finished(session, scenario, key)
+        reusable = not (replan or retry_transport) and _finished(session, scenario, key, repeats)
         if reusable:
-            echo(f"scenario {scenario.label}: finished before with this identity; its inputs are not checked again")
+            echo(f"scenario {scenario.label}: finished before with this identity"
+                 + (f" ({repeats} repeats)" if repeats > 1 else "") + "; its inputs are not checked again")
         built = 0 if reusable else len(materialize_scenario(session, definitions, scenario, replan=replan, echo=echo,
                                                             tags=tags).built)
         started = time.perf_counter()
-        eval_tags = {**(tags or {}), **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})}
+        eval_tags = {**{k: v for k, v in (tags or {}).items() if k != REPEATS_TAG}, **repeats_tags(repeats),
+                     **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})}
         [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None)
         seconds = time.perf_counter() - started
         # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
@@ -51,14 +63,17 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         timings = json.loads((folder / "timings.json").read_text())
         summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=built,
                        mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}),
-                       reused=bool(result.metadata["eval_run"].get("reused")))
+                       reused=bool(result.metadata["eval_run"].get("reused")),
+                       repeats=result.metadata["eval_run"].get("experiment"))
         summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
         return summary
 
 
-def _finished(session: Any, scenario: Any, key: str) -> bool:
-    """Whether the scenario's stored plan (made with today's registry) has a finished result. No stored plan, or
-    one of another registry: False, and the materializer plans it or refuses it as always."""
+def _finished(session: Any, scenario: Any, key: str, repeats: int) -> bool:
+    """Whether the scenario's stored plan (made with today's registry) has a finished result, every one of its
+    `repeats` repeats. No stored plan, or one of another registry: False, and the materializer plans it or
+    refuses it as always."""
+    from churn_assets.evaluation.repeats import finished_repeats
     from churn_assets.evaluation.results import ResultsStore
     from churn_assets.evaluation.runner import finished_run
     from churn_assets.grounding.registry import load_registry
@@ -69,5 +84,8 @@ def _finished(session: Any, scenario: Any, key: str) -> bool:
     if plan is None or plan.registry_hash != load_registry().content_hash:
         return False
     config = load_world_config(session.paths, scenario.world_id)
-    return finished_run(ResultsStore(session.paths.results_root), scenario, config.config_hash, plan,
-                        session.paths.task_set_file(scenario.world_id, scenario.t)) is not None
+    store = ResultsStore(session.paths.results_root)
+    found = finished_run(store, scenario, config.config_hash, plan,
+                         session.paths.task_set_file(scenario.world_id, scenario.t))
+    return found is not None and finished_repeats(store, found[0], repeats,
+                                                  code=found[1]["code_version"]) is not None

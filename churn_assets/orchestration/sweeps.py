@@ -157,7 +157,7 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
     batch that would take the spend past it is skipped, and so is every later one). `retry_transport`: a cell
     whose finished result has transport failures answers those again (`churnbench run --retry-transport`)."""
     from churn_assets.orchestration import cells as parallel
-    from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG
+    from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, repeats_tags
 
     del definitions  # run_cells loads the code location in each process
     total = len(record.cells)
@@ -204,7 +204,7 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
         results = parallel.run_cells(session.paths, [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
                                                                    c.saas_profile, llm) for c in batch],
                                      workers=workers, progress=progress,
-                                     tags={SWEEP_TAG: record.sweep_id,
+                                     tags={SWEEP_TAG: record.sweep_id, **repeats_tags(record.spec.repeats),
                                            **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})},
                                      on_cell=on_cell)
         for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
@@ -215,7 +215,8 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
 def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
     keep = ("scenario_key", "experiment_hash", "code_version", "tasks", "verdicts", "stale_answers", "accuracy",
             "exposure", "degenerate_exposure", "prediction", "prediction_interval_90", "mean_cost_units",
-            "route_mix", "planned_vintage", "results", "reused", "inputs_built", "llm_usage")
+            "route_mix", "planned_vintage", "results", "reused", "inputs_built", "llm_usage",
+            "repeats")  # the experiment over the cell's repeats (efficiency, awareness; K > 1: pass^K, ...)
     return {"status": DONE, "cell": cell.to_json(), "seconds": round(seconds, 1),
             **{k: summary.get(k) for k in keep}}
 
@@ -258,9 +259,11 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     if llm is not None:
         from churn_assets.deployment import task_settings
 
-        est = estimate(llm, len(record.cells), task_settings().count, today=spec.t)
+        # each repeat of a cell costs what one answering of it does
+        est = estimate(llm, len(record.cells) * spec.repeats, task_settings().count, today=spec.t)
         echo(est.describe())
-        budget = BudgetGuard(llm_budget_usd, est.per_cell_typical_usd())
+        per_answering = est.per_cell_typical_usd()
+        budget = BudgetGuard(llm_budget_usd, None if per_answering is None else per_answering * spec.repeats)
         for outcome in record.outcomes.values():  # what earlier launches of this sweep spent counts too
             if outcome.get("status") == DONE and not outcome.get("reused"):
                 budget.add(outcome.get("llm_usage"))

@@ -7,7 +7,9 @@
 - `parity_table`: the 2x2 (tiered / off) per gap (the `cache-age` sweep's gaps 26-31);
 - `ttl_grid`: per TTL x rate multiplier x gap, exposure and prediction over seeds (min, mean, max);
 - `budget_frontier`: per policy, stale answers against refresh rows;
-- `seeds_summary`: the 2x2 per seed and a paired bootstrap 90% interval of off minus on.
+- `seeds_summary`: the 2x2 per seed and a paired bootstrap 90% interval of off minus on;
+- `repeats_table`: per evaluated cell of a sweep with repeats, the experiment's figures over them (mean
+  accuracy and interval, pass^K, pass@K, stability, median tool calls and seconds, staleness awareness).
 """
 
 from __future__ import annotations
@@ -241,3 +243,28 @@ def seeds_summary(cells: Iterable[Mapping[str, Any]], windows: Mapping[str, int]
                                           round(means[int(0.95 * BOOTSTRAP_SAMPLES) - 1], 2)],
                           "per_seed": diffs}
     return {"per_world": [{"world_id": k, **v} for k, v in sorted(by_world.items())], "differences": differences}
+
+
+def repeats_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per finished evaluated cell with its experiment's figures over the cell's repeats
+    (`evaluation/repeats.py`, kept in the outcome as `repeats`)."""
+    out = []
+    for outcome in record.get("outcomes", {}).values():
+        e = outcome.get("repeats")
+        if outcome.get("status") != "done" or not e:
+            continue
+        cell = outcome["cell"]
+        k = str(e["repeats"])
+        lo, hi = e.get("accuracy_interval_90") or (None, None)
+        eff = e.get("efficiency") or {}
+        aware = e.get("staleness_awareness") or {}
+        out.append({**_base(cell, "evaluated"), "repeats": e["repeats"], "accuracy_mean": e.get("accuracy_mean"),
+                    "accuracy_lo": lo, "accuracy_hi": hi, "pass_hat_k": e["pass_hat_k"].get(k),
+                    "pass_at_k": e["pass_at_k"].get(k), "stability": e.get("stability"),
+                    "stale_answers_mean": e.get("stale_answers_mean"),
+                    "median_tool_calls": (eff.get("tool_calls") or {}).get("median"),
+                    "median_model_calls": (eff.get("model_calls") or {}).get("median"),
+                    "median_seconds": (eff.get("seconds") or {}).get("median"),
+                    "aware_share": aware.get("share_equals_oldest"),
+                    "stale_revealed_share": aware.get("share_stale_revealed")})
+    return sorted(out, key=lambda r: (r["world_id"], r["arm"], r["policy"], r["gap"]))

@@ -173,7 +173,7 @@ def preset_spec(name: str, args: PresetArgs | None = None) -> SweepSpec:
 
 def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[str] = (), t: dt.date | None = None,
               t_primes: Sequence[dt.date] = (), gaps: Sequence[int] = (), agent: str | None = None,
-              saas_profile: str | None = None) -> SweepSpec:
+              saas_profile: str | None = None, repeats: int | None = None) -> SweepSpec:
     """A preset with some of its fields replaced (empty / None: the preset's own). Giving T' values or gaps
     replaces both of the preset's."""
     import dataclasses
@@ -192,6 +192,8 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
         changes["agent"] = agent
     if saas_profile:
         changes["saas_profile"] = saas_profile
+    if repeats is not None and repeats != spec.repeats:
+        changes["repeats"] = repeats
     return dataclasses.replace(spec, **changes) if changes else spec
 
 

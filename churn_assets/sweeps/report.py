@@ -126,6 +126,20 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
         sections.append("## The 2x2 over seeds\n\n" + _md_table(seeds["per_world"], ["world_id", "label", *columns])
                         + "\nOff minus tiered (stale answers), paired by seed, bootstrap 90% interval over seeds:\n\n"
                         + _md_table(diff_rows, ["window", "seeds", "mean_off_minus_on", "interval_90"]))
+    if int(spec.get("repeats", 1)) > 1:
+        repeats = analysis.repeats_table(record)
+        data["repeats"] = repeats
+        _write_csv(folder / "repeats.csv", repeats)
+        sections.append(f"## Repeats ({spec['repeats']} per cell)\n\n" + _md_table(
+            repeats, ["arm", "policy", "gap", "accuracy_mean", "accuracy_lo", "accuracy_hi", "pass_hat_k",
+                      "pass_at_k", "stability", "stale_answers_mean", "median_tool_calls", "median_seconds",
+                      "aware_share", "stale_revealed_share"],
+            ["arm", "policy", "gap", "accuracy (mean)", "90% low", "90% high", f"pass^{spec['repeats']}",
+             f"pass@{spec['repeats']}", "stability", "stale (mean)", "tool calls (median)", "seconds (median)",
+             "as-of = oldest read", "stale revealed"])
+            + "\nIntervals: bootstrap over templates (clustered); pass^K as tau-bench defines it (every repeat "
+              "correct); stability: the share of tasks whose repeats gave one answer. `repeats.csv` has every "
+              "column.\n")
     add("verdict_bars", plots.verdict_bars(cells, folder / "verdict_bars.png", "Verdicts per arm and policy"))
     add("stale_by_class", plots.stale_by_class(by_class, folder / "stale_by_class.png",
                                                "Stale answers attributed per entity class read stale"))

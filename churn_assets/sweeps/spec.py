@@ -108,6 +108,7 @@ class SweepSpec:
     evaluate_gaps: tuple[int, ...] = ()  # with `evaluate_worlds`: the gaps evaluated (empty: every gap)
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # preset-specific report options (hashed)
+    repeats: int = 1  # each cell answered K times (`evaluation/repeats.py`); 1 leaves the sweep id as it was
 
     def __post_init__(self) -> None:
         if not self.worlds:
@@ -128,6 +129,9 @@ class SweepSpec:
             raise SweepError(f"sweep {self.preset}: T'={late[0]} is after T={self.t}")
         if not set(self.evaluate_worlds) <= set(range(len(self.worlds))):
             raise SweepError(f"sweep {self.preset}: evaluate_worlds {list(self.evaluate_worlds)} names no world")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= 100:
+            raise SweepError(f"sweep {self.preset}: repeats must be a whole number from 1 to 100, got "
+                             f"{self.repeats!r}")
 
     def build_days(self) -> list[Day]:
         """Every T', earliest first (gaps turned into days)."""
@@ -143,6 +147,7 @@ class SweepSpec:
             "saas_profile": self.saas_profile, "exposure_only": self.exposure_only,
             "evaluate_worlds": list(self.evaluate_worlds), "evaluate_gaps": list(self.evaluate_gaps),
             "description": self.description, "options": dict(self.options),
+            **({"repeats": self.repeats} if self.repeats != 1 else {}),  # absent at 1: sweep ids unchanged
         }
 
     @classmethod
@@ -154,7 +159,7 @@ class SweepSpec:
                    str(data.get("saas_profile") or "default"), bool(data.get("exposure_only")),
                    tuple(int(i) for i in data.get("evaluate_worlds", [])),
                    tuple(int(g) for g in data.get("evaluate_gaps", [])), str(data.get("description") or ""),
-                   dict(data.get("options") or {}))
+                   dict(data.get("options") or {}), int(data.get("repeats", 1)))
 
     @property
     def sweep_id(self) -> str:

@@ -1,7 +1,8 @@
 """The results catalog's schema under Alembic, against the real embedded Postgres: a new catalog is the table
-the hand-written DDL made, the model agrees with the migration scripts, a catalog made by the old code is
-adopted with every row, a table of another shape or a catalog of an unknown revision is refused unchanged,
-and concurrent first runs create the catalog once.
+the hand-written DDL made (plus the later revisions, written out here as DDL), the model agrees with the
+migration scripts, a catalog made by the old code is adopted with every row, a table of another shape or a
+catalog of an unknown revision is refused unchanged, concurrent first runs create the catalog once, and
+(revisions 0003-0004, issue 33) repeats of one experiment are rows of their own beside the experiment's summary.
 
 Each test gets a database of its own on the session's server, so the warehouse's catalog (which other tests
 write) is never touched.
@@ -86,6 +87,25 @@ ADDED_IN_0002: tuple[tuple[str, str], ...] = (
 )
 # What revision 0003 adds (issue 33): the `budget_exhausted` verdict's count.
 ADDED_IN_0003: tuple[tuple[str, str], ...] = (("budget_exhausted", "integer"),)
+
+
+# What revision 0004 does (issue 33), as DDL: the `repeat` column in the runs table's key, and the experiments table.
+DDL_0004 = (
+    "ALTER TABLE churnbench.results_runs ADD COLUMN repeat integer NOT NULL DEFAULT 0",
+    "ALTER TABLE churnbench.results_runs DROP CONSTRAINT results_runs_experiment_hash_code_version_key",
+    "ALTER TABLE churnbench.results_runs ADD CONSTRAINT results_runs_experiment_hash_code_version_repeat_key "
+    "UNIQUE (experiment_hash, code_version, repeat)",
+    "CREATE TABLE churnbench.results_experiments (experiment_id bigint GENERATED ALWAYS AS IDENTITY "
+    "CONSTRAINT results_experiments_pkey PRIMARY KEY, experiment_hash text NOT NULL, code_version text NOT NULL, "
+    "repeats integer NOT NULL, world text NOT NULL, scenario_key text NOT NULL, arm text NOT NULL, policy text NOT "
+    "NULL, t_prime date NOT NULL, t date NOT NULL, agent_id text NOT NULL, saas_profile text NOT NULL, tasks integer "
+    "NOT NULL, accuracy_mean double precision, accuracy_low double precision, accuracy_high double precision, "
+    "pass_hat_k double precision, pass_at_k double precision, stability double precision, stale_answers_mean "
+    "double precision, summary jsonb NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now(), CONSTRAINT "
+    "results_experiments_experiment_hash_code_version_repeats_key UNIQUE (experiment_hash, code_version, repeats), "
+    "CONSTRAINT results_experiments_repeats_check CHECK (repeats >= 1))",
+    "CREATE INDEX results_experiments_world_ix ON churnbench.results_experiments (world, scenario_key)",
+)
 
 
 def old_ensure_catalog(conn: psycopg.Connection[Any], columns: tuple[tuple[str, str], ...] = OLD_COLUMNS) -> None:
@@ -211,6 +231,8 @@ def test_a_new_catalog_is_the_table_the_old_ddl_made(database: str) -> None:
     """A new catalog at head is the old DDL's table with the columns of the later revisions appended."""
     with connection(database, autocommit=True) as conn:
         old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002 + ADDED_IN_0003)
+        for statement in DDL_0004:
+            conn.execute(statement.encode())
     old = definition(database)
     with connection(database, autocommit=True) as conn:
         conn.execute(b"DROP SCHEMA churnbench CASCADE")
@@ -259,7 +281,8 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     catalog = RunCatalog(database)
     listed = catalog.runs()  # a read adopts it: stamped at the baseline, then upgraded to head
     assert recorded_revisions(database) == [HEAD_REVISION]
-    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1, "budget_exhausted": None}
+    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1, "budget_exhausted": None,
+             "repeat": 0}
     before = [{**b, **added} for b in before]
     assert all_rows(database) == before
     after = definition(database)
@@ -268,9 +291,21 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     assert after["columns"][last:] == [(last + 1, "unattributed_error", "integer", False, "", None),
                                        (last + 2, "degenerate_exposure", "integer", False, "", None),
                                        (last + 3, "identity_version", "integer", True, "", "1"),
-                                       (last + 4, "budget_exhausted", "integer", False, "", None)]
-    assert {k: v for k, v in after.items() if k != "columns"} == {
-        k: v for k, v in old_definition.items() if k != "columns"}
+                                       (last + 4, "budget_exhausted", "integer", False, "", None),
+                                       (last + 5, "repeat", "integer", True, "", "0")]
+    # revision 0004: the key gains the repeat (every old row is repeat 0), and the experiments table is added
+    renamed = [("results_runs_experiment_hash_code_version_repeat_key",
+                "UNIQUE (experiment_hash, code_version, repeat)") if c[0].endswith("code_version_key") else c
+               for c in old_definition["constraints"]]
+    assert after["constraints"] == sorted(renamed)
+    assert {k: v for k, v in after.items() if k not in ("columns", "constraints", "indexes", "relations",
+                                                        "sequences")} == {
+        k: v for k, v in old_definition.items() if k not in ("columns", "constraints", "indexes", "relations",
+                                                             "sequences")}
+    assert set(after["relations"]) - set(old_definition["relations"]) == {
+        ("results_experiments", "r"), ("results_experiments_experiment_hash_code_version_repeats_key", "i"),
+        ("results_experiments_experiment_id_seq", "S"), ("results_experiments_pkey", "i"),
+        ("results_experiments_world_ix", "i"), ("results_runs_experiment_hash_code_version_repeat_key", "i")}
     assert [(r.run_id, r.experiment_hash, r.status, r.attempts) for r in listed] == [
         (b["run_id"], b["experiment_hash"], b["status"], b["attempts"]) for b in before]
     done = next(r for r in listed if r.status == "complete")
@@ -353,3 +388,37 @@ def test_concurrent_first_runs_create_the_catalog_once(database: str) -> None:
     assert not errors, errors
     assert recorded_revisions(database) == [HEAD_REVISION]
     assert sorted(r["experiment_hash"] for r in all_rows(database)) == [f"eeee00000000000{i}" for i in range(writers)]
+
+
+def test_repeats_are_rows_of_their_own_beside_the_experiment_summary(database: str) -> None:
+    catalog = RunCatalog(database)
+    for repeat in (0, 1, 2):
+        k = key("ffff000000000001").repeated(repeat)
+        catalog.start(SCENARIO, k, Path(f"/r/{k.folder_name}"))
+        catalog.complete(SCENARIO, k, Path(f"/r/{k.folder_name}"), {"tasks": 10, "accuracy": (repeat + 5) / 10,
+                                                                     "verdicts": {"correct": repeat + 5}}, {})
+    catalog.fail(key("ffff000000000001").repeated(2), "ignored: a complete row stays complete")
+    rows = catalog.repeats_of(catalog.find("ffff000000000001")[0])
+    assert [(r.repeat, r.status, r.accuracy) for r in rows] == [(0, "complete", 0.5), (1, "complete", 0.6),
+                                                               (2, "complete", 0.7)]
+    # a scenario key or hash names the experiment (repeat 0 shown); a repeat's folder names that repeat
+    assert catalog.resolve("ffff000000000001")[0].repeat == 0
+    assert catalog.resolve("/r/ffff000000000001__git-new__rep2")[0].repeat == 2
+    assert catalog.resolve("/r/ffff000000000001__git-new__rep2__retry1")[0].repeat == 2
+    summary = {"repeats": 3, "tasks": 10, "accuracy_mean": 0.6, "accuracy_interval_90": [0.5, 0.7],
+               "pass_hat_k": {"3": 0.4}, "pass_at_k": {"3": 0.8}, "stability": 0.9, "stale_answers_mean": 1.0,
+               "per_task": {"t1": {"verdicts": ["correct"] * 3}}}
+    catalog.record_experiment(SCENARIO, key("ffff000000000001"), summary)
+    catalog.record_experiment(SCENARIO, key("ffff000000000001"), {**summary, "stability": 0.95})  # replaced
+    catalog.record_experiment(SCENARIO, key("ffff000000000001"), {**summary, "repeats": 2})
+    [three, two] = catalog.experiments("ffff000000000001", "git-new")
+    assert (three.repeats, three.summary["stability"], three.summary["per_task"]["t1"]["verdicts"]) == (
+        3, 0.95, ["correct"] * 3)
+    assert two.repeats == 2
+    with connection(database) as conn:
+        row = conn.execute(b"SELECT accuracy_low, accuracy_high, pass_hat_k, pass_at_k FROM "
+                           b"churnbench.results_experiments WHERE repeats = 3").fetchone()
+    assert row == (0.5, 0.7, 0.4, 0.8)
+    with connection(database, autocommit=True) as conn:
+        assert delete_world_runs(conn, WORLD) == 3
+        assert conn.execute(b"SELECT count(*) FROM churnbench.results_experiments").fetchone() == (0,)

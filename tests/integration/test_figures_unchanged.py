@@ -197,3 +197,110 @@ def test_two_batches_at_once_give_the_results_of_one_after_the_other(
         parallel = json.loads((Path(result["results"]) / "summary.json").read_text())
         assert parallel == json.loads((alone / "summary.json").read_text()), cell
         assert (Path(result["results"]) / "tasks.jsonl").read_bytes() == (alone / "tasks.jsonl").read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Repeats (issue 33): the deterministic agent's K = 2 re-answers alike; a forced difference fails the run.
+# Here because the first cell's inputs (and its K = 1 result) are the figures test's: repeat 0 is reused, so
+# only the new repeats are answered (about 5 s each on this world).
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from churn_assets.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def _answers(folder: Path) -> list[tuple[str, Any, str]]:
+    rows = [json.loads(x) for x in (folder / "tasks.jsonl").read_text().splitlines()]
+    return [(r["task_id"], r["answer"], r["verdict"]) for r in rows]
+
+
+def test_repeats_of_the_deterministic_agent_answer_alike_and_a_difference_fails(
+        session: Session, session_defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import churn_assets.arms.agents.deterministic as deterministic
+    import churn_assets.orchestration.assets.tasks as task_asset
+    from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.orchestration.cells import Cell, run_cells
+    from churn_assets.orchestration.materialize import MaterializationError, repeats_tags
+
+    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=TASKS, seed=0))
+    config = load_config(days=DAYS, name=WORLD_NAME)
+    if add_world(session.paths, session.instance, config):
+        materialize(session, session_defs, ["ledger"], [config.world_id])
+    arm, policy, t_prime = CELLS[0]
+
+    def run(repeats: int) -> dict[str, Any]:
+        return run_scenario(session, session_defs, config.world_id, arm, t_prime, T, policy, "default",
+                            lambda _m: None, repeats=repeats)
+
+    single = run(1)
+    double = run(2)
+    # K = 1 is repeat 0 of K = 2: the same folder, experiment hash and figures, so nothing of a single run moved
+    first = Path(single["results"])
+    assert double["results"] == single["results"] and double["experiment_hash"] == single["experiment_hash"]
+    assert {k: double[k] for k in FIELDS} == {k: single[k] for k in FIELDS}
+    second = first.with_name(first.name + "__rep1")
+    assert (second / "summary.json").is_file() and json.loads((second / "summary.json").read_text())["repeat"] == 1
+    assert _answers(second) == _answers(first)  # re-answered, not copied: its own rows, the same answers
+    assert json.loads((second / "identity.json").read_text())["repeat"] == 1
+
+    e = double["repeats"]
+    assert (e["repeats"], e["tasks"], e["stability"]) == (2, TASKS, 1.0)
+    assert e["pass_hat_k"]["2"] == e["pass_at_k"]["2"] == e["accuracy_mean"] == single["accuracy"]
+    assert e["accuracy_per_repeat"] == [single["accuracy"]] * 2 and e["folders"][1] == second.name
+    lo, hi = e["accuracy_interval_90"]
+    assert lo <= e["accuracy_mean"] <= hi
+    eff = e["efficiency"]
+    assert eff["model_calls"] is None and eff["input_tokens"] is None  # no model: tokens absent, never 0
+    assert eff["tool_calls"]["n"] == 2 * TASKS and eff["tool_calls"]["median"] >= 1 and eff["seconds"]["n"] >= TASKS
+    assert e["staleness_awareness"]["applicable"] is False  # the deterministic agent states no as-of day
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["efficiency"]["tool_calls"]["n"] == TASKS and "repeat" not in summary
+
+    # The catalog: a row per repeat, and the experiment's summary over both
+    catalog = RunCatalog(session.urls.warehouse)
+    rows = [r for r in catalog.find(single["scenario_key"]) if r.code_version == single["code_version"]]
+    assert sorted((r.repeat, r.status, r.accuracy) for r in rows) == [(0, "complete", single["accuracy"]),
+                                                                     (1, "complete", single["accuracy"])]
+    [recorded, *_] = catalog.experiments(single["experiment_hash"], single["code_version"])
+    assert recorded.repeats == 2 and recorded.summary["stability"] == 1.0
+    assert all(len(task["verdicts"]) == 2 for task in recorded.summary["per_task"].values())
+    shown = _cli("results", "show", single["scenario_key"])
+    assert shown.exit_code == 0 and "repeat 1 run" in shown.output and "pass^2 " in shown.output
+    assert "no model calls" in shown.output and "staleness awareness: n/a" in shown.output
+    checked = _cli("verify-results", single["scenario_key"])
+    assert checked.exit_code == 0, checked.output
+    assert checked.output.count(f"{TASKS} rows confirmed") == 2 and "repeat 1:" in checked.output
+
+    # Through the cell pool (a sweep's path: the repeats travel as a run tag): every repeat reused
+    [cell] = run_cells(session.paths, [Cell(config.world_id, arm, policy, t_prime, T)], workers=1,
+                       tags=repeats_tags(2))
+    assert cell.ok and cell.summary is not None and cell.summary["reused"]
+    assert cell.summary["repeats"]["folders"] == e["folders"]
+
+    # A forced difference: the agent answers one task otherwise in repeat 2 (repeats 0 and 1 are reused)
+    original = deterministic.DeterministicAgent.answer
+    changed: list[str] = []
+
+    def unlike(self: Any, question: str, today: Any, tools: Any) -> Any:
+        answer = original(self, question, today, tools)
+        if not changed and answer.value is not None:
+            changed.append(question)
+            return dataclasses.replace(answer, value=None, text="unknown")
+        return answer
+
+    monkeypatch.setattr(deterministic.DeterministicAgent, "answer", unlike)
+    with pytest.raises(MaterializationError, match=r"answered 1 task\(s\) differently in the 3 repeats"):
+        run(3)
+    assert changed and (first.with_name(first.name + "__rep2") / "summary.json").is_file()
+    monkeypatch.setattr(deterministic.DeterministicAgent, "answer", original)
+    with pytest.raises(MaterializationError, match="differently"):  # reused, still refused
+        run(3)
+    refused = _cli("verify-results", single["scenario_key"])
+    assert refused.exit_code == 1 and "the deterministic agent's repeats differ in 1 task(s)" in refused.output

@@ -133,6 +133,30 @@ NO_ENDPOINT = (f"set {ENV_BASE_URL} (an OpenAI-compatible endpoint, e.g. http://
 # ---------------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------------
+# sampling per repeat (issue 33): one place, used by `LlmSettings.sampling`
+# ---------------------------------------------------------------------------------------------------
+
+# Repeats of a stochastic agent sample: the default temperature (in the agent id, as every setting is).
+REPEAT_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What one repeat's model requests carry: OpenAI-compatible `temperature` and `seed` (llama.cpp's server
+    honours both)."""
+
+    temperature: float
+    seed: int
+
+
+def repeat_seed(experiment_hash: str, repeat: int) -> int:
+    """The request seed of repeat `repeat` of an experiment: the first 31 bits of SHA-256 of
+    `<experiment hash>/repeat/<repeat>` (a non-negative 32-bit integer, as every server takes). The experiment
+    hash covers the agent id, so two agents, or two scenarios, never share a seed sequence."""
+    return int(sha256_hex(f"{experiment_hash}/repeat/{repeat}")[:8], 16) & 0x7FFFFFFF
+
+
 @dataclass(frozen=True)
 class LocalServer:
     """The embedded llama.cpp server's share of the settings: what it serves and how, never where."""
@@ -154,18 +178,23 @@ class LocalServer:
 @dataclass(frozen=True)
 class LlmSettings:
     """Everything about the model that can change an answer; the API key is deliberately not here. `base_url`
-    None: the embedded local server, described by `local`."""
+    None: the embedded local server, described by `local`.
+
+    `temperature` is the repeats' sampling temperature (default `REPEAT_TEMPERATURE`). `seed`
+    (CHURNBENCH_LLM_SEED) is part of the agent id, and so of the experiment hash every repeat's request seed
+    derives from (`sampling`): setting it draws another sequence of seeds; in a run, requests never carry it
+    as it is."""
 
     base_url: str | None
     model: str
     mode: str = TOOLS
-    temperature: float = 0.0
+    temperature: float = REPEAT_TEMPERATURE
     max_tokens: int = 1024  # per model call
     max_tool_rounds: int = 8  # model turns that may read; the next one must answer
     max_tool_calls: int = 30  # reads per task in all (the budget: whichever of the two is hit first)
     max_rows_per_call: int = 500  # rows a `retrieve` shows the model (the rest: "truncated", narrow the filters)
     max_records_per_search: int = K  # k of `search_records` is clamped to this (the extraction rule's K)
-    seed: int | None = None  # sent to endpoints that honour it
+    seed: int | None = None  # a salt of the repeat seeds (see the class doc)
     prompt_version: str = PROMPT_VERSION
     local: LocalServer | None = None
 
@@ -226,6 +255,11 @@ class LlmSettings:
             return (f"local model {self.model} (GGUF sha256 {self.local.gguf_sha256[:12]}, {self.local.runtime}, "
                     f"n_ctx {self.local.n_ctx}, {self.local.threads} thread(s))")
         return f"model {self.model} at {self.base_url}"
+
+    def sampling(self, experiment_hash: str, repeat: int) -> Sampling:
+        """What repeat `repeat` of the experiment `experiment_hash` sends: the settings' temperature and the
+        repeat's own seed (`repeat_seed`)."""
+        return Sampling(self.temperature, repeat_seed(experiment_hash, repeat))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LlmSettings:
@@ -631,11 +665,15 @@ class _Task:
 class LlmAgent:
     """A chat model answering through an arm's tools. `chat_model`: any LangChain chat model with `bind_tools`
     and `bind` (tests inject a scripted one); default `ChatOpenAI` on `base_url` (an endpoint's: the settings';
-    the local server's: given, found at run time)."""
+    the local server's: given, found at run time). `sampling`: the repeat's temperature and seed
+    (`LlmSettings.sampling`: what a run passes); None, outside a run, sends the settings' own temperature and
+    seed."""
 
     def __init__(self, settings: LlmSettings, *, base_url: str | None = None, chat_model: Any = None,
-                 api_key: str | None = None, prices: Mapping[str, Price] | None = None) -> None:
+                 api_key: str | None = None, prices: Mapping[str, Price] | None = None,
+                 sampling: Sampling | None = None) -> None:
         self.settings = settings
+        self.sampling = sampling
         self.agent_id = settings.agent_id
         self.base_url = base_url or settings.base_url
         if self.base_url is None and chat_model is None:
@@ -652,12 +690,14 @@ class LlmAgent:
 
             s = self.settings
             local = s.local is not None
+            temperature, seed = ((self.sampling.temperature, self.sampling.seed) if self.sampling is not None
+                                 else (s.temperature, s.seed))
             # `max_completion_tokens` is the name of ChatOpenAI's `max_tokens` field in its signature (its alias).
             # A local model on a loaded 2-core machine can take minutes for a long read: a longer timeout, and
             # no retry of a request it was already working on.
             self._chat_model = ChatOpenAI(base_url=self.base_url, model=s.model,
-                                          api_key=SecretStr(self._api_key or NO_KEY), temperature=s.temperature,
-                                          max_completion_tokens=s.max_tokens, seed=s.seed,
+                                          api_key=SecretStr(self._api_key or NO_KEY), temperature=temperature,
+                                          max_completion_tokens=s.max_tokens, seed=seed,
                                           max_retries=0 if local else 2, timeout=900 if local else 120)
         return self._chat_model
 

@@ -12,19 +12,26 @@ still is one). The checkpoint then holds only real answers, and the run resumes 
 
 A finished result of the same identity is reused, unless the run carries `RETRY_TRANSPORT_TAG` and that result
 has transport failures: then those tasks are answered again into a retry folder (`evaluation/runner.py`).
+
+A run tagged `REPEATS_TAG` = K answers K repeats of the experiment (`evaluation/repeats.py`): each repeat its own
+results folder, reused on its own, with a fresh arm (an LLM agent sampling with the repeat's seed); the exposure
+is computed once. The metadata are repeat 0's figures (a single run's, unchanged) plus the experiment's:
+efficiency, staleness awareness and, for K > 1, mean accuracy with its interval, pass^K, pass@K and stability.
+The deterministic agent's repeats must answer alike: a difference fails the run, naming the tasks.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.exposure import run_exposure
+from churn_assets.evaluation.repeats import compact, evaluate_repeats, finished_repeats, read_repeats
 from churn_assets.evaluation.results import ResultsStore
-from churn_assets.evaluation.runner import RunSpec, evaluate, finished_run, transport_failures
+from churn_assets.evaluation.runner import RunSpec, finished_run, transport_failures
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
@@ -35,7 +42,7 @@ from churn_assets.orchestration.assets.staging import STAGED_ASSETS
 from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
 from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
-from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session
+from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session, repeats_of
 from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
@@ -86,18 +93,33 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     world = scenario.world_id
     config = require_world(state, world)
     retry = context.run.tags.get(RETRY_TRANSPORT_TAG) == "true"
+    deterministic = scenario.agent_id == DETERMINISTIC_AGENT
+    with user_errors():
+        repeats = repeats_of(context.run.tags)
     store = results_store(state)
+    t_iso = scenario.t.isoformat()
     # A finished result of the same identity is looked up before the inputs are: reusing it reads no input
     # (decision 190). Its identity needs the task set, so a missing task set goes on to the check below.
     found = finished_run(store, scenario, config.config_hash, plan, paths.task_set_file(world, scenario.t),
                          catalog=urls.warehouse)
-    if found is not None and not (retry and transport_failures(found[1])):
-        # the same identity ran to the end before: reused, never run twice
-        run_dir = _result_dir(store, found[0], found[1])
-        context.log.info(f"{scenario.key}: reusing the finished result {run_dir}")
+    keys = finished_repeats(store, found[0], repeats, code=found[1]["code_version"]) if found is not None else None
+    if keys is not None and not (retry and any(transport_failures(store.read_summary(k)) for k in keys)):
+        # every repeat of the same identity ran to the end before: reused, never run twice
+        try:
+            experiment = read_repeats(store, keys, t_iso, deterministic)
+        except UserFacingError as e:
+            raise dg.Failure(f"eval_run {scenario.key}: {e}", allow_retries=False) from e
+        with user_errors():
+            from churn_assets.evaluation.catalog import RunCatalog
+
+            RunCatalog(urls.warehouse).record_experiment(scenario, keys[0], experiment)
+        run_dir = store.run_dir(keys[0])
+        context.log.info(f"{scenario.key}: reusing the finished result {run_dir}"
+                         + (f" and its {repeats - 1} other repeat(s)" if repeats > 1 else ""))
         return dg.MaterializeResult(metadata={
-            **_metadata(found[1], plan.served_vintage, str(run_dir), (run_dir / "timings.json").read_text()),
-            "reused": True})
+            **_metadata(store.read_summary(keys[0]), plan.served_vintage, str(run_dir),
+                        (run_dir / "timings.json").read_text()),
+            **_experiment_metadata(experiment), "reused": True})
     # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
     missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
@@ -111,14 +133,18 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
     loaded = world_ledger(state, world)
     resolver = shared_resolver(loaded.records, format_version=loaded.format_version)  # shared by a worker's cells
-    agent = None  # the deterministic agent
-    if scenario.agent_id != DETERMINISTIC_AGENT:
-        from churn_assets.arms.agents.llm import agent_for_scenario
+    settings = agent = None  # the deterministic agent
+
+    def serve_local(settings: Any, gguf: Any) -> str:
+        return _serve_local(paths, settings, gguf)
+
+    if not deterministic:
+        from churn_assets.arms.agents.llm import agent_for_scenario, check_agent_settings
 
         try:  # an endpoint's: the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's id;
             # a local model's: its GGUF file found by hash and served by this state folder's model server
-            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings,
-                                       serve_local=lambda settings, gguf: _serve_local(paths, settings, gguf))
+            settings = check_agent_settings(scenario.agent_id, scenario.model_settings)
+            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_local)
         except UserFacingError as e:
             raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
     saas_key = saas_api_key(paths, scenario.saas_profile, world_id=world) if urls.saas else None
@@ -128,26 +154,41 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
                               saas_key=saas_key, documents_root=paths.contracts_root(world),
                               warehouse_secret=warehouse_secret)
+    experiment_hash = spec.key().experiment_hash
+
+    def arm_for(repeat: int):
+        """A fresh arm per repeat; an LLM agent samples with the repeat's own seed (`LlmSettings.sampling`)."""
+        agent = None
+        if settings is not None:
+            from churn_assets.arms.agents.llm import agent_for_scenario
+
+            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_local,
+                                       sampling=settings.sampling(experiment_hash, repeat))
+        return _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
+
     # The exposure (ledger gold and change rates: CPU) is computed in a thread while the arm answers (mostly
-    # waiting on its stores and the SaaS API); answers are scored once it is known. Decision 199.
+    # waiting on its stores and the SaaS API); answers are scored once it is known. Decision 199. One exposure
+    # serves every repeat: it depends on the plan, not on the answers.
     exposures = ThreadPoolExecutor(1, thread_name_prefix="churnbench-exposure")
     try:
         with service_errors(paths):  # a store that died mid-run: its name, not a traceback
-            arm = _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
+            first = arm_for(0)
             exposure = exposures.submit(run_exposure, loaded.records, tasks, anchor=scenario.t,
-                                        t_prime=scenario.t_prime, vintage=arm.planned_vintage, resolver=resolver)
+                                        t_prime=scenario.t_prime, vintage=first.planned_vintage, resolver=resolver)
 
-            def progress(done: int, total: int) -> None:
+            def progress(repeat: int, done: int, total: int) -> None:
                 if done % 20 == 0 or done == total:
-                    context.log.info(f"{scenario.key}: {done}/{total} tasks answered")
+                    which = f" (repeat {repeat + 1} of {repeats})" if repeats > 1 else ""
+                    context.log.info(f"{scenario.key}: {done}/{total} tasks answered{which}")
 
             saas = sources.saas
-            summary = evaluate(arm, tasks, resolver, store, spec, exposure=exposure, progress=progress,
-                               retry_transport=retry,
-                               transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
-                               catalog=urls.warehouse,  # the results catalog records running -> complete/failed
-                               on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
-                                                                "its results folder; waiting to reuse or resume it"))
+            result = evaluate_repeats(
+                lambda r: first if r == 0 else arm_for(r), tasks, resolver, store, spec, repeats,
+                deterministic=deterministic, exposure=exposure, progress=progress, retry_transport=retry,
+                transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
+                catalog=urls.warehouse,  # the results catalog records running -> complete/failed
+                on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
+                                                 "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
         raise dg.Failure(f"eval_run {scenario.key}: {_with_llm_server_state(paths, agent, e)}") from e
     finally:
@@ -155,10 +196,10 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         # measuring must not hold the step's error back (it only reads the ledger and the locked resolver).
         exposures.shutdown(wait=False, cancel_futures=True)
         close_sources(sources)
-    run_dir = _result_dir(store, spec, summary)
+    run_dir = store.run_dir(result.keys[0])
     timings = (run_dir / "timings.json").read_text()
-    return dg.MaterializeResult(metadata={**_metadata(summary, plan.served_vintage, str(run_dir), timings),
-                                          "reused": False})
+    return dg.MaterializeResult(metadata={**_metadata(result.summaries[0], plan.served_vintage, str(run_dir), timings),
+                                          **_experiment_metadata(result.experiment), "reused": False})
 
 
 def _serve_local(paths, settings, gguf) -> str:
@@ -207,11 +248,6 @@ class _ServiceGuard:
         return getattr(self._arm, name)
 
 
-def _result_dir(store: ResultsStore, spec: RunSpec, summary: dict) -> Path:
-    """The folder of a finished summary: its code version's first folder, or the retry it names."""
-    return store.run_dir(spec.key(summary["code_version"]).retried(int(summary.get("retry", 0))))
-
-
 def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_json: str) -> dict:
     import json
 
@@ -238,3 +274,31 @@ def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_j
         "retry": int(summary.get("retry", 0)),
         "results": dg.MetadataValue.path(run_dir),
     }
+
+
+def _experiment_metadata(experiment: dict) -> dict:
+    """What the repeats add to the metadata (issue 33): efficiency (medians and p90) and staleness awareness for
+    every run; with K > 1 the mean accuracy, its interval, pass^K, pass@K and answer stability."""
+    eff = experiment["efficiency"]
+    awareness = experiment["staleness_awareness"]
+    out: dict = {
+        "repeats": int(experiment["repeats"]),
+        "efficiency": dg.MetadataValue.json(eff),
+        "staleness_awareness": dg.MetadataValue.json(awareness),
+        "repeat_folders": dg.MetadataValue.json(experiment["folders"]),
+    }
+    for name in ("tool_calls", "model_calls", "input_tokens", "output_tokens", "seconds"):
+        if eff.get(name) is not None:  # absent figures stay absent (the deterministic agent has no tokens)
+            out[f"median_{name}"] = dg.MetadataValue.float(float(eff[name]["median"]))
+            out[f"p90_{name}"] = dg.MetadataValue.float(float(eff[name]["p90"]))
+    if experiment["repeats"] > 1:
+        k = str(experiment["repeats"])
+        out.update({
+            "accuracy_mean": dg.MetadataValue.float(float(experiment["accuracy_mean"] or 0.0)),
+            "accuracy_interval_90": dg.MetadataValue.json(experiment["accuracy_interval_90"]),
+            f"pass_hat_{k}": dg.MetadataValue.float(float(experiment["pass_hat_k"][k] or 0.0)),
+            f"pass_at_{k}": dg.MetadataValue.float(float(experiment["pass_at_k"][k] or 0.0)),
+            "stability": dg.MetadataValue.float(float(experiment["stability"] or 0.0)),
+        })
+    out["experiment"] = dg.MetadataValue.json(compact(experiment))  # `run_scenario` returns it
+    return out
