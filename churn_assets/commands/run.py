@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.commands.experiment_lines import experiment_lines
+from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
