@@ -111,10 +111,12 @@ def test_a_budgeted_ttl_policy_spends_at_most_its_budget(shape: str, budget: int
     rates = {c.name: r for c, r in zip(registry.staged_classes, (3.5, 3.0, 0.15, 0.6, 0.05, 0.03), strict=True)}
     t_prime = T - dt.timedelta(days=29)
     policy = BudgetedTtl(budget, shape)  # type: ignore[arg-type]
-    days = policy.refresh_days(registry, t_prime, T, rates, 180)
+    days = policy.refresh_days(registry, t_prime, t_prime + dt.timedelta(days=30), rates, 180)  # N per 30 days
     spent = sum(len(d) - 1 for d in days.values())
     assert spent <= budget
-    assert spent >= budget - 4 or budget == 0  # the smallest scale that fits uses nearly all of it
+    # The smallest scale that fits uses most of it; whole-day TTLs move in steps (a hot class's TTL 1 -> 2 takes
+    # its refreshes per 30 days from 15 to 10), so not all of it.
+    assert spent >= 0.8 * budget
     assert all(d[0] == t_prime for d in days.values())
 
 
