@@ -138,3 +138,20 @@ def test_the_exposure_command_averages_over_a_window(tmp_path: Path) -> None:
     assert out.output.count("per day: ") == 2 and "uniform4-" in out.output
     refused = CliRunner().invoke(main, [*args, "--window", "12"])
     assert refused.exit_code != 0 and "before the cache build day T' = 2024-01-20" in refused.output
+
+
+def test_the_papers_window_rows(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`churnbench paper`'s D+28 window (exposure only, tiered and off, 28 days ending at T, T' = 2024-03-29) as
+    its JSON and its printed rows carry it; the figures are those of `policy_windows` on the same task set."""
+    from churn_assets.commands.run import paper_window, window_lines
+
+    window = paper_window(default_world_dir(tmp_path_factory), "default-s42-2906f8", lambda _m: None)
+    assert (window["t_prime"], window["first"], window["t"], window["days"]) == \
+        ("2024-03-29", "2024-03-31", "2024-04-27", 28)
+    tiered, off = window["policies"]["tiered"], window["policies"]["off"]
+    assert len(tiered["per_day"]) == 28 and tiered["per_day"][-1] == 29 and off["per_day"][-1] == 59  # the 2x2's
+    assert tiered["min"] < tiered["mean"] < tiered["max"] and off["mean"] > 2 * tiered["mean"]
+    lines = window_lines(window)
+    assert "28 arrival days (2024-03-31 .. 2024-04-27, T' = 2024-03-29" in lines[0]
+    assert lines[2].startswith("tiering on") and f"{tiered['mean']:.1f} [" in lines[2]
+    assert lines[3].startswith("tiering off") and f"{off['min']}-{off['max']}" in lines[3]

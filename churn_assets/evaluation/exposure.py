@@ -460,14 +460,18 @@ def run_exposure(
     start: Day | None = None,
     resolver: GoldResolver | None = None,
     rates: AnswerChangeRates | None = None,
+    predict: bool = True,
 ) -> RunExposure:
     """Exposure and prediction of a task set under a planned vintage map (before any answer). T' <= T is the
-    scenario's to guarantee (`freshness.scenario.check_days`)."""
+    scenario's to guarantee (`freshness.scenario.check_days`). `predict` False: exposure only (no rates
+    measured, every probability 0, no interval)."""
     first = start or dt.date.fromisoformat(records[0]["at"])
     resolver = resolver or GoldResolver(records)
     served = {c: vintage[c] for c in vintage}
     stale = any(d < anchor for d in served.values())
-    if rates is None and stale and t_prime > first:
+    if not predict:
+        rates = None
+    elif rates is None and stale and t_prime > first:
         # Every class, not only the stale ones: a class's rates are measured independently of the others and
         # only stale classes are read (`missed_days`), so the figures are the same, and the measurement, kept
         # per process, serves every cell of this T (the paper's nine cells measured once, not once per vintage).

@@ -130,7 +130,7 @@ def window_runs(records: Sequence[Mapping[str, Any]], tasks: Sequence[Task], win
     for anchor in window.anchors:
         asked = askable(tasks, anchor, resolver, start)
         run = run_exposure(records, asked, anchor=anchor, t_prime=window.t_prime, vintage=vintage_of(anchor),
-                           start=start, resolver=resolver, rates=rates if anchor > window.t_prime else None)
+                           start=start, resolver=resolver, rates=rates, predict=rates is not None)
         out.append(DayExposure(anchor, run, tuple(asked)))
     return out
 
@@ -249,3 +249,24 @@ def policy_windows(records: Sequence[Mapping[str, Any]], tasks: Sequence[Task], 
             prediction, interval = window_prediction(days, rates, window.t_prime)
         out.append(PolicyWindow(text, policy.policy_id, tuple(days), window_summary(days), prediction, interval))
     return out
+
+
+def world_windows(records: Sequence[Mapping[str, Any]], world_id: str, window: Window, policies: Sequence[str],
+                  registry: Registry, *, task_count: int, task_seed: int, format_version: int = 2,
+                  predict: bool = False) -> list[PolicyWindow]:
+    """`policy_windows` of a world's task set sampled at T_end (the generator the `task_set` asset runs, with the
+    deployment's count and seed), from its ledger's records alone; `predict`: with the prediction (answer-change
+    rates of every class measured to T_end - 1)."""
+    from churn_assets.evaluation.exposure import change_rates
+    from churn_assets.tasks.generator import generate_task_set
+
+    start = dt.date.fromisoformat(records[0]["at"])
+    last = dt.date.fromisoformat(records[-1]["at"])
+    resolver = GoldResolver(records, format_version=format_version)
+    tasks = generate_task_set(records, world_id=world_id, anchor=window.t_end, n=task_count, task_seed=task_seed,
+                              resolver=resolver, format_version=format_version).tasks
+    rates = None
+    if predict and window.t_prime > start:
+        rates = change_rates(records, tasks, start=start, anchor=window.t_end, format_version=format_version)
+    return policy_windows(records, tasks, window, policies, registry, start=start,
+                          calendar_days=(last - start).days + 1, resolver=resolver, rates=rates)
