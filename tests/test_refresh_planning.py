@@ -115,7 +115,7 @@ def test_budget_policies_refresh_on_a_period_from_t_prime(reg) -> None:
     uniform = refresh_days(reg, D28, T, Budget(12, "uniform"))
     for c in reg.staged_classes:
         assert uniform[c.name] == days("2024-03-29", "2024-04-13")  # the next is due 04-28, after T
-    assert Budget(8, "uniform").periods(reg, None) == dict.fromkeys([c.name for c in reg.staged_classes], 22.5)
+    assert Budget(8, "uniform").periods(reg, None, 180) == dict.fromkeys([c.name for c in reg.staged_classes], 22.5)
     eight = refresh_days(reg, D28, T, Budget(8, "uniform"))
     assert eight["prices"] == days("2024-03-29", "2024-04-21")  # due at 22.5 days: made on day 23
     rates = {"assignments": 3.0, "user_status": 1.0, "prices": 0.0, "cost_center_membership": 0.0,

@@ -155,3 +155,35 @@ def test_the_papers_window_rows(world: dict[str, Any], tmp_path_factory: pytest.
     assert "28 arrival days (2024-03-31 .. 2024-04-27, T' = 2024-03-29" in lines[0]
     assert lines[2].startswith("tiering on") and f"{tiered['mean']:.1f} [" in lines[2]
     assert lines[3].startswith("tiering off") and f"{off['min']}-{off['max']}" in lines[3]
+
+
+def _days(exposed: list[list[tuple[str, bool]]]) -> list[Any]:
+    """Days of a window from (template, exposed) per task."""
+    from churn_assets.evaluation.exposure import RunExposure, TaskExposure
+    from churn_assets.evaluation.window import DayExposure
+
+    out = []
+    for i, tasks in enumerate(exposed):
+        day = T - dt.timedelta(days=len(exposed) - 1 - i)
+        runs = tuple(TaskExposure(f"q{j}", tid, 1, 0, 0, hit, 0.0) for j, (tid, hit) in enumerate(tasks))
+        out.append(DayExposure(day, RunExposure(day, D28, {}, runs), ()))
+    return out
+
+
+def test_a_paired_difference_is_narrower_than_the_two_intervals() -> None:
+    from churn_assets.evaluation.window import paired_difference, window_summary
+
+    # b is exposed on every task a is, plus one more task of each template every day: -3 every day, -1 a template.
+    base = [[("x", i % 2 == 0), ("y", i % 3 == 0), ("z", i % 4 == 0), ("x", False), ("y", False), ("z", False)]
+            for i in range(12)]
+    more = [[*day[:3], ("x", True), ("y", True), ("z", True)] for day in base]
+    a, b = _days(base), _days(more)
+    d = paired_difference(a, b)
+    assert d.per_day == (-3.0,) * 12 and d.interval_90 == (-3.0, -3.0)  # the common variation cancels
+    sa, sb = window_summary(a), window_summary(b)
+    assert sb.mean - sa.mean == pytest.approx(3.0) and sa.interval_90[1] - sa.interval_90[0] > 1
+    # A difference carried by one template is as uncertain as that template's share of the clusters.
+    one = paired_difference(a, _days([[*day[:3], ("x", True), *day[4:]] for day in base]))
+    assert one.mean == -1.0 and one.interval_90[0] < -1.0 < one.interval_90[1] + 1e-9
+    with pytest.raises(WindowError, match="same window"):
+        paired_difference(a, b[1:])

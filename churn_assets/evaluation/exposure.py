@@ -461,10 +461,12 @@ def run_exposure(
     resolver: GoldResolver | None = None,
     rates: AnswerChangeRates | None = None,
     predict: bool = True,
+    interval: bool = True,
 ) -> RunExposure:
     """Exposure and prediction of a task set under a planned vintage map (before any answer). T' <= T is the
     scenario's to guarantee (`freshness.scenario.check_days`). `predict` False: exposure only (no rates
-    measured, every probability 0, no interval)."""
+    measured, every probability 0, no interval); `interval` False: no 90% interval of the predicted count (a
+    window's days, whose interval is the window's)."""
     first = start or dt.date.fromisoformat(records[0]["at"])
     resolver = resolver or GoldResolver(records)
     served = {c: vintage[c] for c in vintage}
@@ -487,11 +489,13 @@ def run_exposure(
         probability = 0.0 if degenerate or rates is None else rates.probability(task, served, anchor, t_prime)
         out.append(TaskExposure(task.task_id, t.template_id, t.task_tier, g_t, g_s, differs and not degenerate,
                                 probability, degenerate, differs))
-    interval = history = None
+    interval_90 = history = None
     if rates is not None:
-        interval = rates.interval(tasks, served, anchor, t_prime, skip={x.task_id for x in out if x.degenerate})
+        if interval:
+            interval_90 = rates.interval(tasks, served, anchor, t_prime,
+                                         skip={x.task_id for x in out if x.degenerate})
         history = len(rates.measured_days(t_prime))
-    return RunExposure(anchor, t_prime, dict(served), tuple(out), interval, history)
+    return RunExposure(anchor, t_prime, dict(served), tuple(out), interval_90, history)
 
 
 def with_probabilities(run: RunExposure, probabilities: Iterable[float]) -> RunExposure:

@@ -130,7 +130,8 @@ def window_runs(records: Sequence[Mapping[str, Any]], tasks: Sequence[Task], win
     for anchor in window.anchors:
         asked = askable(tasks, anchor, resolver, start)
         run = run_exposure(records, asked, anchor=anchor, t_prime=window.t_prime, vintage=vintage_of(anchor),
-                           start=start, resolver=resolver, rates=rates, predict=rates is not None)
+                           start=start, resolver=resolver, rates=rates, predict=rates is not None,
+                           interval=len(window.anchors) == 1)  # a longer window's interval is the window's
         out.append(DayExposure(anchor, run, tuple(asked)))
     return out
 
@@ -175,22 +176,44 @@ def bootstrap_mean(matrix: Sequence[Sequence[float]], *, samples: int = BOOTSTRA
     return float(lo), float(hi)
 
 
-def window_summary(days: Sequence[DayExposure], value: Callable[[Any], float] | None = None) -> WindowSummary:
-    """The window's figure of `value` (a function of a `TaskExposure`; default: exposed) summed per day: the
-    mean over days, its 90% bootstrap interval over days and templates (clustered by template), and the range."""
+def template_matrix(days: Sequence[DayExposure], value: Callable[[Any], float] | None = None,
+                    templates: Sequence[str] | None = None) -> tuple[list[str], list[list[float]]]:
+    """(templates, day x template table) of `value` (a function of a `TaskExposure`; default: exposed) summed
+    per day and template."""
     pick = value or (lambda t: float(t.exposed))
-    templates = sorted({t.template_id for d in days for t in d.run.tasks})
-    column = {tid: i for i, tid in enumerate(templates)}
-    matrix = [[0.0] * len(templates) for _ in days]
+    names = list(templates) if templates is not None else sorted({t.template_id for d in days for t in d.run.tasks})
+    column = {tid: i for i, tid in enumerate(names)}
+    matrix = [[0.0] * len(names) for _ in days]
     for row, d in zip(matrix, days, strict=True):
         for t in d.run.tasks:
             row[column[t.template_id]] += pick(t)
+    return names, matrix
+
+
+def window_summary(days: Sequence[DayExposure], value: Callable[[Any], float] | None = None) -> WindowSummary:
+    """The window's figure of `value` (a function of a `TaskExposure`; default: exposed) summed per day: the
+    mean over days, its 90% bootstrap interval over days and templates (clustered by template), and the range."""
+    _, matrix = template_matrix(days, value)
     per_day = tuple(sum(row) for row in matrix)
     if not per_day:
         raise WindowError("a window summary needs at least one day")
     mean = sum(per_day) / len(per_day)
     return WindowSummary(mean, bootstrap_mean(matrix), min(per_day), max(per_day),
                          tuple(round(v, 4) for v in per_day))
+
+
+def paired_difference(first: Sequence[DayExposure], second: Sequence[DayExposure]) -> WindowSummary:
+    """The window figure of `first` minus `second` (two policies over the same window and task set), paired by
+    day and task: its mean and 90% bootstrap interval over days and templates, far narrower than the difference
+    of two unpaired intervals (the days' and templates' common variation cancels)."""
+    if [d.anchor for d in first] != [d.anchor for d in second]:
+        raise WindowError("a paired difference needs two runs of the same window")
+    names = sorted({t.template_id for d in (*first, *second) for t in d.run.tasks})
+    _, a = template_matrix(first, templates=names)
+    _, b = template_matrix(second, templates=names)
+    diff = [[x - y for x, y in zip(ra, rb, strict=True)] for ra, rb in zip(a, b, strict=True)]
+    per_day = tuple(sum(row) for row in diff)
+    return WindowSummary(sum(per_day) / len(per_day), bootstrap_mean(diff), min(per_day), max(per_day), per_day)
 
 
 def window_prediction(days: Sequence[DayExposure], rates: AnswerChangeRates,

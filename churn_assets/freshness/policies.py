@@ -81,6 +81,12 @@ class Policy(abc.ABC):
         """The TTL each cached class runs under (None: the policy is not TTL-driven)."""
         return {c.name: None for c in registry.staged_classes}
 
+    def periods(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, float | None]:
+        """The refresh period of each cached class in days (None: never refreshed after T'); a TTL k refreshes
+        every k + 1 days. The analytic anchor's I (docs/sweeps.md)."""
+        return {c: None if k is None else float(k + 1)
+                for c, k in self.effective_ttls(registry, rates, calendar_days).items()}
+
     def _require_rates(self, rates: Rates | None, what: str) -> Rates:
         if rates is None:
             raise PlanningError(f"policy {self.policy_id}: {what} measured change rates")
@@ -184,10 +190,10 @@ class Budget(Policy):
 
     def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
                      calendar_days: int) -> dict[str, list[Day]]:
-        periods = self.periods(registry, rates)
+        periods = self.periods(registry, rates, calendar_days)
         return {c.name: [t_prime, *periodic(t_prime, t, periods[c.name])] for c in registry.staged_classes}
 
-    def periods(self, registry: Registry, rates: Rates | None) -> dict[str, float | None]:
+    def periods(self, registry: Registry, rates: Rates | None, calendar_days: int = 0) -> dict[str, float | None]:
         """Each cached class's refresh period in days (None: its share is 0, it is never refreshed)."""
         return {n: BUDGET_PERIOD_DAYS / share if share > 0 else None
                 for n, share in self.shares(registry, rates).items()}
