@@ -7,7 +7,9 @@ prediction, accuracy, mean cost and the route mix, plus the world, T and the Saa
 output. What is ignored: wall-clock figures (`seconds`, `mean_latency_ms`), SaaS calls and 429s absorbed
 (section 10: they may differ between identical runs) and the results folder (it names the code version).
 
-A restructuring that must change no figure (issue 17) is checked with it: `paper --json` before and after.
+A restructuring that must change no figure (issue 17) is checked with it: `paper --json` before and after. A field
+that only AFTER has (a figure the change adds, such as issue 34's `window`) is named, not compared: "equal on
+today's fields"; a field that only BEFORE has is a difference.
 """
 
 from __future__ import annotations
@@ -28,16 +30,22 @@ def _runs(doc: Mapping[str, Any]) -> dict[tuple[str, ...], dict[str, Any]]:
             for r in doc["runs"]}
 
 
+def new_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Top-level fields and run fields that only AFTER has (not compared)."""
+    runs_before = {k for r in before["runs"] for k in r}
+    return sorted(set(after) - set(before)) + sorted({f"runs.{k}" for r in after["runs"] for k in r}
+                                                     - {f"runs.{k}" for k in runs_before})
+
+
 def differences(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """Every figure that differs, as readable lines (empty: the outputs agree)."""
-    out = [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in sorted((set(before) | set(after))
-                                                                         - IGNORED_TOP_FIELDS)
+    """Every figure of BEFORE's fields that differs, as readable lines (empty: the outputs agree)."""
+    out = [f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in sorted(set(before) - IGNORED_TOP_FIELDS)
            if before.get(k) != after.get(k)]
     a, b = _runs(before), _runs(after)
     out += [f"run {' '.join(k)}: only before" for k in sorted(a.keys() - b.keys())]
     out += [f"run {' '.join(k)}: only after" for k in sorted(b.keys() - a.keys())]
     for k in sorted(a.keys() & b.keys()):
-        for field in sorted(a[k].keys() | b[k].keys()):
+        for field in sorted(a[k].keys()):
             if a[k].get(field) != b[k].get(field):
                 out.append(f"run {' '.join(k)}: {field} {a[k].get(field)!r} -> {b[k].get(field)!r}")
     return out
@@ -51,6 +59,9 @@ def main(argv: list[str]) -> int:
     found = differences(before, after)
     for line in found:
         print(line)
+    added = new_fields(before, after)
+    if added:
+        print(f"new in AFTER, not compared: {', '.join(added)}")
     print(f"{len(before['runs'])} runs compared: " + ("equal" if not found else f"{len(found)} difference(s)"))
     return 1 if found else 0
 

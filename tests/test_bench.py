@@ -72,6 +72,7 @@ def test_stages_get_what_they_need_first() -> None:
         "generate", "paper_cold", "truth_raw", "dbt"]
     assert stage_order(["verify", "fold"], have_ledger=False) == ["generate", "verify", "fold"]
     assert stage_order(["verify"], have_ledger=True) == ["verify"]
+    assert stage_order(["exposure_window"], have_ledger=False) == ["generate", "exposure_window"]  # issue 34's
     assert stage_order(["paper_cold", "dbt"], have_ledger=True) == ["paper_cold", "dbt"]
 
 

@@ -7,8 +7,17 @@ import datetime as dt
 import pytest
 
 from churn_assets.freshness.planning import measured_change_rates, refresh_days, served_vintage
-from churn_assets.freshness.policies import Budget, Off, PlanningError, RateMatched, Tiered, parse_policy
-from churn_assets.freshness.schedule import is_stale
+from churn_assets.freshness.policies import (
+    Budget,
+    BudgetedTtl,
+    Off,
+    PlanningError,
+    Policy,
+    RateMatched,
+    Tiered,
+    parse_policy,
+)
+from churn_assets.freshness.schedule import is_stale, periodic
 from churn_assets.grounding.registry import load_registry
 
 D = dt.date.fromisoformat
@@ -100,16 +109,80 @@ def test_rate_matched_ttls(reg) -> None:
         refresh_days(reg, D28, T, RateMatched(1.0))
 
 
-def test_budget_policies(reg) -> None:
+def test_budget_policies_refresh_on_a_period_from_t_prime(reg) -> None:
+    """uniform:12 over the 6 cached classes: 2 refreshes per 30 days each, every 15 days from T'; the last day
+    of the window is not special (decision 206: the schedule cannot know T)."""
     uniform = refresh_days(reg, D28, T, Budget(12, "uniform"))
     for c in reg.staged_classes:
-        assert uniform[c.name] == days("2024-03-29", "2024-04-13", "2024-04-27")
+        assert uniform[c.name] == days("2024-03-29", "2024-04-13")  # the next is due 04-28, after T
+    assert Budget(8, "uniform").periods(reg, None, 180) == dict.fromkeys([c.name for c in reg.staged_classes], 22.5)
+    eight = refresh_days(reg, D28, T, Budget(8, "uniform"))
+    assert eight["prices"] == days("2024-03-29", "2024-04-21")  # due at 22.5 days: made on day 23
     rates = {"assignments": 3.0, "user_status": 1.0, "prices": 0.0, "cost_center_membership": 0.0,
              "contract_terms": 0.0, "vendor_dims": 0.0}
-    prop = refresh_days(reg, D28, T, Budget(8, "proportional"), rates=rates)
-    assert len(prop["assignments"]) - 1 == 6 and len(prop["user_status"]) - 1 == 2
-    assert prop["prices"] == [D28]
-    assert prop["assignments"][-1] == T
+    prop = Budget(8, "proportional")
+    assert prop.shares(reg, rates) == {"assignments": 6.0, "user_status": 2.0, "prices": 0.0,
+                                       "cost_center_membership": 0.0, "contract_terms": 0.0, "vendor_dims": 0.0}
+    plan = refresh_days(reg, D28, T, prop, rates=rates)
+    assert plan["assignments"] == [D28 + dt.timedelta(days=5 * i) for i in range(6)]  # every 5 days: 04-23 last
+    assert plan["user_status"] == days("2024-03-29", "2024-04-13")
+    assert plan["prices"] == [D28]  # no share: never refreshed
+    # A budget counts refreshes per 30 days: over the 30 days after T' every policy spends at most N.
+    month = D28 + dt.timedelta(days=30)
+    for policy in (Budget(8, "uniform"), prop, BudgetedTtl(8, "rate"), BudgetedTtl(8, "tiers")):
+        spent = sum(len(d) - 1 for d in refresh_days(reg, D28, month, policy, rates=rates).values())
+        assert spent <= 8, policy
+
+
+def test_periodic_schedules() -> None:
+    assert periodic(D28, T, None) == []
+    assert periodic(D28, D28 + dt.timedelta(days=3), 0.5) == [D28 + dt.timedelta(days=i) for i in (1, 2, 3)]
+    assert periodic(D28, D28 + dt.timedelta(days=10), 30 / (8 / 6) / 5) == \
+        [D28 + dt.timedelta(days=i) for i in (5, 9)]  # 4.5 days: due 4.5, 9.0 (not 10 from float noise)
+    with pytest.raises(ValueError, match="must be > 0"):
+        periodic(D28, T, 0)
+
+
+# Every spelling `parse_policy` takes, with parameters that exercise it. A new policy class without a spelling
+# here fails `test_every_policy_class_has_a_spelling_under_test`.
+POLICY_SPELLINGS = ("tiered", "off", "ttl:prices=3,assignments=0", "ttl:vendor_dims=0", "rate", "rate:0.3",
+                    "rate:4", "uniform:1", "uniform:8", "uniform:32", "uniform:200", "proportional:4",
+                    "proportional:8", "proportional:32", "rate-matched:4", "rate-matched:8", "rate-matched:32",
+                    "tier-shaped:4", "tier-shaped:8", "tier-shaped:32", "uniform:0", "tier-shaped:0")
+
+
+def _policy_classes(cls: type = Policy) -> set[type]:
+    out = set()
+    for sub in cls.__subclasses__():
+        if not getattr(sub, "__abstractmethods__", None):
+            out.add(sub)
+        out |= _policy_classes(sub)
+    return out
+
+
+def test_every_policy_class_has_a_spelling_under_test() -> None:
+    assert {type(parse_policy(s)) for s in POLICY_SPELLINGS} == _policy_classes()
+
+
+@pytest.mark.parametrize("spelling", POLICY_SPELLINGS)
+def test_a_schedule_up_to_any_day_does_not_depend_on_t(reg, spelling: str) -> None:
+    """Decision 206: the refresh days up to any day D are the same whether the plan runs to T = D or to any later
+    T (and so are the effective TTLs), for two T' and every D of the 40 days after them."""
+    policy = parse_policy(spelling)
+    rates = {"assignments": 3.4, "user_status": 0.9, "prices": 0.15, "cost_center_membership": 0.6,
+             "contract_terms": 0.05, "vendor_dims": 0.0}
+    for t_prime in (D28, D("2024-02-10")):
+        horizon = [t_prime + dt.timedelta(days=i) for i in range(41)]
+        full = refresh_days(reg, t_prime, horizon[-1], policy, rates=rates)
+        ttls = policy.effective_ttls(reg, rates, 180)
+        for d in horizon:
+            for later in (d, d + dt.timedelta(days=1), d + dt.timedelta(days=17), horizon[-1]):
+                if later < d:
+                    continue
+                plan = refresh_days(reg, t_prime, later, policy, rates=rates)
+                assert {c: [x for x in v if x <= d] for c, v in plan.items()} == \
+                    {c: [x for x in v if x <= d] for c, v in full.items()}, (spelling, t_prime, d, later)
+        assert policy.effective_ttls(reg, rates, 180) == ttls
 
 
 def test_policy_ids_and_parsing() -> None:

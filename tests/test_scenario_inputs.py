@@ -182,3 +182,53 @@ def test_a_plan_is_made_once_and_refused_after_a_registry_edit(tmp_path: Path) -
     register_scenario(paths, instance, late)
     with pytest.raises(ScenarioError, match="outside the calendar"):
         scenario_plan(session, late, registry=registry)
+
+
+def test_a_stored_budget_plan_of_the_old_semantics_is_planned_again(tmp_path: Path) -> None:
+    """Decision 206: a state folder holding a budget cell planned before its schedule was fixed at T' (plan version
+    2: every class's last refresh on T) gets it planned again on the next use, with the new schedule; a tiered cell
+    planned then is planned again to the same plan (its experiment identity, TTLs and vintage, is unchanged)."""
+    import json
+
+    import dagster as dg
+
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.freshness.scenario import PLAN_VERSION
+    from churn_assets.orchestration.materialize import Session
+    from churn_assets.orchestration.scenario_inputs import scenario_plan
+    from churn_assets.orchestration.scenarios import register_scenario, stored_plan
+    from churn_assets.orchestration.world_registry import write_world_config
+    from churn_assets.state import StatePaths
+    from churn_assets.world.config import load_config
+
+    paths = StatePaths.resolve(tmp_path / "state").ensure()
+    config = load_config(days=30)
+    write_world_config(paths, config)
+    instance = dg.DagsterInstance.ephemeral()
+    session = Session(paths, None, instance)  # type: ignore[arg-type]  # planning reaches no service
+    registry = load_registry()
+    t_prime, t = d(1, 2), d(1, 29)
+    budget = define_scenario(config.world_id, "grounding", "uniform:8", t_prime, t)
+    tiered = define_scenario(config.world_id, "grounding", "tiered", t_prime, t)
+    staged = [c.name for c in registry.staged_classes]
+    for scenario in (budget, tiered):
+        register_scenario(paths, instance, scenario)
+    # What a state folder of the old semantics holds: uniform:8's every class refreshed last on T (served at T).
+    old_budget = {"plan_version": 2, "effective_ttls": {}, "registry_hash": registry.content_hash,
+                  "refresh_days": {c: [t_prime.isoformat(), t.isoformat()] for c in staged},
+                  "served_vintage": {c: t.isoformat() for c in registry.classes}, "inputs": []}
+    tiered_now = scenario_plan(session, tiered, registry=registry)
+    old_tiered = {**tiered_now.to_json(), "plan_version": 2}
+    for scenario, plan in ((budget, old_budget), (tiered, old_tiered)):
+        file = paths.scenario_file(scenario.key)
+        data = json.loads(file.read_text())
+        data["plan"] = plan
+        file.write_text(json.dumps(data))
+        assert stored_plan(paths, scenario.key) is None  # another plan version: not used
+    replanned = scenario_plan(session, budget, registry=registry)
+    assert replanned.served_vintage["prices"] == d(1, 25)  # every 22.5 days from T': 01-25, the next 02-16
+    assert replanned.refresh_days["prices"] == [t_prime, d(1, 25)]
+    stored = json.loads(paths.scenario_file(budget.key).read_text())["plan"]
+    assert stored["plan_version"] == PLAN_VERSION and stored_plan(paths, budget.key) == replanned
+    again = scenario_plan(session, tiered, registry=registry)
+    assert again == tiered_now and again.effective_ttls == tiered_now.effective_ttls

@@ -43,6 +43,7 @@ DESCRIPTIONS = {
     "verify": "read + verify the ledger (streamed)",
     "fold": "read + verify + fold walk over the whole timeline (streamed)",
     "exposure": "exposure-only: task set + 2x2 exposure and prediction",
+    "exposure_window": "28-day window, 4 policies: exposure + prediction, 1 process",
     "paper_cold": "`churnbench paper`, empty state (default workers)",
     "paper_cold_serial": "`churnbench paper --workers 1`, empty state",
     "paper_warm": "`churnbench paper`, inputs built, results removed",

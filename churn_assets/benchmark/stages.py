@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LEDGER_STAGES = ("generate", "verify", "fold", "exposure")
+LEDGER_STAGES = ("generate", "verify", "fold", "exposure", "exposure_window")
 PIPELINE_STAGES = ("truth_raw", "dbt", "staged", "vector_index", "rag_corpus", "operational", "documents", "eval")
 PAPER_STAGES = ("paper_cold", "paper_cold_serial", "paper_warm")
 STAGES = (*LEDGER_STAGES, *PAPER_STAGES, *PIPELINE_STAGES)  # the order a bench runs them in
@@ -174,6 +174,39 @@ def exposure(ctx: Context, repeats: int) -> Measured:
 
     seconds, rows = _timed(run, repeats)
     return Measured(seconds, {"cells": len(cells), "exposure": [r["exposure"] for r in rows]})
+
+
+WINDOW_POLICIES = ("tiered", "off", "uniform:8", "proportional:8")  # the issue-34 table's four policies
+
+
+def exposure_window(ctx: Context, repeats: int) -> Measured:
+    """The arrival-averaged exposure of `churnbench exposure --window 28` (`evaluation/window.world_windows`), in
+    this one process (no worker): the ledger read packed, the task set at T, the answer-change rates, then for
+    each of four policies the exposure and prediction of each of the 28 days ending at T with T' = T - 29 (the
+    paper's D+28 window), their means, bootstrap intervals and the window prediction."""
+    from churn_assets.deployment import task_settings
+    from churn_assets.evaluation.paper import WINDOW_DAYS
+    from churn_assets.evaluation.window import Window, world_windows
+    from churn_assets.grounding.registry import load_registry
+
+    loaded, config, settings = _records(ctx, packed=True), ctx.config(), task_settings()
+    window = Window(ctx.windows()["D+28"], min(WINDOW_DAYS, (ctx.t - ctx.windows()["D+28"]).days + 1), ctx.t)
+
+    def run(_i: int) -> list[Any]:
+        from churn_assets.evaluation import exposure as exposure_module
+
+        exposure_module._RATES.clear()  # each repeat measures the rates again, as a new process would
+        return world_windows(loaded.records, config.world_id, window, WINDOW_POLICIES, load_registry(),
+                             task_count=settings.count, task_seed=settings.seed, format_version=loaded.format_version,
+                             predict=True)
+
+    seconds, found = _timed(run, repeats)
+    return Measured(seconds, {"workers": 1, "days": window.days, "t_prime": window.t_prime.isoformat(),
+                              "policies": {w.policy: {"mean": round(w.exposure.mean, 2),
+                                                      "interval_90": [round(x, 2) for x in w.exposure.interval_90],
+                                                      "min": w.exposure.low, "max": w.exposure.high,
+                                                      "prediction": None if w.prediction is None
+                                                      else round(w.prediction, 2)} for w in found}})
 
 
 # --- pipeline stages (on the state folder the cold paper built) -----------------------------------
@@ -462,7 +495,8 @@ def _paper_scenarios(ctx: Context) -> list[tuple[str, Any]]:
 
 
 FUNCTIONS: dict[str, Callable[[Context, int], Measured]] = {
-    "generate": generate, "verify": verify, "fold": fold, "exposure": exposure, "truth_raw": truth_raw, "dbt": dbt,
+    "generate": generate, "verify": verify, "fold": fold, "exposure": exposure, "exposure_window": exposure_window,
+    "truth_raw": truth_raw, "dbt": dbt,
     "staged": staged, "vector_index": vector_index, "rag_corpus": rag_corpus, "operational": operational,
     "documents": documents, "eval": eval_arms,
 }

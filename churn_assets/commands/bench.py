@@ -23,9 +23,9 @@ def _scales(text: str) -> list[float]:
 @click.option("--scale", "scale_text", default="1", show_default=True,
               help="Comma-separated multipliers of the world's daily rates (day-0 sizes unchanged), e.g. 1,10.")
 @click.option("--stages", "stages_text", default=None,
-              help="Comma-separated stages (default: all): generate, verify, fold, exposure, paper_cold, "
-                   "paper_cold_serial, paper_warm, truth_raw, dbt, staged, vector_index, rag_corpus, operational, "
-                   "documents, eval.")
+              help="Comma-separated stages (default: all): generate, verify, fold, exposure, exposure_window, "
+                   "paper_cold, paper_cold_serial, paper_warm, truth_raw, dbt, staged, vector_index, rag_corpus, "
+                   "operational, documents, eval.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
               help="Repeats per stage at x1 (the median is reported); one at x10 and above (where the serial "
                    "cold paper is not run), one for paper stages.")

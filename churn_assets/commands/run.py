@@ -9,13 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import click
 
 from churn_assets.commands.experiment_lines import experiment_lines
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
-from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
+from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOW_DAYS, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
@@ -193,13 +194,21 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         for name, day in (("the paper's D+28 T'", WINDOWS["D+28"]), ("the paper's T", T)):
             require_in_calendar(name, day, config.start, config.end, f"world {world_id}")
     cells = paper_cells()
-    results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
-                                for arm, policy, window in cells],
-                        workers=workers or default_workers(), progress=echo, replan=replan,
-                        tags=repeats_tags(repeats) or None)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))
+    # The D+28 window's exposure-only means come from the ledger alone: computed beside the cells when the ledger
+    # exists (the cells mostly wait on their inputs and the SaaS API), after them when they build it.
+    ledger_dir = paths.ledger_dir(world_id)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        early = pool.submit(paper_window, ledger_dir, world_id, echo) if (ledger_dir / "ledger.jsonl").exists() \
+            else None
+        results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
+                                    for arm, policy, window in cells],
+                            workers=workers or default_workers(), progress=echo, replan=replan,
+                            tags=repeats_tags(repeats) or None)
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))
+        arrival = early.result() if early is not None and early.exception() is None \
+            else paper_window(ledger_dir, world_id, echo)  # (a ledger the cells had to rebuild is read again)
     runs: list[dict[str, Any]] = []
     for (arm, policy, window), result in zip(cells, results, strict=True):
         s = dict(result.summary or {})
@@ -216,9 +225,30 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
                                "saas_profile": saas_profile,
                                **({"repeats": repeats} if repeats > 1 else {}),
                                "runs": [{**_json_run(r), **({"repeats": r.get("repeats")} if repeats > 1 else {})}
-                                        for r in runs]}, indent=2))
+                                        for r in runs],
+                               "window": arrival}, indent=2))
         return
-    _print_report(world_id, runs, elapsed, llm.agent_id if llm else "deterministic agent")
+    _print_report(world_id, runs, elapsed, llm.agent_id if llm else "deterministic agent", arrival)
+
+
+def paper_window(ledger_dir: Any, world_id: str, echo: Any) -> dict[str, Any]:
+    """The D+28 window of grounding tiered and off, exposure only (for the deterministic agent on `grounding`
+    stale answers equal exposure): T' = D+28's, T over the `WINDOW_DAYS` days ending at T, the world's default
+    task set sampled at T and re-anchored to each day (docs/tasks.md, "Windows of arrival days")."""
+    from churn_assets.deployment import task_settings
+    from churn_assets.evaluation.window import Window, world_windows
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.world.ledger import load_ledger
+
+    started = time.perf_counter()
+    loaded = load_ledger(ledger_dir, packed=True)
+    window = Window(WINDOWS["D+28"], WINDOW_DAYS, T)
+    settings = task_settings()
+    found = world_windows(loaded.records, world_id, window, ("tiered", "off"), load_registry(),
+                          task_count=settings.count, task_seed=settings.seed, format_version=loaded.format_version)
+    echo(f"D+28 window ({window.describe()}): exposure of tiered and off in {time.perf_counter() - started:.1f} s")
+    return {"t_prime": window.t_prime.isoformat(), "first": window.first.isoformat(), "t": T.isoformat(),
+            "days": WINDOW_DAYS, "policies": {w.policy: w.exposure.to_json() for w in found}}
 
 
 def paper_cells() -> list[tuple[str, str, str]]:
@@ -243,7 +273,19 @@ def _json_run(r: dict[str, Any]) -> dict[str, Any]:
             "results": r["results"]}
 
 
-def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float, agent: str) -> None:
+def window_lines(window: dict[str, Any]) -> list[str]:
+    """The 2x2's D+28 window rows (`paper_window`'s figures): mean, 90% interval and range of tiered and off."""
+    out = [f"D+28 over {window['days']} arrival days ({window['first']} .. {window['t']}, T' = {window['t_prime']} "
+           "fixed; exposure only, = stale answers here):", f"{'':14}{'mean [90% interval]':>26}{'range':>10}"]
+    for policy, label in (("tiered", "tiering on"), ("off", "tiering off")):
+        w = window["policies"][policy]
+        lo, hi = w["interval_90"]
+        out.append(f"{label:14}{w['mean']:>12.1f} [{lo:.1f}-{hi:.1f}]{'':>2}{w['min']:>6}-{w['max']:<3}")
+    return out
+
+
+def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float, agent: str,
+                  window: dict[str, Any]) -> None:
     click.echo(f"\nchurnbench paper: world {world_id}, T = {T}, {runs[0]['tasks']} tasks, {elapsed / 60:.1f} min\n")
     click.echo(f"Stale answers (freshness + mixed-vintage errors), grounding arm, {agent}; reference in ()")
     click.echo(f"{'':14}{'D+1 (control)':>18}{'D+28':>14}")
@@ -253,7 +295,10 @@ def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float, age
     for policy, label in (("tiered", "tiering on"), ("off", "tiering off")):
         row = [f"{cell[(policy, w)]['stale_answers']:>4} ({REFERENCE_STALE[(policy, w)]:>2})" for w in ("D+1", "D+28")]
         click.echo(f"{label:14}{row[0]:>18}{row[1]:>14}")
-    click.echo("D+1 is a control: with T' = T - 1 nothing is refreshed under the staleness rule, so on = off.\n")
+    click.echo("D+1 is a control: with T' = T - 1 nothing is refreshed under the staleness rule, so on = off.")
+    for line in window_lines(window):
+        click.echo(line)
+    click.echo("")
     click.echo(f"{'arm (D+28)':32}{'acc':>7}{'ok':>5}{'fresh':>6}{'mixed':>6}{'reas':>5}{'parse':>6}{'trans':>6}"
                f"{'unat':>5}{'expo':>6}{'pred (90%)':>15}{'cost':>7}{'lat ms':>8}  routes")
     for r in runs:

@@ -109,12 +109,18 @@ def tasks(world_id: str | None, ledger_path: Path | None, at: str | None, n: int
 @click.option("--t-prime", "t_prime", default=None, help="T': the cache build day (default: the paper's D+28 gap, "
               f"{(paper.T - paper.D28).days} days, before T, and not before the world's second day).")
 @click.option("--policy", "policies", multiple=True, default=("tiered", "off"), show_default=True,
-              help="Refresh policy (tiered, off, ttl:CLASS=DAYS, rate, uniform:N, proportional:N); repeatable.")
-@click.option("-v", "--verbose", is_flag=True, help="Per template: exposed, predicted, tasks.")
+              help="Refresh policy (tiered, off, ttl:CLASS=DAYS, rate, uniform:N, proportional:N, rate-matched:N, "
+                   "tier-shaped:N); repeatable.")
+@click.option("--window", "window_days", type=click.IntRange(1, 366), default=None,
+              help="Average over the N evaluation days ending at --at (T' fixed; the task set sampled at --at and "
+                   "re-anchored to each day): mean, 90% interval and range per policy.")
+@click.option("-v", "--verbose", is_flag=True, help="Per template: exposed, predicted, tasks (with --window: each "
+              "day's exposure).")
 def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | None, at: str | None,
              t_prime: str | None,
-             policies: tuple[str, ...], verbose: bool) -> None:
-    """Exposure (tasks whose gold at T differs from gold under the served vintage) and its prediction."""
+             policies: tuple[str, ...], window_days: int | None, verbose: bool) -> None:
+    """Exposure (tasks whose gold at T differs from gold under the served vintage) and its prediction; with
+    --window N, their means over the N days ending at T (docs/tasks.md, "Windows of arrival days")."""
     from churn_assets.deployment import task_settings
     from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS, change_rates, run_exposure
     from churn_assets.freshness.planning import measured_change_rates, served_vintage
@@ -130,6 +136,12 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
     _require_inside(loaded, anchor, "--at", name)
     _require_inside(loaded, build, "--t-prime", name)
     check_days(build, anchor)
+    for text in policies:  # a malformed policy is refused before any work
+        parse_policy(text)
+    if window_days is not None:
+        from churn_assets.evaluation.window import Window
+
+        window = Window(build, window_days, anchor)  # refused when it starts before T'
     records = loaded.records
     if tasks_file is not None:
         task_list = read_tasks(tasks_file)
@@ -141,8 +153,12 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
     start = dt.date.fromisoformat(records[0]["at"])
     resolver = GoldResolver(records, format_version=loaded.format_version)
     rates = change_rates(records, task_list, start=start, anchor=anchor, format_version=loaded.format_version)
-    class_rates = measured_change_rates(records, start, build, registry.classes)
     calendar_days = (dt.date.fromisoformat(loaded.last_day) - start).days + 1
+    if window_days is not None:
+        _print_windows(records, task_list, window, policies, registry, start=start, calendar_days=calendar_days,
+                       resolver=resolver, rates=rates, name=name, verbose=verbose)
+        return
+    class_rates = measured_change_rates(records, start, build, registry.classes)
     click.echo(f"world {name}: {len(task_list)} tasks, T={anchor}, T'={build}")
     for text in policies:
         policy = parse_policy(text)
@@ -160,3 +176,21 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
             for template_id, (exposed, predicted, count) in run.by_template().items():
                 if exposed or predicted >= 0.05:
                     click.echo(f"{'':12}{template_id:<38} {exposed:3d} {predicted:6.2f} / {count}")
+
+
+def _print_windows(records: Any, task_list: Any, window: Any, policies: tuple[str, ...], registry: Any, *,
+                   start: dt.date, calendar_days: int, resolver: Any, rates: Any, name: str, verbose: bool) -> None:
+    from churn_assets.evaluation.window import policy_windows
+
+    found = policy_windows(records, task_list, window, policies, registry, start=start, calendar_days=calendar_days,
+                           resolver=resolver, rates=rates)
+    asked = [d.asked for d in found[0].days]
+    click.echo(f"world {name}: {len(task_list)} tasks sampled at {window.t_end}, re-anchored to each day "
+               f"({min(asked)}-{max(asked)} askable a day); window {window.describe()}")
+    click.echo(f"{'policy':>14}  exposure mean [90% interval] (range)        prediction mean [90% interval]")
+    for w in found:
+        lo, hi = w.prediction_interval_90 or (0.0, 0.0)
+        predicted = f"{w.prediction:5.1f} [{lo:.1f}-{hi:.1f}]" if w.prediction is not None else "-"
+        click.echo(f"{w.policy_id:>14}  {w.exposure.describe():<40} {predicted}")
+        if verbose:
+            click.echo(f"{'':16}per day: " + " ".join(f"{d.anchor:%m-%d} {d.run.exposure}" for d in w.days))

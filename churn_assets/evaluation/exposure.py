@@ -282,6 +282,62 @@ class AnswerChangeRates:
         lo, hi = np.quantile(counts, [tail, 1.0 - tail], method="inverted_cdf")
         return int(lo), int(hi)
 
+    def window_interval(self, rows: Sequence[tuple[Day, Sequence[Task], Mapping[str, Day], Collection[str]]],
+                        t_prime: Day, days: int, *, level: float = 0.9, samples: int = 2000, seed: int = 0
+                        ) -> tuple[float, float]:
+        """The central `level` interval of the mean count of exposed tasks over a window of `days` days, from
+        `rows` (anchor T, the tasks asked on T, the vintage served on T, task ids not counted) of its days after
+        T' (a day not given counts 0). As `interval`, by resampling measured days, but one draw per calendar day
+        shared by every T of the window: a day's answer changes are missed by every T whose served data predates
+        it, as one real day's changes are (the window's days are not independent draws)."""
+        import numpy as np
+
+        measured = self.measured_days(t_prime)
+        if not measured or not rows:
+            return 0.0, 0.0
+        index = {d: i for i, d in enumerate(measured)}
+        # Calendar columns counted back from the window's last day (column i = that day - i), as `interval`
+        # counts offsets back from T: a window of one day draws exactly what `interval` draws.
+        last_day = max(anchor for anchor, *_ in rows)
+        depths = [(last_day - anchor).days + far + 1 for anchor, tasks, vintage, _ in rows for task in tasks
+                  for c, (_, far) in self.missed_days(task, vintage, anchor).items()
+                  if any(d in index for d in self.changed.get((task.task_id, c), ()))]
+        if not depths:
+            return 0.0, 0.0
+        width = max(depths)
+        rng = np.random.default_rng(seed)
+        drawn = rng.integers(0, len(measured), size=(samples, width))  # column i: the day last_day - i
+        cumulative: dict[tuple[str, str], Any] = {}  # (task, class) -> samples x (width + 1) running hit counts
+
+        def hits_before(task_id: str, c: str) -> Any:
+            if (task_id, c) not in cumulative:
+                hits = np.zeros(len(measured), dtype=np.int32)
+                for d in self.changed.get((task_id, c), ()):
+                    if d in index:
+                        hits[index[d]] = 1
+                running = np.zeros((samples, width + 1), dtype=np.int32)
+                np.cumsum(hits[drawn], axis=1, out=running[:, 1:])
+                cumulative[(task_id, c)] = running
+            return cumulative[(task_id, c)]
+
+        total = np.zeros(samples, dtype=np.int64)
+        for anchor, tasks, vintage, skip in rows:
+            for task in tasks:
+                if task.task_id in skip:
+                    continue
+                exposed = np.zeros(samples, dtype=bool)
+                shift = (last_day - anchor).days
+                for c, (near, far) in self.missed_days(task, vintage, anchor).items():
+                    if not any(d in index for d in self.changed.get((task.task_id, c), ())):
+                        continue
+                    running = hits_before(task.task_id, c)  # columns near + shift .. far + shift, both included
+                    exposed |= (running[:, far + shift + 1] - running[:, near + shift]) > 0
+                total += exposed
+        means = total / days
+        tail = (1.0 - level) / 2.0
+        lo_q, hi_q = np.quantile(means, [tail, 1.0 - tail], method="inverted_cdf")
+        return float(lo_q), float(hi_q)
+
     @classmethod
     def measure(cls, records: Sequence[Mapping[str, Any]], tasks: Sequence[Task], *, start: Day, until: Day,
                 format_version: int = 2, classes: Collection[str] | None = None) -> AnswerChangeRates:
@@ -404,14 +460,20 @@ def run_exposure(
     start: Day | None = None,
     resolver: GoldResolver | None = None,
     rates: AnswerChangeRates | None = None,
+    predict: bool = True,
+    interval: bool = True,
 ) -> RunExposure:
     """Exposure and prediction of a task set under a planned vintage map (before any answer). T' <= T is the
-    scenario's to guarantee (`freshness.scenario.check_days`)."""
+    scenario's to guarantee (`freshness.scenario.check_days`). `predict` False: exposure only (no rates
+    measured, every probability 0, no interval); `interval` False: no 90% interval of the predicted count (a
+    window's days, whose interval is the window's)."""
     first = start or dt.date.fromisoformat(records[0]["at"])
     resolver = resolver or GoldResolver(records)
     served = {c: vintage[c] for c in vintage}
     stale = any(d < anchor for d in served.values())
-    if rates is None and stale and t_prime > first:
+    if not predict:
+        rates = None
+    elif rates is None and stale and t_prime > first:
         # Every class, not only the stale ones: a class's rates are measured independently of the others and
         # only stale classes are read (`missed_days`), so the figures are the same, and the measurement, kept
         # per process, serves every cell of this T (the paper's nine cells measured once, not once per vintage).
@@ -427,11 +489,13 @@ def run_exposure(
         probability = 0.0 if degenerate or rates is None else rates.probability(task, served, anchor, t_prime)
         out.append(TaskExposure(task.task_id, t.template_id, t.task_tier, g_t, g_s, differs and not degenerate,
                                 probability, degenerate, differs))
-    interval = history = None
+    interval_90 = history = None
     if rates is not None:
-        interval = rates.interval(tasks, served, anchor, t_prime, skip={x.task_id for x in out if x.degenerate})
+        if interval:
+            interval_90 = rates.interval(tasks, served, anchor, t_prime,
+                                         skip={x.task_id for x in out if x.degenerate})
         history = len(rates.measured_days(t_prime))
-    return RunExposure(anchor, t_prime, dict(served), tuple(out), interval, history)
+    return RunExposure(anchor, t_prime, dict(served), tuple(out), interval_90, history)
 
 
 def with_probabilities(run: RunExposure, probabilities: Iterable[float]) -> RunExposure:

@@ -3,6 +3,8 @@ reference-facts.md): defined once for `churnbench paper`, the exposure command's
 warehouse's parity checks.
 
 T = 2024-04-27. D+1: T' = T - 1 day (2024-04-26). D+28: T' = T - 29 days (2024-03-29, the reference's naming).
+The D+28 window (issue 34): T' = 2024-03-29 fixed and T over the 28 days ending at T (2024-03-31 .. 2024-04-27);
+the paper prints its exposure-only means beside the single-day 2x2 (`evaluation/window.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ D1: Day = T - dt.timedelta(days=1)
 D28: Day = T - dt.timedelta(days=29)
 WINDOWS: dict[str, Day] = {"D+1": D1, "D+28": D28}  # the 2x2's columns: window name -> T'
 PAPER_DAYS: tuple[Day, ...] = (D28, D1, T)
+WINDOW_DAYS = 28  # the D+28 window's arrival days, ending at T
 
 # The reference's stale answers (freshness errors) of its 2x2, grounding arm, one LLM (reference-facts.md).
 REFERENCE_STALE: dict[tuple[str, str], int] = {("tiered", "D+1"): 7, ("tiered", "D+28"): 4, ("off", "D+1"): 7,

@@ -11,12 +11,22 @@ measured on the ledger (`needs_rates`). `planning.refresh_days` runs them.
 - `RateMatched(changes_per_ttl)`: TTL(C) = floor(changes_per_ttl / lambda_C), lambda_C the class's change
   rate measured on the ledger over [start, T'] only; a class that never changed gets a TTL longer than
   the calendar.
-- `Budget(refreshes, allocation)`: a fixed number of refreshes over (T', T], split across classes
-  `uniform`ly or `proportional`ly to lambda_C, each class's share spread evenly and ending at T.
-- `BudgetedTtl(refreshes, shape)`: the same budget spent through TTLs (the staleness rule decides the days)
-  shaped `rate`-matched or like the hand-set `tiers`, scaled to fit the budget.
+- `Budget(refreshes, allocation)`: a budget of refreshes per `BUDGET_PERIOD_DAYS` (30) days, split across
+  classes `uniform`ly or `proportional`ly to lambda_C (Cho and Garcia-Molina's two allocations of a refresh
+  budget); a class's share n_C (a real number) refreshes it every 30 / n_C days from T'.
+- `BudgetedTtl(refreshes, shape)`: the same budget spent through integer TTLs under the staleness rule, shaped
+  `rate`-matched or like the hand-set `tiers`, scaled so that the refreshes of the first 30 days after T' fit it.
 
-Adding a policy: a class here with `policy_id`, `needs_rates` and `refresh_days`, and its spelling in
+Every policy's refresh days are a function of T', the registry, the world's calendar and, for rate-based
+policies, rates measured on [start, T'] only: never of T, which only cuts the schedule off (a real schedule is
+fixed when the cache is built and cannot know when a question will be asked; docs/decisions.md 206). With k
+cached classes, `uniform:N` is one period of 30k/N days for every class (the `ttl:` policy giving every class
+TTL 30k/N - 1 when that is a whole number), `proportional:N` a period proportional to 1 / lambda_C with the
+budget spent exactly, `rate-matched:N` the `rate` policy's whole-day TTLs scaled to fit the budget, and
+`tier-shaped:N` the hand-set tiers scaled.
+
+Adding a policy: a class here with `policy_id`, `needs_rates` and `refresh_days` (which must not look at T
+beyond cutting the schedule off: tests/test_refresh_planning.py checks every spelling), and its spelling in
 `parse_policy` (docs/architecture.md, "How to add a refresh policy").
 """
 
@@ -30,13 +40,15 @@ from typing import TYPE_CHECKING, Literal
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
-from churn_assets.freshness.schedule import spread, ttl_schedule
+from churn_assets.freshness.schedule import periodic, ttl_schedule
 from churn_assets.world.calendar import Day
 
 if TYPE_CHECKING:
     from churn_assets.grounding.registry import Registry
 
 Rates = Mapping[str, float]
+# A budget policy's N is N refreshes per this many days from T' (the `budget` sweep's horizon: its T' is T - 29).
+BUDGET_PERIOD_DAYS = 30
 
 
 class PlanningError(UserFacingError, ValueError):
@@ -68,6 +80,12 @@ class Policy(abc.ABC):
     def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
         """The TTL each cached class runs under (None: the policy is not TTL-driven)."""
         return {c.name: None for c in registry.staged_classes}
+
+    def periods(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, float | None]:
+        """The refresh period of each cached class in days (None: never refreshed after T'); a TTL k refreshes
+        every k + 1 days. The analytic anchor's I (docs/sweeps.md)."""
+        return {c: None if k is None else float(k + 1)
+                for c, k in self.effective_ttls(registry, rates, calendar_days).items()}
 
     def _require_rates(self, rates: Rates | None, what: str) -> Rates:
         if rates is None:
@@ -154,6 +172,10 @@ class RateMatched(_TtlPolicy):
 
 @dataclass(frozen=True)
 class Budget(Policy):
+    """N refreshes per `BUDGET_PERIOD_DAYS` days, split across the cached classes: `uniform` (N / k each) or
+    `proportional` to lambda_C; class C is refreshed every BUDGET_PERIOD_DAYS / n_C days from T' (never when
+    n_C is 0). Not TTL-driven: the periods are real numbers, so the plan records no TTLs."""
+
     refreshes: int
     allocation: Literal["uniform", "proportional"] = "uniform"
 
@@ -168,11 +190,16 @@ class Budget(Policy):
 
     def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
                      calendar_days: int) -> dict[str, list[Day]]:
-        shares = self.shares(registry, rates)
-        return {c.name: [t_prime, *spread(t_prime, t, shares[c.name])] for c in registry.staged_classes}
+        periods = self.periods(registry, rates, calendar_days)
+        return {c.name: [t_prime, *periodic(t_prime, t, periods[c.name])] for c in registry.staged_classes}
 
-    def shares(self, registry: Registry, rates: Rates | None) -> dict[str, int]:
-        """Refreshes per class, adding up to the budget (largest-remainder rounding, ties in registry order)."""
+    def periods(self, registry: Registry, rates: Rates | None, calendar_days: int = 0) -> dict[str, float | None]:
+        """Each cached class's refresh period in days (None: its share is 0, it is never refreshed)."""
+        return {n: BUDGET_PERIOD_DAYS / share if share > 0 else None
+                for n, share in self.shares(registry, rates).items()}
+
+    def shares(self, registry: Registry, rates: Rates | None) -> dict[str, float]:
+        """Refreshes per `BUDGET_PERIOD_DAYS` days of each class (real numbers adding up to the budget)."""
         names = [c.name for c in registry.staged_classes]
         if self.refreshes < 0:
             raise PlanningError(f"policy {self.policy_id}: the budget must be >= 0")
@@ -180,25 +207,20 @@ class Budget(Policy):
             weights = {n: 1.0 for n in names}
         else:
             measured = self._require_rates(rates, "proportional allocation needs")
-            weights = {n: measured.get(n, 0.0) for n in names}
+            weights = {n: max(0.0, measured.get(n, 0.0)) for n in names}
         total = sum(weights.values())
         if total <= 0:
-            return {n: 0 for n in names}
-        raw = {n: self.refreshes * w / total for n, w in weights.items()}
-        shares = {n: math.floor(v) for n, v in raw.items()}
-        left = self.refreshes - sum(shares.values())
-        for n in sorted(names, key=lambda n: (-(raw[n] - shares[n]), names.index(n)))[:left]:
-            shares[n] += 1
-        return shares
+            return {n: 0.0 for n in names}
+        return {n: self.refreshes * w / total for n, w in weights.items()}
 
 
 @dataclass(frozen=True)
 class BudgetedTtl(Policy):
-    """A budget of refreshes over (T', T] spent through TTLs of a fixed shape (the `budget` sweep): the
-    staleness rule still decides the days, and the TTLs are the smallest scale of the shape whose refreshes fit
-    the budget. Shapes: `rate` (TTL = floor(scale / lambda_C), rate-matched) and `tiers` (the registry's
-    refresh periods scaled: TTL = round((ttl_C + 1) * scale) - 1). TTLs depend on the window, so the plan
-    records none (`effective_ttls` None, like `Budget`)."""
+    """A budget of refreshes per `BUDGET_PERIOD_DAYS` days spent through TTLs of a fixed shape (the `budget`
+    sweep): the staleness rule decides the days, and the TTLs are the smallest scale of the shape whose
+    refreshes over (T', T' + 30] fit the budget, so the schedule is fixed at T'. Shapes: `rate` (TTL =
+    floor(scale / lambda_C), rate-matched) and `tiers` (the registry's refresh periods scaled: TTL =
+    round((ttl_C + 1) * scale) - 1). Fixed at T', the scaled TTLs are the plan's effective TTLs."""
 
     refreshes: int
     shape: Literal["rate", "tiers"] = "tiers"
@@ -222,16 +244,14 @@ class BudgetedTtl(Policy):
                 out[c.name] = max(0, round(((c.ttl_days or 0) + 1) * scale) - 1)
         return out
 
-    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
-                     calendar_days: int) -> dict[str, list[Day]]:
+    def scaled_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int]:
+        """The TTLs of the smallest scale whose refreshes over (T', T' + `BUDGET_PERIOD_DAYS`] fit the budget
+        (the count depends only on the TTLs, not on T')."""
         if self.refreshes < 0:
             raise PlanningError(f"policy {self.policy_id}: the budget must be >= 0")
 
-        def schedule(scale: float) -> dict[str, list[Day]]:
-            return {n: ttl_schedule(t_prime, t, k) for n, k in self.ttls(registry, rates, calendar_days, scale).items()}
-
-        def count(scale: float) -> int:
-            return sum(len(days) for days in schedule(scale).values())
+        def count(scale: float) -> int:  # a TTL k refreshes every k + 1 days (`ttl_schedule`)
+            return sum(BUDGET_PERIOD_DAYS // (k + 1) for k in self.ttls(registry, rates, calendar_days, scale).values())
 
         # Refreshes fall as the scale grows (longer TTLs); bisect for the smallest scale within the budget.
         lo, hi = 0.0, 1.0
@@ -242,7 +262,15 @@ class BudgetedTtl(Policy):
         for _ in range(60):
             mid = (lo + hi) / 2
             lo, hi = (lo, mid) if count(mid) <= self.refreshes else (mid, hi)
-        return {n: [t_prime, *days] for n, days in schedule(hi).items()}
+        return self.ttls(registry, rates, calendar_days, hi)
+
+    def refresh_days(self, registry: Registry, t_prime: Day, t: Day, rates: Rates | None,
+                     calendar_days: int) -> dict[str, list[Day]]:
+        return {n: [t_prime, *ttl_schedule(t_prime, t, k)]
+                for n, k in self.scaled_ttls(registry, rates, calendar_days).items()}
+
+    def effective_ttls(self, registry: Registry, rates: Rates | None, calendar_days: int) -> dict[str, int | None]:
+        return dict(self.scaled_ttls(registry, rates, calendar_days))
 
 
 POLICY_SYNTAX = ("tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N, rate-matched:N or "

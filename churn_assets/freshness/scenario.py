@@ -276,7 +276,7 @@ class ScenarioInput:
 
 
 # The plan's own format: a stored plan of another version is planned again (the planner is deterministic).
-PLAN_VERSION = 2  # 2: effective TTLs
+PLAN_VERSION = 3  # 2: effective TTLs; 3: budget schedules fixed at T' (decision 206), stored plans replanned
 
 
 @dataclass(frozen=True)

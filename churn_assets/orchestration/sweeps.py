@@ -113,7 +113,7 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
     settings = task_settings()
     worlds = list(dict.fromkeys(c.world_id for c in record.exposure_cells))
     jobs = {w: (w, load_world_config(session.paths, w), [c for c in record.exposure_cells if c.world_id == w],
-                settings.count, settings.seed) for w in worlds}
+                settings.count, settings.seed, record.spec.t) for w in worlds}
     rows_of: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
     workers = max(1, min(workers, len(worlds)))
@@ -132,8 +132,8 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
     record.save(session.paths)
 
 
-def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
-                 task_seed: int) -> tuple[list[dict[str, Any]], float, bool]:
+def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int, task_seed: int,
+                 task_anchor: dt.date | None = None) -> tuple[list[dict[str, Any]], float, bool]:
     """One world of `compute_exposure_cells`, in a `WorkerPool` worker: its ledger materialized when missing,
     then `exposure_of_world`; the rows, the seconds it all took and whether the ledger was materialized."""
     from churn_assets.orchestration.cells import worker_session
@@ -145,7 +145,7 @@ def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
     built = not (ledger_dir / "ledger.jsonl").exists()
     if built:
         materialize(session, definitions, ["ledger"], [world_id])
-    rows = exposure_of_world(str(ledger_dir), config, cells, task_count, task_seed)
+    rows = exposure_of_world(str(ledger_dir), config, cells, task_count, task_seed, task_anchor)
     return rows, time.perf_counter() - started, built
 
 

@@ -10,6 +10,8 @@
 - `seeds_summary`: the 2x2 per seed and a paired bootstrap 90% interval of off minus on;
 - `repeats_table`: per evaluated cell of a sweep with repeats, the experiment's figures over them (mean
   accuracy and interval, pass^K, pass@K, stability, median tool calls and seconds, staleness awareness).
+- `window_table`, `ttl_window`: the windows of arrival days (mean, 90% interval, range) of a sweep with windows;
+- `arrival_averaged`: `cache-age`'s arrival-averaged curve (each gap the mean over its neighbouring gaps).
 """
 
 from __future__ import annotations
@@ -268,3 +270,106 @@ def repeats_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "aware_share": aware.get("share_equals_oldest"),
                     "stale_revealed_share": aware.get("share_stale_revealed")})
     return sorted(out, key=lambda r: (r["world_id"], r["arm"], r["policy"], r["gap"]))
+# ---------------------------------------------------------------------------------------------------
+# windows of arrival days (issue 34)
+# ---------------------------------------------------------------------------------------------------
+
+ARRIVAL_HALF_WIDTH = 3  # cache-age's arrival-averaged curve: gap g is the mean over gaps g - 3 .. g + 3
+
+
+def window_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per window (world, arm, policy, T') of a sweep with windows (`SweepSpec.window_cells`): the
+    exposure of each day (exposure-only cells: the task set sampled at T re-anchored to each day), its mean, 90%
+    bootstrap interval over days and templates, min and max, the predicted mean (the mean of the days'
+    predictions), the refreshes the schedule makes over (T', T], the rows the evaluated cell at T copied, and
+    the evaluated window days with whether their stale answers equal their exposure."""
+    from churn_assets.evaluation.window import bootstrap_mean
+    from churn_assets.sweeps.spec import SweepSpec
+
+    spec = SweepSpec.from_json(record["spec"])
+    days_of = {(t_prime.isoformat(), t.isoformat()) for t_prime, t, _ in spec.window_cells()}
+    if not days_of:
+        return []
+    groups: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    labels: dict[tuple[str, str, str, str], str] = {}
+    for r in record.get("exposure_rows", []):
+        c = r["cell"]
+        if (c["t_prime"], c["t"]) in days_of:
+            key = (c["world_id"], c["arm"], c["policy"], c["t_prime"])
+            groups[key].append(r)
+            labels[key] = c.get("world_label", "")
+    evaluated: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for o in record.get("outcomes", {}).values():
+        c = o["cell"]
+        if o.get("status") == "done" and (c["t_prime"], c["t"]) in days_of:
+            evaluated[(c["world_id"], c["arm"], c["policy"], c["t_prime"])].append(o)
+    out = []
+    for key, rows in sorted(groups.items()):
+        world_id, arm, policy, t_prime = key
+        rows = sorted(rows, key=lambda r: r["cell"]["t"])
+        if len(rows) < spec.window_days:
+            continue  # a window whose days are not all computed yet
+        templates = sorted({t for r in rows for t in r.get("exposed_by_template", {})})
+        matrix = [[float(r.get("exposed_by_template", {}).get(t, 0)) for t in templates] for r in rows]
+        per_day = [r["exposure"] for r in rows]
+        lo, hi = bootstrap_mean(matrix) if templates else (0.0, 0.0)
+        last = rows[-1]
+        at_t = [o for o in evaluated.get(key, []) if o["cell"]["t"] == last["cell"]["t"]]
+        checked = evaluated.get(key, [])
+        family = _policy_family(policy)
+        out.append({
+            "world_id": world_id, "world_label": labels[key], "rate_multiplier": _multiplier(labels[key]),
+            "arm": arm, "policy": policy, "allocation": "off" if policy == "off" else family,
+            "budget": int(_policy_arg(policy)) if _policy_arg(policy).isdigit() else None,
+            "ttl": _uniform_ttl(policy), "t_prime": t_prime, "first": rows[0]["cell"]["t"], "t": last["cell"]["t"],
+            "days": len(rows), "exposure_mean": round(statistics.fmean(per_day), 2),
+            "exposure_lo": round(lo, 2), "exposure_hi": round(hi, 2), "exposure_min": min(per_day),
+            "exposure_max": max(per_day), "per_day": per_day,
+            "prediction_mean": round(statistics.fmean(float(r["prediction"]) for r in rows), 2),
+            "refreshes": sum(len([d for d in days if d > t_prime]) for days in last.get("refresh_days", {}).values()),
+            "refresh_rows": _total(at_t[0].get("refresh_rows")) if at_t else None,
+            "evaluated_days": [o["cell"]["t"] for o in sorted(checked, key=lambda o: o["cell"]["t"])],
+            "stale_equals_exposure": all(o.get("stale_answers") == o.get("exposure") for o in checked)
+            if checked else None,
+        })
+    return out
+
+
+def ttl_window(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The windows of one-TTL policies per (TTL, rate multiplier): the mean over seeds of the window means, the
+    seeds' lowest and highest window means, the union of their 90% intervals, every seed's per-day values."""
+    groups: dict[tuple[int, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("ttl") is not None:
+            groups[(r["ttl"], r["rate_multiplier"])].append(r)
+    out = []
+    for (ttl, multiplier), g in sorted(groups.items(), key=lambda kv: (kv[0][0], float(kv[0][1]))):
+        means = [r["exposure_mean"] for r in g]
+        out.append({"ttl": ttl, "rate_multiplier": multiplier, "seeds": len(g),
+                    "window_mean": round(statistics.fmean(means), 1), "seed_min": min(means),
+                    "seed_max": max(means), "band_lo": min(r["exposure_lo"] for r in g),
+                    "band_hi": max(r["exposure_hi"] for r in g),
+                    "prediction_mean": round(statistics.fmean(r["prediction_mean"] for r in g), 1),
+                    "per_day": [x for r in g for x in r["per_day"]]})
+    return out
+
+
+def arrival_averaged(cells: Iterable[Mapping[str, Any]], half_width: int = ARRIVAL_HALF_WIDTH
+                     ) -> list[dict[str, Any]]:
+    """Per evaluated (world, arm, policy) series over gaps (the `cache-age` sweep): at each gap g the mean, min and
+    max of the stale answers of the gaps g - `half_width` .. g + `half_width` that were evaluated (fewer at the
+    ends: `gaps` says how many), beside the single-day value. Moving T' by a few days at a fixed T moves the
+    question's arrival against the refresh schedule as moving T would: the curve averages the schedule's phase
+    out (a hot class's 2-day cycle), not the world's drift."""
+    series: dict[tuple[str, str, str], dict[int, int]] = defaultdict(dict)
+    for c in cells:
+        if c["kind"] == "evaluated" and c["status"] == "done" and c.get("stale_answers") is not None:
+            series[(c["world_id"], c["arm"], c["policy"])][c["gap"]] = c["stale_answers"]
+    out = []
+    for (world_id, arm, policy), by_gap in sorted(series.items()):
+        for gap in sorted(by_gap):
+            near = [by_gap[g] for g in range(gap - half_width, gap + half_width + 1) if g in by_gap]
+            out.append({"world_id": world_id, "arm": arm, "policy": policy, "gap": gap,
+                        "stale_answers": by_gap[gap], "arrival_mean": round(statistics.fmean(near), 2),
+                        "arrival_min": min(near), "arrival_max": max(near), "gaps": len(near)})
+    return out

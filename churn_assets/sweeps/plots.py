@@ -200,3 +200,103 @@ def stale_by_class(rows: Sequence[Mapping[str, Any]], path: Path, title: str) ->
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(title="entity class", fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     return _save(fig, path)
+
+
+# --- windows of arrival days (issue 34): the mean with its band, each day a faint point -------------------------
+
+SERIES_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:gray",
+                 "tab:olive", "tab:cyan", "tab:pink")
+
+
+def window_frontier(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path | None:
+    """Window-mean exposure against refresh cost, per allocation: the refreshes the schedule makes over (T', T]
+    (left) and the rows they copy (right, where the cell at T was evaluated); each window's mean with its 90%
+    interval, its days as faint points."""
+    if len(rows) < 2:
+        return None
+    plt = _plt()
+    panels = [("refreshes", "refreshes planned over (T', T]")]
+    if any(r.get("refresh_rows") is not None for r in rows):
+        panels.append(("refresh_rows", "rows copied by the planned refreshes over (T', T]"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 5.8), squeeze=False, sharey=True)
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[r["allocation"]].append(r)
+    for ax, (field, label) in zip(axes[0], panels, strict=True):
+        for (name, g), color in zip(sorted(groups.items()), SERIES_COLORS, strict=False):
+            g = sorted((r for r in g if r.get(field) is not None), key=lambda r: (r[field], r["budget"] or 0))
+            if not g:
+                continue
+            xs = [r[field] for r in g]
+            for r in g:
+                ax.scatter([r[field]] * len(r["per_day"]), r["per_day"], s=6, color=color, alpha=0.15, linewidths=0)
+            marker = "*" if name in ("tiered", "off") else "o"
+            ax.errorbar(xs, [r["exposure_mean"] for r in g],
+                        yerr=[[r["exposure_mean"] - r["exposure_lo"] for r in g],
+                              [r["exposure_hi"] - r["exposure_mean"] for r in g]],
+                        color=color, marker=marker, ms=12 if marker == "*" else 6, lw=1 if len(g) > 1 else 0,
+                        elinewidth=1, capsize=3, label=name)
+            for r in g:
+                if r["budget"]:
+                    ax.annotate(str(r["budget"]), (r[field], r["exposure_mean"]), textcoords="offset points",
+                                xytext=(5, 4), fontsize=7)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("exposed tasks = stale answers of the deterministic agent\n(window mean, 90% interval; "
+                          "faint: each day)")
+    axes[0][-1].legend(title="allocation (labels: budget per 30 days)", fontsize=8)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def ttl_window_means(grid: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path | None:
+    """Window-mean exposure against one TTL for every class, per rate multiplier: the mean over seeds of the window
+    means, the band from the lowest to the highest bound of the seeds' 90% intervals, every day of every seed as a
+    faint point."""
+    if not grid:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 5.8))
+    ttls = sorted({r["ttl"] for r in grid})
+    position = {t: i for i, t in enumerate(ttls)}  # evenly spaced: the TTLs are 0, 1, 2, 4, 7, 14, 30
+    mults = sorted({r["rate_multiplier"] for r in grid}, key=float)
+    for m, color in zip(mults, SERIES_COLORS, strict=False):
+        g = sorted((r for r in grid if r["rate_multiplier"] == m), key=lambda r: r["ttl"])
+        xs = [position[r["ttl"]] + 0.06 * (mults.index(m) - len(mults) / 2) for r in g]
+        for x, r in zip(xs, g, strict=True):
+            ax.scatter([x] * len(r["per_day"]), r["per_day"], s=5, color=color, alpha=0.12, linewidths=0)
+        ax.fill_between(xs, [r["band_lo"] for r in g], [r["band_hi"] for r in g], color=color, alpha=0.12)
+        ax.plot(xs, [r["window_mean"] for r in g], color=color, marker="o", lw=2, label=f"rates x{m}")
+    ax.set_xticks(range(len(ttls)), [str(t) for t in ttls])
+    ax.set_xlabel("TTL of every cached class (days)")
+    ax.set_ylabel("exposed tasks (window mean over seeds; band: the seeds' 90% intervals; faint: each day)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def arrival_vs_gap(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path | None:
+    """Stale answers against the gap, arrival-averaged (each gap the mean over its neighbouring gaps, band from
+    their min to their max), each gap's single-day value as a faint point."""
+    series: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        series[f"{r['arm']} ({_side(r['policy'])})"].append(r)
+    if not series or max(len(v) for v in series.values()) < 2:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for (name, g), color in zip(sorted(series.items()), SERIES_COLORS, strict=False):
+        g = sorted(g, key=lambda r: r["gap"])
+        gaps = [r["gap"] for r in g]
+        ax.scatter(gaps, [r["stale_answers"] for r in g], s=14, color=color, alpha=0.3,
+                   label=f"{name}: single day (T fixed)")
+        ax.fill_between(gaps, [r["arrival_min"] for r in g], [r["arrival_max"] for r in g], color=color, alpha=0.12)
+        ax.plot(gaps, [r["arrival_mean"] for r in g], color=color, lw=2,
+                label=f"{name}: mean over gaps g-3..g+3 (band: their range)")
+    ax.set_xlabel("gap T - T' (days)")
+    ax.set_ylabel("stale answers (freshness + mixed-vintage errors)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

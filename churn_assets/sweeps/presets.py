@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.evaluation.paper import WINDOWS, T
+from churn_assets.evaluation.paper import WINDOW_DAYS, WINDOWS, T
 from churn_assets.sweeps.spec import SweepError, SweepSpec, WorldRecipe, WorldRef
 
 DEFAULT_SEED = 42
@@ -22,6 +22,10 @@ TTL_GRID_SEEDS = (42, 7, 11)
 BUDGETS = (4, 8, 16, 32)
 BUDGET_GAP = 29  # T' = T - 29, the paper's binding D+28 window
 BUDGET_ALLOCATIONS = ("uniform", "proportional", "rate-matched", "tier-shaped")
+# The windows of arrival days (issue 34): the D+28 window (T' = T - 29, the 28 days ending at T), exposure-only;
+# the budget sweep also evaluates every 7th of its days (T, T - 7, T - 14, T - 21) on the unlimited SaaS plan.
+WINDOW_GAP = BUDGET_GAP
+BUDGET_WINDOW_EVALUATE_EVERY = 7
 SEEDS_DEFAULT = (42, 43, 44, 45, 46)
 CACHE_AGE_GAPS = tuple(range(1, 36))
 PARITY_GAPS = tuple(range(26, 32))  # the 2x2 around D+28 that the README quotes beside the single figure
@@ -106,20 +110,27 @@ def ttl_grid(args: PresetArgs) -> SweepSpec:
                      exposure_only=True, evaluate_worlds=first_seed,
                      description="one TTL for every cached class (0-30 days) x the world's daily rates x0.5-x4 x "
                                  f"{len(seeds)} seeds at gaps 28 and 29, exposure and prediction from the ledger; the "
-                                 "first seed's cells evaluated in full (stale answers must equal exposure)",
-                     options={"ttls": list(TTL_GRID), "multipliers": list(RATE_MULTIPLIERS)})
+                                 "first seed's cells evaluated in full (stale answers must equal exposure); and "
+                                 f"their means over the {WINDOW_DAYS} arrival days ending at T with T' = T - "
+                                 f"{WINDOW_GAP} (exposure-only)",
+                     options={"ttls": list(TTL_GRID), "multipliers": list(RATE_MULTIPLIERS)},
+                     window_days=WINDOW_DAYS, window_gaps=(WINDOW_GAP,))
 
 
 def budget(args: PresetArgs) -> SweepSpec:
     tiered, untiered = _arms()
     policies = (*tuple(f"{a}:{b}" for b in BUDGETS for a in BUDGET_ALLOCATIONS), "tiered")
     return SweepSpec("budget", args.world_refs([DEFAULT_SEED]), (tiered, untiered), policies, T,
-                     gaps=(BUDGET_GAP,),
-                     description="T' = T - 29; budgets of 4, 8, 16 and 32 refreshes over (T', T] spent uniformly, "
-                                 "proportionally to measured change rate, rate-matched and shaped like the hand-set "
-                                 "tiers, beside the tiers themselves and no refresh: stale answers against refresh "
-                                 "cost (rows copied by the planned refreshes)",
-                     options={"budgets": list(BUDGETS), "allocations": list(BUDGET_ALLOCATIONS)})
+                     gaps=(BUDGET_GAP,), saas_profile="unlimited",
+                     description="T' = T - 29; budgets of 4, 8, 16 and 32 refreshes per 30 days from T' spent "
+                                 "uniformly, proportionally to measured change rate, rate-matched and shaped like the "
+                                 "hand-set tiers, beside the tiers themselves and no refresh: exposure over the "
+                                 f"{WINDOW_DAYS} arrival days ending at T (= stale answers of the deterministic "
+                                 "agent; every 7th day evaluated in full, on the unlimited SaaS plan) against refresh "
+                                 "cost (refreshes, and rows copied by the refreshes planned to T)",
+                     options={"budgets": list(BUDGETS), "allocations": list(BUDGET_ALLOCATIONS)},
+                     window_days=WINDOW_DAYS, window_gaps=(WINDOW_GAP,),
+                     window_evaluate_every=BUDGET_WINDOW_EVALUATE_EVERY)
 
 
 def seeds(args: PresetArgs) -> SweepSpec:
@@ -157,7 +168,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("cache-age", "stale answers, exposure and prediction against cache age (gaps 1-35), on and off",
            cache_age),
     Preset("ttl-grid", "exposure against one TTL for every class x change-rate multipliers x seeds", ttl_grid),
-    Preset("budget", "stale answers against refresh cost for four ways of spending a refresh budget", budget),
+    Preset("budget", "stale answers over 28 arrival days against refresh cost for four ways of spending a refresh "
+           "budget", budget),
     Preset("seeds", "the paper's 2x2 over seeds with a bootstrap interval of on versus off", seeds),
     Preset("smoke", "a 30-day world, two arms, two T' (seconds, not minutes)", smoke),
     Preset("regression", "the nightly regression: two 30-day worlds, grounding on and off and naive at T - 27, "

@@ -77,9 +77,11 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
             figures[name] = path
 
     t = spec["t"]
-    add("stale_vs_gap", plots.stale_vs_gap(cells, folder / "stale_vs_gap.png",
+    # The single-day figures are at the sweep's T; a window's other days (cells of an earlier T) have their own.
+    single_day = [c for c in cells if c["t"] == t]
+    add("stale_vs_gap", plots.stale_vs_gap(single_day, folder / "stale_vs_gap.png",
                                            f"Stale answers against cache age (T = {t})"))
-    add("served_age", plots.served_age(ages, folder / "served_age.png",
+    add("served_age", plots.served_age([a for a in ages if a["t"] == t], folder / "served_age.png",
                                        f"Age at T = {t} of the data served, per class (observed in the reads)"))
     data: dict[str, Any] = {"sweep_id": sweep_id, "spec": spec, "started": record.get("started"),
                             "finished": record.get("finished"), "cells": cells}
@@ -90,15 +92,22 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
     skipped = [c for c in evaluated if c["status"] == "skipped"]
     reused = sum(1 for c in done if c.get("reused"))
 
+    windows = analysis.window_table(record)
+    if windows:
+        data["windows"] = windows
     if options.get("parity_gaps"):
-        parity = analysis.parity_table(cells, options["parity_gaps"])
+        averaged = analysis.arrival_averaged(single_day)
+        data["arrival_averaged"] = averaged
+        add("arrival_vs_gap", plots.arrival_vs_gap(averaged, folder / "arrival_vs_gap.png",
+                                                   f"Stale answers against cache age, arrival-averaged (T = {t})"))
+        parity = analysis.parity_table(single_day, options["parity_gaps"])
         data["parity"] = parity
         sections.append("## The 2x2 around D+28 (stale answers, tiered vs off)\n\n" + _md_table(
             parity, ["gap", "t_prime", "tiered_stale", "off_stale", "off_over_tiered", "tiered_exposure",
                      "off_exposure"],
             ["gap (days)", "T'", "tiered", "off", "off / tiered", "tiered exposure", "off exposure"]))
     if options.get("ttls"):
-        grid = analysis.ttl_grid(cells)
+        grid = analysis.ttl_grid(single_day)
         data["ttl_grid"] = grid
         add("ttl_heatmap", plots.ttl_heatmap(grid, folder / "ttl_heatmap.png",
                                              "Exposure against one TTL for every class and the change rate"))
@@ -109,15 +118,41 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                                            "stale_equals_exposure"])
                         + f"\nStale answers equal exposure in {sum(g['stale_equals_exposure'] for g in checked)} of "
                           f"{len(checked)} evaluated grid cells.\n")
+        if windows:
+            means = analysis.ttl_window(windows)
+            data["ttl_window"] = means
+            add("ttl_window", plots.ttl_window_means(means, folder / "ttl_window.png",
+                                                     f"Exposure over {windows[0]['days']} arrival days (T' = "
+                                                     f"{windows[0]['t_prime']}) against one TTL for every class"))
+            sections.append(f"## TTL x change rate over {windows[0]['days']} arrival days ({windows[0]['first']} .. "
+                            f"{windows[0]['t']}, T' = {windows[0]['t_prime']})\n\n" + _md_table(
+                                means, ["ttl", "rate_multiplier", "seeds", "window_mean", "seed_min", "seed_max",
+                                        "band_lo", "band_hi", "prediction_mean"],
+                                ["TTL", "rates x", "seeds", "window mean (mean over seeds)", "lowest seed",
+                                 "highest seed", "90% band lo", "90% band hi", "predicted"]))
     if options.get("budgets"):
-        frontier = analysis.budget_frontier(cells)
+        frontier = analysis.budget_frontier(single_day)
         data["budget"] = frontier
+        if windows:
+            add("window_frontier", plots.window_frontier(
+                windows, folder / "window_frontier.png",
+                f"Staleness over {windows[0]['days']} arrival days against refresh cost (T' = {windows[0]['t_prime']}, "
+                f"T = {windows[0]['first']} .. {windows[0]['t']})"))
+            sections.append(f"## Staleness against refresh cost over {windows[0]['days']} arrival days "
+                            f"({windows[0]['first']} .. {windows[0]['t']}, T' = {windows[0]['t_prime']})\n\n"
+                            + _md_table(sorted(windows, key=lambda r: (r["allocation"], r["budget"] or 0)),
+                                        ["allocation", "budget", "refreshes", "refresh_rows", "exposure_mean",
+                                         "exposure_lo", "exposure_hi", "exposure_min", "exposure_max",
+                                         "prediction_mean", "evaluated_days", "stale_equals_exposure"],
+                                        ["allocation", "budget / 30 days", "refreshes", "rows copied",
+                                         "exposure (window mean)", "90% lo", "90% hi", "min", "max", "predicted",
+                                         "evaluated days", "stale = exposure there"]))
         add("cost_frontier", plots.cost_frontier(frontier, folder / "cost_frontier.png",
-                                                 f"Staleness against refresh cost (T' = T - 29, T = {t})"))
-        sections.append("## Staleness against refresh cost\n\n" + _md_table(
+                                                 f"Staleness against refresh cost at T = {t} alone (T' = T - 29)"))
+        sections.append(f"## Staleness against refresh cost at T = {t} alone\n\n" + _md_table(
             frontier, ["allocation", "budget", "refreshes", "refresh_rows", "stale_answers", "exposure"]))
     if options.get("windows"):
-        seeds = analysis.seeds_summary(cells, options["windows"])
+        seeds = analysis.seeds_summary(single_day, options["windows"])
         data["seeds"] = seeds
         diff_rows = [{"window": w, **{k: v for k, v in d.items() if k != "per_seed"}}
                      for w, d in seeds["differences"].items()]

@@ -92,7 +92,12 @@ class Cell:
 class SweepSpec:
     """What a sweep runs. `t_primes` and `gaps` (T - T' in days) add up; `exposure_only` cells compute exposure
     and prediction from the ledger alone (no stores, no answers); `evaluate_worlds` limits full evaluation to
-    those worlds (by index into `worlds`) when `exposure_only` is set: the rest stay exposure-only."""
+    those worlds (by index into `worlds`) when `exposure_only` is set: the rest stay exposure-only.
+
+    Windows of arrival days (`evaluation/window.py`): with `window_days` N > 0, each T' = T - g for g in
+    `window_gaps` also gets the N days ending at T as evaluation days, exposure-only cells (the task set sampled
+    at T, re-anchored to each day); every `window_evaluate_every`-th of those days counting back from T is also
+    evaluated in full, which only the `unlimited` SaaS plan may run (decision 208)."""
 
     preset: str
     worlds: tuple[WorldRef, ...]
@@ -109,6 +114,9 @@ class SweepSpec:
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # preset-specific report options (hashed)
     repeats: int = 1  # each cell answered K times (`evaluation/repeats.py`); 1 leaves the sweep id as it was
+    window_days: int = 0
+    window_gaps: tuple[int, ...] = ()
+    window_evaluate_every: int = 0  # 0: no window day evaluated
 
     def __post_init__(self) -> None:
         if not self.worlds:
@@ -132,11 +140,37 @@ class SweepSpec:
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= 100:
             raise SweepError(f"sweep {self.preset}: repeats must be a whole number from 1 to 100, got "
                              f"{self.repeats!r}")
+        if self.window_days < 0 or self.window_evaluate_every < 0:
+            raise SweepError(f"sweep {self.preset}: window days and their evaluation step cannot be negative")
+        if self.window_days and not self.window_gaps:
+            raise SweepError(f"sweep {self.preset}: a window of {self.window_days} days needs the gaps of its T'")
+        short = [g for g in self.window_gaps if g < self.window_days - 1]
+        if self.window_days and short:
+            raise SweepError(f"sweep {self.preset}: the window of {self.window_days} days ending at T={self.t} "
+                             f"starts before T' = T - {short[0]} (a window's T' is at least {self.window_days - 1} "
+                             "days before T)")
+        if self.window_days and self.window_evaluate_every and self.saas_profile != "unlimited":
+            raise SweepError(f"sweep {self.preset}: evaluated window days run only on the `unlimited` SaaS plan "
+                             f"(give --saas-profile unlimited; got {self.saas_profile!r}): "
+                             f"{self.window_days // self.window_evaluate_every} day(s) of every cell on a quota'd "
+                             "plan would take hours")
 
     def build_days(self) -> list[Day]:
         """Every T', earliest first (gaps turned into days)."""
         days = {*self.t_primes, *(self.t - dt.timedelta(days=g) for g in self.gaps)}
         return sorted(days)
+
+    def window_cells(self) -> list[tuple[Day, Day, bool]]:
+        """(T', T, evaluated) of every window day: each window T' with each of the `window_days` days ending at T,
+        T' earliest first, then T; `evaluated` for every `window_evaluate_every`-th day back from T."""
+        if not self.window_days:
+            return []
+        out = []
+        for t_prime in sorted({self.t - dt.timedelta(days=g) for g in self.window_gaps}):
+            for back in range(self.window_days - 1, -1, -1):
+                every = self.window_evaluate_every
+                out.append((t_prime, self.t - dt.timedelta(days=back), bool(every) and back % every == 0))
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +182,9 @@ class SweepSpec:
             "evaluate_worlds": list(self.evaluate_worlds), "evaluate_gaps": list(self.evaluate_gaps),
             "description": self.description, "options": dict(self.options),
             **({"repeats": self.repeats} if self.repeats != 1 else {}),  # absent at 1: sweep ids unchanged
+            # A spec without a window keeps the JSON (and the sweep id) it had before windows existed.
+            **({"window_days": self.window_days, "window_gaps": list(self.window_gaps),
+                "window_evaluate_every": self.window_evaluate_every} if self.window_days else {}),
         }
 
     @classmethod
@@ -159,7 +196,8 @@ class SweepSpec:
                    str(data.get("saas_profile") or "default"), bool(data.get("exposure_only")),
                    tuple(int(i) for i in data.get("evaluate_worlds", [])),
                    tuple(int(g) for g in data.get("evaluate_gaps", [])), str(data.get("description") or ""),
-                   dict(data.get("options") or {}), int(data.get("repeats", 1)))
+                   dict(data.get("options") or {}), int(data.get("repeats", 1)), int(data.get("window_days") or 0),
+                   tuple(int(g) for g in data.get("window_gaps", [])), int(data.get("window_evaluate_every") or 0))
 
     @property
     def sweep_id(self) -> str:
@@ -188,11 +226,13 @@ def resolve_worlds(spec: SweepSpec) -> list[ResolvedWorld]:
 
 def cells(spec: SweepSpec, worlds: Sequence[ResolvedWorld], fixed_policy: Mapping[str, str | None]
           ) -> tuple[list[Cell], list[Cell]]:
-    """(evaluated cells, exposure-only cells) of a spec, in a stable order (world, arm, policy, T').
-    `fixed_policy`: arm -> the policy it always serves (None: it takes the sweep's policies)."""
+    """(evaluated cells, exposure-only cells) of a spec, in a stable order (world, arm, policy, T', then the window
+    days' T). `fixed_policy`: arm -> the policy it always serves (None: it takes the sweep's policies). Window
+    days are exposure-only cells; those `SweepSpec.window_cells` marks are evaluated too."""
     evaluated: dict[tuple[Any, ...], Cell] = {}
     exposure: dict[tuple[Any, ...], Cell] = {}
     evaluate_days = {spec.t - dt.timedelta(days=g) for g in spec.evaluate_gaps}
+    window = spec.window_cells()
     for i, world in enumerate(worlds):
         for arm in spec.arms:
             if arm not in fixed_policy:
@@ -202,12 +242,18 @@ def cells(spec: SweepSpec, worlds: Sequence[ResolvedWorld], fixed_policy: Mappin
                 for t_prime in spec.build_days():
                     cell = Cell(world.world_id, arm, policy, t_prime, spec.t, spec.agent, spec.saas_profile,
                                 world.label)
-                    key = (world.world_id, arm, policy, t_prime)
+                    key = (world.world_id, arm, policy, t_prime, spec.t)
                     full = not spec.exposure_only or (i in spec.evaluate_worlds
                                                       and (not evaluate_days or t_prime in evaluate_days))
                     (evaluated if full else exposure).setdefault(key, cell)
                     if spec.exposure_only:
                         exposure.setdefault(key, cell)  # the grid's exposure covers every cell
+                for t_prime, t, evaluate in window:
+                    cell = Cell(world.world_id, arm, policy, t_prime, t, spec.agent, spec.saas_profile, world.label)
+                    key = (world.world_id, arm, policy, t_prime, t)
+                    exposure.setdefault(key, cell)
+                    if evaluate and (not spec.exposure_only or i in spec.evaluate_worlds):
+                        evaluated.setdefault(key, cell)
     if not evaluated and not exposure:
         raise SweepError(f"sweep {spec.preset}: no cells")
     return list(evaluated.values()), list(exposure.values())

@@ -49,12 +49,17 @@ def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, sess
                                                            sweep_world: str, few_tasks: None) -> None:
     # One TTL of 7 days for every class (three refreshes of each in the 27 days; TTL 0 would build 27 days of
     # every input for the same checks).
+    # With a window of 2 arrival days (T - 1 and T, T' = T - 27), exposure-only: the day before T asks T's task set
+    # re-anchored (issue 34).
     spec = SweepSpec("it-grid", (sweep_world,), (TIERED_ARM,), (uniform_ttl(TTL), "off"), T,
-                     gaps=(27,), exposure_only=True, evaluate_worlds=(0,), options={"ttls": [TTL]})
+                     gaps=(27,), exposure_only=True, evaluate_worlds=(0,), options={"ttls": [TTL]},
+                     window_days=2, window_gaps=(27,))
     lines: list[str] = []
     record = run_sweep(session, session_defs, spec, echo=lines.append)
     assert record.status_counts() == {"done": 2, "failed": 0, "pending": 0, "skipped": 0}
-    exposure = {r["cell"]["policy"]: r for r in record.exposure_rows}
+    exposure = {r["cell"]["policy"]: r for r in record.exposure_rows if r["cell"]["t"] == T.isoformat()}
+    earlier = [r for r in record.exposure_rows if r["cell"]["t"] != T.isoformat()]
+    assert len(earlier) == 2 and all(r["task_anchor"] == T.isoformat() and r["tasks"] <= TASKS for r in earlier)
     for cell in record.cells:
         outcome = record.outcomes[record.key_of(cell)]
         # The ledger-only path and the evaluated path agree: same plan, same exposure and prediction, and for
@@ -88,6 +93,10 @@ def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, sess
     data = json.loads((folder / "report.json").read_text())
     assert {g["ttl"] for g in data["ttl_grid"]} == {TTL}
     assert all(g["stale_equals_exposure"] for g in data["ttl_grid"])
+    windows = {w["policy"]: w for w in data["windows"]}
+    for policy, w in windows.items():  # the window's last day is the evaluated cell at T
+        assert w["days"] == 2 and w["per_day"][-1] == exposure[policy]["exposure"]
+    assert data["ttl_window"][0]["ttl"] == TTL and "ttl_window" in data["figures"]
 
     # A relaunch reuses every cell without building or checking any input again (decision 190): neither the
     # scenario materializer nor eval_run's input check may run.
