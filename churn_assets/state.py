@@ -17,6 +17,7 @@ Layout::
       results/<world>/          evaluation results
       locks/<world>/            lock files of builds that processes sharing the folder must not run at once
       dbt/runs/                 each dbt invocation's own target and log folder (removed when it succeeds)
+      logs/errors/              the full trace of each error a command printed as one line (the newest kept)
 
 The embedded Postgres data directory is NOT inside the state folder: the embedded server, run as root,
 opens the permissions of every parent of its data directory (and runs as a system user that must
@@ -148,6 +149,11 @@ class StatePaths:
             return self.state_id_file.read_text().strip()
         except FileNotFoundError:
             raise StateError(f"state folder {self.root} is not initialised (no .state-id)") from None
+
+    @property
+    def error_traces_dir(self) -> Path:
+        """Where the CLI writes the full trace of an error it printed as one line (`commands/error_output.py`)."""
+        return self.root / "logs" / "errors"
 
     # -- services -------------------------------------------------------------------------------
 
