@@ -146,7 +146,7 @@ def test_a_served_vintage_that_its_traces_do_not_show_is_rejected(run, tmp_path:
 def test_world_without_all_is_refused() -> None:
     from click.testing import CliRunner
 
-    from churn_assets.commands.results import verify_results
+    from churn_assets.commands.verify import verify_results
 
     got = CliRunner().invoke(verify_results, ["7", "--world", "w"])
     assert got.exit_code == 2 and "--world selects the runs of --all" in got.output

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from churn_assets.errors import DataIntegrityError, UserFacingError, add_context
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.exposure import RunExposure
 from churn_assets.evaluation.results import (
@@ -170,6 +171,8 @@ def evaluate(
     catalog: RunCatalog | str | None = None,
     on_wait: Callable[[], None] | None = None,
     retry_transport: bool = False,
+    recheck: Callable[[], None] | None = None,
+    dagster_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary.
 
@@ -178,7 +181,10 @@ def evaluate(
     run of the same key holds it. `exposure` may still be being computed (a `Future`, as `eval_run` passes it:
     the ledger's side of a run then overlaps the arm's waits on its stores); answers are scored and
     checkpointed once it is known, in task order. `retry_transport`: re-answer the finished result's transport
-    failures (the module doc); without any, the finished result is returned.
+    failures (the module doc); without any, the finished result is returned. `recheck` runs once every task is
+    answered, before the results are written: a store whose content it finds changed since the arm started
+    (`fabric/warehouse_content.py`) fails the run with its error, and the checkpoint is dropped, since no answer
+    of this attempt can be shown to rest on the content that was checked.
     """
     key = spec.key(code)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
@@ -203,10 +209,10 @@ def evaluate(
             for row in keep:
                 writer.append(row)
         if cat is not None:
-            cat.start(spec.scenario, key, run_dir)
+            cat.start(spec.scenario, key, run_dir, dagster_run_id)
         try:
             summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
-                                           transport_counters, retried)
+                                           transport_counters, retried, recheck)
         except BaseException as e:
             if cat is not None:
                 _record_failure(cat, key, e)
@@ -264,7 +270,7 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
                 key: RunKey, exposure: RunExposure | Future[RunExposure] | None,
                 progress: Callable[[int, int], None] | None,
                 transport_counters: Callable[[], Mapping[str, Any]] | None, retried: Mapping[str, Any],
-                ) -> tuple[dict[str, Any], dict[str, Any]]:
+                recheck: Callable[[], None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     planned = dict(arm.planned_vintage)
     latencies: dict[str, float] = {}
     computing = exposure if isinstance(exposure, Future) else None
@@ -297,7 +303,11 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     for i, task in enumerate(tasks):
         if task.task_id not in writer.completed:
             try:
-                answer = arm.answer(task)
+                try:
+                    answer = arm.answer(task)
+                except UserFacingError as e:  # say which task it happened in (its cause stays in the trace)
+                    add_context(e, f"task {task.task_id} ({task.template.template_id})")
+                    raise
             except Exception:
                 # The arm failed (a store gone, say): the answers it made while the exposure was being computed
                 # are checkpointed before its error goes on, so a resume does not ask them again. A failure to
@@ -314,6 +324,12 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
             progress(i + 1, len(tasks))
     exposure_known(wait=True)
     score_unscored()
+    if recheck is not None:
+        try:
+            recheck()
+        except DataIntegrityError:
+            writer.discard_checkpoint()
+            raise
     rows = [writer.completed[t.task_id] for t in tasks]
     summary = {**summarize(rows, spec, key, planned, known), **retried}
     timings = {

@@ -24,6 +24,7 @@ from churn_assets.arms.registry import arm_spec
 from churn_assets.fabric.mongo import database_name, read_meta, world_databases
 from churn_assets.fabric.postgres import connection, read_load_key, schema_name
 from churn_assets.fabric.truth import META_TABLE as TRUTH_META_TABLE
+from churn_assets.fabric.warehouse_content import recorded_content
 from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
 from churn_assets.freshness.planning import measured_change_rates
 from churn_assets.freshness.scenario import (
@@ -172,12 +173,14 @@ def present_inputs(session: Session, inputs: Iterable[ScenarioInput]) -> set[Sce
 
 
 def _dbt_built(conn: Any, world: str) -> bool:
-    """Every model of the dbt project exists as a relation in the world's analytics schema."""
+    """Every model of the dbt project exists as a relation in the world's analytics schema, and the build recorded
+    the content hashes evaluations check their warehouse reads against (a build of an older churnbench, or one
+    that did not finish, recorded none: it is built again)."""
     models = [k.split("/")[-1] for k in dbt_asset_keys()]
     row = conn.execute(
         """SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = %s AND c.relname = ANY(%s)""", (schema_name(world, "analytics"), models)).fetchone()
-    return row is not None and int(row[0]) == len(models)
+    return row is not None and int(row[0]) == len(models) and bool(recorded_content(conn, world))
 
 
 def _complete_operational_days(session: Session, world: str, items: list[ScenarioInput]) -> set[Any]:

@@ -16,6 +16,7 @@ has transport failures: then those tasks are answered again into a retry folder 
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import datetime as dt
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,8 +26,9 @@ from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
 from churn_assets.evaluation.runner import RunSpec, evaluate, finished_run, transport_failures
+from churn_assets.evaluation.seals import SEAL_METADATA
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.common import require_world, step_failure, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.index import rag_index, vector_index
 from churn_assets.orchestration.assets.ledger import ledger
@@ -72,9 +74,12 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
 
 
 def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    from churn_assets.arms.registry import make_arm
+    from churn_assets.arms.registry import arm_spec, make_arm
     from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
+    from churn_assets.fabric.warehouse_content import verified_views
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.grounding.routes import warehouse_views
     from churn_assets.services import saas_api_key, service_errors
 
     paths = state.paths
@@ -97,16 +102,15 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         context.log.info(f"{scenario.key}: reusing the finished result {run_dir}")
         return dg.MaterializeResult(metadata={
             **_metadata(found[1], plan.served_vintage, str(run_dir), (run_dir / "timings.json").read_text()),
-            "reused": True})
+            **_seal_metadata(urls.warehouse, found[0], found[1], run_dir), "reused": True})
     # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
     missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
-        listed = "\n  ".join(f"{m} ({why})" for m, why in missing.items())
-        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing or not vouched for "
-                         "by their blocking checks; under "
-                         "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
-                         f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
-                         f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
+        listed = "; ".join(f"{m} ({why})" for m, why in missing.items())
+        raise step_failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing or not vouched for "
+                           "by their blocking checks; under `churnbench ui` the `scenario_inputs` sensor now launches "
+                           "`build_scenario`, which builds them and runs this partition again (from the CLI, "
+                           f"`churnbench run` builds them first): {listed}", metadata={MISSING_INPUTS: len(missing)})
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
     loaded = world_ledger(state, world)
@@ -118,7 +122,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         try:  # the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's agent id
             agent = agent_for_scenario(scenario.agent_id, scenario.model_settings)
         except UserFacingError as e:
-            raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
+            raise step_failure(f"eval_run {scenario.key}: {e}") from e
     saas_key = saas_api_key(paths, scenario.saas_profile, world_id=world) if urls.saas else None
     with user_errors():
         warehouse_secret = arm_secret(paths.arm_secret_file)
@@ -126,11 +130,16 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
                               saas_key=saas_key, documents_root=paths.contracts_root(world),
                               warehouse_secret=warehouse_secret)
+    # What the arm's as-of views read, checked against the dbt build's record now and again once every task is
+    # answered (a corpus arm reads no view). Decision 240.
+    views = frozenset() if arm_spec(scenario.arm).searches_corpus else warehouse_views(load_registry())
     # The exposure (ledger gold and change rates: CPU) is computed in a thread while the arm answers (mostly
     # waiting on its stores and the SaaS API); answers are scored once it is known. Decision 199.
     exposures = ThreadPoolExecutor(1, thread_name_prefix="churnbench-exposure")
     try:
         with service_errors(paths):  # a store that died mid-run: its name, not a traceback
+            if views:
+                sources.warehouse_content = verified_views(urls.warehouse, world, views)
             arm = _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
             exposure = exposures.submit(run_exposure, loaded.records, tasks, anchor=scenario.t,
                                         t_prime=scenario.t_prime, vintage=arm.planned_vintage, resolver=resolver)
@@ -141,13 +150,15 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
 
             saas = sources.saas
             summary = evaluate(arm, tasks, resolver, store, spec, exposure=exposure, progress=progress,
-                               retry_transport=retry,
+                               retry_transport=retry, dagster_run_id=context.run_id,
+                               recheck=(lambda: _recheck_warehouse(urls.warehouse, world, views,
+                                                                   sources.warehouse_content)) if views else None,
                                transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
                                catalog=urls.warehouse,  # the results catalog records running -> complete/failed
                                on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
                                                                 "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
-        raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
+        raise step_failure(f"eval_run {scenario.key}: {e}") from e
     finally:
         # Not waited for: on success `evaluate` has its result; on a failure or a termination, a thread still
         # measuring must not hold the step's error back (it only reads the ledger and the locked resolver).
@@ -156,7 +167,30 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     run_dir = _result_dir(store, spec, summary)
     timings = (run_dir / "timings.json").read_text()
     return dg.MaterializeResult(metadata={**_metadata(summary, plan.served_vintage, str(run_dir), timings),
-                                          "reused": False})
+                                          **_seal_metadata(urls.warehouse, spec, summary, run_dir), "reused": False})
+
+
+def _seal_metadata(catalog_url: str, spec: RunSpec, summary: dict, run_dir: Path) -> dict:
+    """`seal`: the results folder's seal as the catalog recorded it when the run completed (`evaluation/seals.py`),
+    so that editing the files would have to edit this record too; {} for a run completed before seals."""
+    from churn_assets.evaluation.catalog import RunCatalog
+
+    row = RunCatalog(catalog_url).get(spec.key(summary["code_version"]))
+    sealed = (row.seal or {}).get(run_dir.name) if row is not None else None
+    return {SEAL_METADATA: dg.MetadataValue.json({run_dir.name: sealed})} if sealed else {}
+
+
+def _recheck_warehouse(url: str, world: str, views: frozenset[str], at_start: Mapping[str, str] | None) -> None:
+    """The warehouse's content once every task is answered: still what was checked when the arm started."""
+    from churn_assets.errors import DataIntegrityError
+    from churn_assets.fabric.warehouse_content import verified_views
+
+    now = verified_views(url, world, views)
+    if now != at_start:
+        changed = sorted(v for v in views if now.get(v) != (at_start or {}).get(v))
+        raise DataIntegrityError(f"world {world}: the warehouse was rebuilt while the arm answered (the content "
+                                 f"read by {', '.join(changed)} changed): no answer of this attempt is kept; run it "
+                                 "again")
 
 
 class _ServiceGuard:
