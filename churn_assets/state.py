@@ -33,7 +33,8 @@ format that holds anything is refused in one line naming `churnbench migrate`, w
 `STATE_FORMAT` (an empty one is simply stamped). Formats:
 
 - 1: before issue 20 (no `state-format` file);
-- 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20).
+- 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20);
+- 3: every world's ledger manifest records its passed meaning check, which loaders require (issue 35).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
 DEFAULT_PG_ROOT = Path("/var/tmp")
 PG_HOME_PREFIX = "churnbench-pg-"
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 STATE_FORMAT_FILE = "state-format"
 MIGRATE_COMMAND = "churnbench migrate"
 

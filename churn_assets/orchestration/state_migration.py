@@ -20,6 +20,14 @@ Format 1 -> 2 (issue 20):
   The experiment hash and the code version do not change: the experiment (`runner.RunSpec.experiment`) holds
   the scenario's parts, never its key, so a migrated run is reused by the next run of its scenario.
 
+Format 2 -> 3 (issue 35):
+
+- **Ledgers checked for meaning.** Every registered world's ledger is read through the meaning check
+  (`world.ledger.check_meaning`: every event possible in the world the events before it made), and the passed
+  check recorded in its manifest, which every loader now requires. A ledger that fails is left as it is and named
+  in the report with its line: loaders refuse it, and `churnbench worlds materialize <world>` makes it again from
+  its config. The steps of format 2 run too; on a format-2 folder they find nothing to do.
+
 Every step is idempotent and looks for its own leftovers, so a migration cut short is finished by running it
 again; `state-format` is written last, and until then every other command refuses the folder
 (`state.require_current_format`). One migration at a time (a lock file in the state folder).
@@ -78,6 +86,7 @@ class MigrationReport:
     sweep_records: int = 0
     scenario_partitions: int = 0
     materializations: int = 0
+    ledgers_checked: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +105,7 @@ class MigrationReport:
                    f"{self.scenario_partitions} eval_run partition(s) ({self.materializations} materialization(s) "
                    f"carried over), {self.results_folders} results folder(s) ({self.summaries} summary file(s)), "
                    f"{self.catalog_rows} catalog row(s), {self.sweep_records} sweep record(s) renamed")
+        out.append(f"  ledgers: {self.ledgers_checked} checked for meaning and recorded in their manifest")
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -143,6 +153,7 @@ def migrate_state(session: Session) -> MigrationReport:
         _rename_scenario_files(paths, report)
         _rename_in_sweep_records(paths, report)
         _rename_scenario_partitions(session, report)
+        _check_ledger_meaning(session, report)
         write_state_format(paths)
     return report
 
@@ -164,6 +175,27 @@ def _register_world_days(session: Session, report: MigrationReport) -> None:
         missing = [k for k in world_day_keys(config) if k not in have]
         register_world_days(instance, config)
         report.world_days[world] = len(missing)
+
+
+def _check_ledger_meaning(session: Session, report: MigrationReport) -> None:
+    """Each registered world's ledger through the meaning check, recorded in its manifest (format 2 -> 3)."""
+    from churn_assets.world.ledger import LEDGER_FILE, LedgerError, check_meaning
+
+    for world in sorted(registered_worlds(session.instance)):
+        ledger_dir = session.paths.ledger_dir(world)
+        if not (ledger_dir / LEDGER_FILE).exists():
+            continue  # not materialized yet: the ledger asset writes it checked
+        try:
+            checked = check_meaning(ledger_dir)
+        except LedgerError as e:
+            report.notes.append(f"world {world}: its ledger fails the check and loaders will refuse it ({e}); "
+                                f"make it again with `churnbench worlds materialize {world}`")
+            continue
+        if checked.recorded or checked.already:
+            report.ledgers_checked += 1
+        else:
+            report.notes.append(f"world {world}: its ledger passed the meaning check but {ledger_dir} could not "
+                                "be written to record it")
 
 
 def _move_results(paths: StatePaths, report: MigrationReport) -> None:
