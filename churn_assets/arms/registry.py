@@ -127,14 +127,8 @@ def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, 
     (`ArmSpec.only_policy`) refuses another in one line, before anything is registered: `--policy off` on naive
     would only have made another experiment of the same answers (`scenario_from_json` reads a definition stored
     before that rule as it was)."""
-    spec = arm_spec(arm)
-    only = spec.only_policy
-    if only is not None and policy not in (Tiered().policy_id, only):
-        why = (f"always serves policy {only}" if spec.fixed_policy else
-               "serves no refresh policy (it reads its own vintage, whatever the policy)")
-        raise ScenarioError(f"arm {arm} {why}: policy {policy!r} would change nothing but the scenario's key; "
-                            "leave --policy out")
-    scenario = Scenario(world_id, arm, only or policy, t_prime, t, agent_id, saas_profile, model_settings)
+    scenario = Scenario(world_id, arm, check_arm_policy(arm, policy), t_prime, t, agent_id, saas_profile,
+                        model_settings)
     from churn_assets.freshness.policies import check_policy_classes
     from churn_assets.grounding.registry import load_registry
 
@@ -149,6 +143,21 @@ def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, 
         except UserFacingError as e:
             raise ScenarioError(f"scenario agent {agent_id!r}: {e}") from None
     return scenario
+
+
+def check_arm_policy(arm: str, policy: str) -> str:
+    """The policy a scenario of `arm` takes when asked for `policy`: its one policy (`ArmSpec.only_policy`) when
+    it has one, refusing any other than the default or that one in one line; else `policy`."""
+    spec = arm_spec(arm)
+    only = spec.only_policy
+    if only is None:
+        return policy
+    if policy not in (Tiered().policy_id, only):
+        why = (f"always serves policy {only}" if spec.fixed_policy else
+               "serves no refresh policy (it reads its own vintage, whatever the policy)")
+        raise ScenarioError(f"arm {arm} {why}: policy {policy!r} would change nothing but the scenario's key; "
+                            "leave --policy out")
+    return only
 
 
 def scenario_from_json(data: Mapping[str, Any]) -> Scenario:

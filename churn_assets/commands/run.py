@@ -106,9 +106,11 @@ def _interval(s: dict[str, Any]) -> str:
 def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str,
         replan: bool, retry_transport: bool) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
+    from churn_assets.arms.registry import check_arm_policy
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
 
+    check_arm_policy(arm, policy)  # before anything is opened: a policy-free arm refuses a policy in one line
     llm = None
     if agent == "llm":  # settings from CHURNBENCH_LLM_*: a clear error, before anything starts, when unset
         from churn_assets.arms.agents.llm import LlmSettings

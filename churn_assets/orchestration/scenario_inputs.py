@@ -173,14 +173,18 @@ def present_inputs(session: Session, inputs: Iterable[ScenarioInput]) -> set[Sce
 
 
 def _dbt_built(conn: Any, world: str) -> bool:
-    """Every model of the dbt project exists as a relation in the world's analytics schema, and the build recorded
-    the content hashes evaluations check their warehouse reads against (a build of an older churnbench, or one
-    that did not finish, recorded none: it is built again)."""
+    """Every model of the dbt project exists, and the build recorded the content hashes evaluations check their
+    warehouse reads against (a build that did not finish recorded none: it is built again)."""
+    return dbt_models_built(conn, world) and bool(recorded_content(conn, world))
+
+
+def dbt_models_built(conn: Any, world: str) -> bool:
+    """Every model of the dbt project exists as a relation in the world's analytics schema."""
     models = [k.split("/")[-1] for k in dbt_asset_keys()]
     row = conn.execute(
         """SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = %s AND c.relname = ANY(%s)""", (schema_name(world, "analytics"), models)).fetchone()
-    return row is not None and int(row[0]) == len(models) and bool(recorded_content(conn, world))
+    return row is not None and int(row[0]) == len(models)
 
 
 def _complete_operational_days(session: Session, world: str, items: list[ScenarioInput]) -> set[Any]:

@@ -90,7 +90,8 @@ class MeaningChecker:
                 continue  # a nullable reference (a license bought outside any contract)
             problem = self._missing(entity, ref, active)
             if problem:
-                raise MeaningError(f"{_where(rec)}: {field} {ref}: {problem}")
+                named = entity.replace("_", " ") if field == "entity_id" else field
+                raise MeaningError(f"{_where(rec)}: {named} {ref}: {problem}")
         if kind in _OF_A_LICENSE:
             lic = self.state.assignments.licenses.get(rec["entity_id"])
             if lic is not None and payload.get("product_id") != lic.product_id:

@@ -84,6 +84,11 @@ ADDED_IN_0002: tuple[tuple[str, str], ...] = (
     ("degenerate_exposure", "integer"),
     ("identity_version", "integer NOT NULL DEFAULT 1"),
 )
+# What revision 0003 adds (issue 35).
+ADDED_IN_0003: tuple[tuple[str, str], ...] = (
+    ("seal", "jsonb"),
+    ("dagster_run_id", "text"),
+)
 
 
 def old_ensure_catalog(conn: psycopg.Connection[Any], columns: tuple[tuple[str, str], ...] = OLD_COLUMNS) -> None:
@@ -208,7 +213,7 @@ def key(experiment_hash: str, code_version: str = "git-new") -> RunKey:
 def test_a_new_catalog_is_the_table_the_old_ddl_made(database: str) -> None:
     """A new catalog at head is the old DDL's table with the columns of the later revisions appended."""
     with connection(database, autocommit=True) as conn:
-        old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002)
+        old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002 + ADDED_IN_0003)
     old = definition(database)
     with connection(database, autocommit=True) as conn:
         conn.execute(b"DROP SCHEMA churnbench CASCADE")
@@ -257,7 +262,8 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     catalog = RunCatalog(database)
     listed = catalog.runs()  # a read adopts it: stamped at the baseline, then upgraded to head
     assert recorded_revisions(database) == [HEAD_REVISION]
-    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1}
+    added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1, "seal": None,
+             "dagster_run_id": None}
     before = [{**b, **added} for b in before]
     assert all_rows(database) == before
     after = definition(database)
@@ -265,7 +271,9 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     assert after["columns"][:last] == old_definition["columns"]
     assert after["columns"][last:] == [(last + 1, "unattributed_error", "integer", False, "", None),
                                        (last + 2, "degenerate_exposure", "integer", False, "", None),
-                                       (last + 3, "identity_version", "integer", True, "", "1")]
+                                       (last + 3, "identity_version", "integer", True, "", "1"),
+                                       (last + 4, "seal", "jsonb", False, "", None),
+                                       (last + 5, "dagster_run_id", "text", False, "", None)]
     assert {k: v for k, v in after.items() if k != "columns"} == {
         k: v for k, v in old_definition.items() if k != "columns"}
     assert [(r.run_id, r.experiment_hash, r.status, r.attempts) for r in listed] == [
@@ -295,6 +303,45 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     assert (restarted["status"], restarted["error"], restarted["attempts"]) == ("running", None, 2)
     with connection(database, autocommit=True) as conn:
         assert delete_world_runs(conn, WORLD) == 4 and catalog_worlds(conn) == set()
+
+
+def test_revision_0003_clears_the_figures_of_rows_that_are_not_complete(database: str) -> None:
+    """Issue 35: a row restarted over a complete one, then failed, kept the earlier attempt's figures with no summary
+    behind them (`failed 83.9% 29` in `results list`); the revision clears them, and the code keeps them cleared."""
+    from alembic import command
+
+    from churn_assets.evaluation.catalog import alembic_config
+
+    with connection(database, autocommit=True) as conn:
+        old_ensure_catalog(conn)
+        insert_old_rows(conn)
+        conn.execute(b"UPDATE churnbench.results_runs SET tasks = 180, accuracy = 0.839, stale_answers = 29, "
+                     b"correct = 151 WHERE status = 'failed'")
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(with_driver(database, "psycopg"), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            command.stamp(alembic_config(conn), "0001")
+            command.upgrade(alembic_config(conn), "0002")
+            conn.commit()
+    finally:
+        engine.dispose()
+    catalog = RunCatalog(database)
+    rows = {r.experiment_hash: r for r in catalog.runs()}  # upgraded to head by the read
+    failed, complete = rows["bbbb000000000003"], rows["aaaa000000000001"]
+    assert (failed.status, failed.tasks, failed.accuracy, failed.stale_answers, failed.verdicts["correct"]) == (
+        "failed", None, None, None, None)
+    assert (complete.tasks, complete.accuracy, complete.stale_answers) == (180, 0.75, 45)  # kept
+    # The code: a complete row started again (its folder removed) has no figures, nor once it fails.
+    done = key(complete.experiment_hash, complete.code_version)
+    catalog.start(SCENARIO, done, Path("/r/again"), dagster_run_id="run-1")
+    restarted = catalog.get(done)
+    assert restarted is not None and (restarted.status, restarted.accuracy, restarted.tasks) == ("running", None, None)
+    assert restarted.dagster_run_id == "run-1"
+    catalog.fail(done, "RuntimeError: source refused")
+    failed_again = catalog.get(done)
+    assert failed_again is not None and (failed_again.status, failed_again.accuracy) == ("failed", None)
 
 
 def test_a_table_of_another_shape_is_refused_and_left_as_it_was(database: str) -> None:
