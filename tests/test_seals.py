@@ -154,13 +154,25 @@ def test_a_store_changed_before_the_run_finished_fails_it_and_drops_its_checkpoi
     spec = RunSpec(Scenario("default-s42-2906f8", PlannedArm.name, "off", T_PRIME, T), "cafe", task_set_hash(tasks))
     store = ResultsStore(tmp_path)
 
-    def changed() -> None:
-        raise DataIntegrityError("world w: the warehouse was rebuilt while the arm answered")
+    class Check:
+        """A content check that finds the store changed after `after` answers (None: never)."""
 
-    with pytest.raises(DataIntegrityError, match="rebuilt while the arm answered"):
-        evaluate(arm, tasks, resolver, store, spec, code="git-recheck", recheck=changed)
-    folder = store.run_dir(spec.key("git-recheck"))
-    assert not (folder / "summary.json").exists() and not (folder / PARTIAL_FILE).exists()
-    summary = evaluate(arm, tasks, resolver, store, spec, code="git-recheck", recheck=lambda: None)
+        def __init__(self, after: int | None) -> None:
+            self.after, self.polled = after, 0
+
+        def poll(self) -> None:
+            self.polled += 1
+            if self.after is not None and self.polled > self.after:
+                raise DataIntegrityError("world w: the warehouse was rebuilt while the arm answered")
+
+        def finish(self) -> None:
+            self.poll()
+
+    for after in (3, len(tasks)):  # found while answering; found by the last check
+        with pytest.raises(DataIntegrityError, match="rebuilt while the arm answered"):
+            evaluate(arm, tasks, resolver, store, spec, code="git-recheck", content_check=Check(after))
+        folder = store.run_dir(spec.key("git-recheck"))
+        assert not (folder / "summary.json").exists() and not (folder / PARTIAL_FILE).exists()
+    summary = evaluate(arm, tasks, resolver, store, spec, code="git-recheck", content_check=Check(None))
     assert summary["tasks"] == len(tasks)
     assert json.loads((folder / "timings.json").read_text())["resumed_tasks"] == 0  # every task answered again

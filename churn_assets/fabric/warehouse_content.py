@@ -18,6 +18,9 @@ exception for the warehouse):
   `WarehouseContentError` naming the fix). It returns, per view, the hash of its closure's recorded hashes: the
   `observed_hash` of a warehouse read (`grounding/readers/warehouse.py`), which `verify-results` compares with the
   warehouse as it is then.
+- `WarehouseCheck`: an evaluation's check (`runner.ContentCheck`): the reads' hashes come from the record at once;
+  the relations are verified against it in a thread beside the answers (the start check, off the run's critical
+  path) and once more when every task is answered; a failure of either fails the run and drops its checkpoint.
 
 What it proves: the relations an arm's views read hold what the dbt build left, when the evaluation starts and
 when it ends. What it does not: that the dbt build itself was right (its tests, the parity checks against the
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +204,28 @@ def describe_change(now: RelationHash, recorded: RelationHash | None) -> str:
             f"{recorded.rows} rows hashing to {recorded.content_hash[:12]}")
 
 
+def recorded_views(url: str, world_id: str, views: Collection[str]) -> dict[str, str]:
+    """Per view, the hash of its closure as the dbt build recorded it (`view_hashes` of the record): what a read's
+    trace carries while `verify_content` checks, beside the answers, that the relations are still what was
+    recorded. Raises `WarehouseContentError` when a relation the views read has no record."""
+    from churn_assets.fabric.postgres import connection
+
+    with connection(url) as conn:
+        try:
+            recorded = recorded_content(conn, world_id)
+            found = closure(conn, world_id, views)
+        finally:
+            conn.rollback()
+    unrecorded = [r for r in found.relations if r not in recorded]
+    if unrecorded:
+        raise WarehouseContentError(
+            f"world {world_id}: the warehouse ({schema_name(world_id, 'analytics')}) has no recorded content hash "
+            f"for {', '.join(unrecorded[:3])}{' ...' if len(unrecorded) > 3 else ''} (built by an older churnbench, "
+            f"or its build did not finish): rebuild it (`churnbench run` and `churnbench project --world "
+            f"{world_id}` do; or materialize `analytics_dbt` for the world)")
+    return view_hashes(found, recorded)
+
+
 def verified_views(url: str, world_id: str, views: Collection[str]) -> dict[str, str]:
     """`verify_content` on a connection of its own (the owner's: the warehouse URL)."""
     from churn_assets.fabric.postgres import connection
@@ -209,3 +235,36 @@ def verified_views(url: str, world_id: str, views: Collection[str]) -> dict[str,
             return verify_content(conn, world_id, views)
         finally:
             conn.rollback()
+
+
+class WarehouseCheck:
+    """`evaluation.runner.ContentCheck` for the warehouse an evaluation reads (decision 252). `hashes` (per view,
+    from the build's record) is what the reads' traces carry; the start check verifies the relations against the
+    record in a thread while the arm answers, `finish` waits for it and verifies once more."""
+
+    def __init__(self, url: str, world_id: str, views: Collection[str]) -> None:
+        self.url, self.world_id, self.views = url, world_id, frozenset(views)
+        self.hashes = recorded_views(url, world_id, self.views)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="churnbench-warehouse-check")
+        self._start = self._pool.submit(verified_views, url, world_id, self.views)
+
+    def poll(self) -> None:
+        """Raise what the start check found, if it has finished and found something."""
+        if self._start.done():
+            self._same(self._start.result(), "when the arm started")
+
+    def finish(self) -> None:
+        self._same(self._start.result(), "when the arm started")
+        self._same(verified_views(self.url, self.world_id, self.views), "once every task was answered")
+
+    def close(self) -> None:
+        """Stop waiting for the start check (a run that failed or was cancelled does not wait for it)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _same(self, found: Mapping[str, str], when: str) -> None:
+        changed = sorted(v for v in self.views if found.get(v) != self.hashes.get(v))
+        if changed:
+            raise DataIntegrityError(f"world {self.world_id}: the warehouse was rebuilt while the arm answered (what "
+                                     f"{', '.join(changed)} read{'s' if len(changed) == 1 else ''} differs, {when}, "
+                                     "from the record the reads' traces carry): no answer of this attempt is kept; "
+                                     "run it again")

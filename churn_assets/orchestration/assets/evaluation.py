@@ -16,7 +16,6 @@ has transport failures: then those tasks are answered again into a retry folder 
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import datetime as dt
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.results import ResultsStore
 from churn_assets.evaluation.runner import RunSpec, evaluate, finished_run, transport_failures
 from churn_assets.evaluation.seals import SEAL_METADATA
+from churn_assets.fabric.warehouse_content import WarehouseCheck
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.assets.common import require_world, step_failure, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
@@ -77,7 +77,6 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     from churn_assets.arms.registry import arm_spec, make_arm
     from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
-    from churn_assets.fabric.warehouse_content import verified_views
     from churn_assets.grounding.registry import load_registry
     from churn_assets.grounding.routes import warehouse_views
     from churn_assets.services import saas_api_key, service_errors
@@ -130,16 +129,18 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     sources = connect_sources(world, warehouse_url=urls.warehouse, mongo_url=urls.mongodb, saas_url=urls.saas,
                               saas_key=saas_key, documents_root=paths.contracts_root(world),
                               warehouse_secret=warehouse_secret)
-    # What the arm's as-of views read, checked against the dbt build's record now and again once every task is
-    # answered (a corpus arm reads no view). Decision 240.
+    # What the arm's as-of views read, checked against the dbt build's record beside the answers and again once
+    # every task is answered (a corpus arm reads no view). Decisions 240 and 252.
     views = frozenset() if arm_spec(scenario.arm).searches_corpus else warehouse_views(load_registry())
+    warehouse_check: WarehouseCheck | None = None
     # The exposure (ledger gold and change rates: CPU) is computed in a thread while the arm answers (mostly
     # waiting on its stores and the SaaS API); answers are scored once it is known. Decision 199.
     exposures = ThreadPoolExecutor(1, thread_name_prefix="churnbench-exposure")
     try:
         with service_errors(paths):  # a store that died mid-run: its name, not a traceback
             if views:
-                sources.warehouse_content = verified_views(urls.warehouse, world, views)
+                warehouse_check = WarehouseCheck(urls.warehouse, world, views)
+                sources.warehouse_content = warehouse_check.hashes
             arm = _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
             exposure = exposures.submit(run_exposure, loaded.records, tasks, anchor=scenario.t,
                                         t_prime=scenario.t_prime, vintage=arm.planned_vintage, resolver=resolver)
@@ -151,8 +152,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
             saas = sources.saas
             summary = evaluate(arm, tasks, resolver, store, spec, exposure=exposure, progress=progress,
                                retry_transport=retry, dagster_run_id=context.run_id,
-                               recheck=(lambda: _recheck_warehouse(urls.warehouse, world, views,
-                                                                   sources.warehouse_content)) if views else None,
+                               content_check=warehouse_check,
                                transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
                                catalog=urls.warehouse,  # the results catalog records running -> complete/failed
                                on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
@@ -163,6 +163,8 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         # Not waited for: on success `evaluate` has its result; on a failure or a termination, a thread still
         # measuring must not hold the step's error back (it only reads the ledger and the locked resolver).
         exposures.shutdown(wait=False, cancel_futures=True)
+        if warehouse_check is not None:
+            warehouse_check.close()
         close_sources(sources)
     run_dir = _result_dir(store, spec, summary)
     timings = (run_dir / "timings.json").read_text()
@@ -178,19 +180,6 @@ def _seal_metadata(catalog_url: str, spec: RunSpec, summary: dict, run_dir: Path
     row = RunCatalog(catalog_url).get(spec.key(summary["code_version"]))
     sealed = (row.seal or {}).get(run_dir.name) if row is not None else None
     return {SEAL_METADATA: dg.MetadataValue.json({run_dir.name: sealed})} if sealed else {}
-
-
-def _recheck_warehouse(url: str, world: str, views: frozenset[str], at_start: Mapping[str, str] | None) -> None:
-    """The warehouse's content once every task is answered: still what was checked when the arm started."""
-    from churn_assets.errors import DataIntegrityError
-    from churn_assets.fabric.warehouse_content import verified_views
-
-    now = verified_views(url, world, views)
-    if now != at_start:
-        changed = sorted(v for v in views if now.get(v) != (at_start or {}).get(v))
-        raise DataIntegrityError(f"world {world}: the warehouse was rebuilt while the arm answered (the content "
-                                 f"read by {', '.join(changed)} changed): no answer of this attempt is kept; run it "
-                                 "again")
 
 
 class _ServiceGuard:
