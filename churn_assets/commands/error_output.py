@@ -15,76 +15,27 @@
 - `--debug` (or `CHURNBENCH_DEBUG=1`) prints the trace to stderr before the line.
 - Ctrl-C: `churnbench: interrupted`, exit 130.
 
-Traces go to `<state folder>/logs/errors/` when the state folder exists (the newest `KEEP_TRACES` are kept), else
-to `<temp dir>/churnbench-errors/`: a command that never touched a state folder does not make one to report an
-error.
+Where traces go: `error_traces.py` (a worker process of `run_cells` writes its cell's the same way).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import os
-import sys
-import tempfile
-import traceback
 from pathlib import Path
 
 import click
 
+from churn_assets.error_traces import has_trace, trace_text, write_trace
 from churn_assets.errors import UserFacingError, debug_enabled, one_line
 
 USAGE_EXIT = 2
 ERROR_EXIT = 1
 INTERRUPTED_EXIT = 130
-KEEP_TRACES = 100
 
 
 def usage_line(e: click.UsageError) -> str:
     """One line for an error in the command line itself."""
     path = e.ctx.command_path if e.ctx is not None else "churnbench"
     return f"{path}: usage error: {one_line(e.format_message())} (see `{path} --help`)"
-
-
-def trace_text(e: BaseException, argv: list[str] | None = None) -> str:
-    """What the trace file holds: the command, the traceback with causes and notes, and the trace of where the
-    error happened when that was outside this process's stack."""
-    argv = sys.argv if argv is None else argv
-    parts = [f"churnbench {' '.join(argv[1:])}".rstrip(),
-             f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}  pid {os.getpid()}", "",
-             "".join(traceback.format_exception(e))]
-    elsewhere = getattr(e, "trace", None)
-    if elsewhere:
-        parts += ["--- where it happened ---", str(elsewhere)]
-    return "\n".join(parts).rstrip() + "\n"
-
-
-def traces_dir() -> Path:
-    """`<state>/logs/errors` when the state folder exists, else a folder in the system's temporary directory."""
-    from churn_assets.state import StatePaths
-
-    try:
-        paths = StatePaths.resolve()
-        if paths.root.is_dir():
-            return paths.error_traces_dir
-    except (OSError, UserFacingError):
-        pass
-    return Path(tempfile.gettempdir()) / "churnbench-errors"
-
-
-def write_trace(text: str, folder: Path | None = None) -> Path | None:
-    """Write a trace file (None when it cannot be written: the line is printed anyway)."""
-    folder = folder or traces_dir()
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{stamp}-{os.getpid()}.log"
-        path.write_text(text, encoding="utf-8")
-        old = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)[:-KEEP_TRACES]
-        for stale in old:
-            stale.unlink(missing_ok=True)
-        return path
-    except OSError:
-        return None
 
 
 def error_line(e: BaseException, trace: Path | None) -> str:
@@ -117,12 +68,3 @@ def report(e: BaseException) -> int:
         click.echo(text, err=True, nl=False)
     click.echo(error_line(e, path), err=True)
     return ERROR_EXIT
-
-
-def has_trace(e: BaseException) -> bool:
-    """Whether an error's trace says more than its line: a bug, an error carrying another place's trace, or one
-    caused by another exception (not a refusal raised `from None`)."""
-    if not isinstance(e, UserFacingError):
-        return True
-    return bool(getattr(e, "trace", None)) or e.__cause__ is not None or \
-        (e.__context__ is not None and not e.__suppress_context__)

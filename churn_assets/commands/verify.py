@@ -214,10 +214,11 @@ class _Verifier:
 
     @staticmethod
     def _folder_name(folder: Path, row: CatalogRun | None) -> str:
-        """The folder's name as the run wrote it (a copy elsewhere keeps its seal's name through its summary)."""
+        """The folder's name as the run wrote it: its own, when the row's seal knows it (whatever kind of results
+        folder it is); a copy elsewhere is found through its summary (the experiment's folder, or its retry)."""
         from churn_assets.evaluation.results import RETRY_SUFFIX
 
-        if row is None:
+        if row is None or folder.name in (row.seal or {}) or Path(row.results_dir).name == folder.name:
             return folder.name
         try:
             retry = int(json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("retry", 0))
