@@ -47,7 +47,20 @@ def key_of(world: str, arm: str, policy: str = "tiered") -> str:
 
 
 def run(cli: Cli, world: str, arm: str) -> Any:
-    return cli("run", "--world", world, "--arm", arm, "--t-prime", T_PRIME, "--t", T)
+    # The first run may build the world's warehouse and dbt build (minutes under load, when no earlier test did).
+    return cli("run", "--world", world, "--arm", arm, "--t-prime", T_PRIME, "--t", T, timeout=1200)
+
+
+def verify(*args: str) -> Any:
+    """`churnbench verify-results` in this process (what it checks needs no subprocess; each one costs seconds)."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from churn_assets.cli import main
+
+    got = CliRunner().invoke(main, ["verify-results", *args])
+    return SimpleNamespace(returncode=got.exit_code, stdout=got.stdout, stderr=got.stderr)
 
 
 def one_line(err: str) -> str:
@@ -110,7 +123,7 @@ def test_warehouse_reads_are_checked_and_an_edited_table_refused(session: Sessio
         conn.rollback()
         verify_content(conn, world, views)
 
-    ok = cli("verify-results", str(folder))
+    ok = verify(str(folder))
     assert ok.returncode == 0 and "warehouse reads match the warehouse now" in ok.stdout, ok.stdout + ok.stderr
 
     # One row of fct_price edited for real: the run (results removed, as in the probe) refuses in one line, and
@@ -121,7 +134,7 @@ def test_warehouse_reads_are_checked_and_an_edited_table_refused(session: Sessio
         conn.execute(f"UPDATE {price} SET list_price_usd = list_price_usd + 1 WHERE price_key = %s", (key,))
         conn.commit()
     try:
-        stale = cli("verify-results", str(folder))
+        stale = verify(str(folder))
         assert stale.returncode == 1 and "cannot be verified" in stale.stdout and price in stale.stdout
         shutil.rmtree(folder)
         refused = run(cli, world, "naive")
@@ -138,7 +151,7 @@ def test_warehouse_reads_are_checked_and_an_edited_table_refused(session: Sessio
             conn.commit()
     again = run(cli, world, "naive")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert cli("verify-results", str(folder)).returncode == 0
+    assert verify(str(folder)).returncode == 0
 
 
 def _forge(folder: Path) -> str:
@@ -173,7 +186,7 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("eval_run"), asset_partitions=[key]), limit=1).records[0]
     assert materialization.asset_materialization.metadata[SEAL_METADATA].value == row.seal  # the same seal
 
-    honest = cli("verify-results", "--replay", key)
+    honest = verify("--replay", key)
     assert honest.returncode == 0, honest.stdout + honest.stderr
     assert "seal: 5 files match the catalog row and the Dagster eval_run metadata" in honest.stdout
     assert "replay: every task answered again the same way" in honest.stdout
@@ -183,7 +196,7 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
     try:
         victim = _forge(folder)
         # 1. The seal: the two files that changed are named; the catalog row and stale.csv disagree too.
-        sealed = cli("verify-results", key)
+        sealed = verify(key)
         assert sealed.returncode == 1
         for name in ("tasks.jsonl", "summary.json"):
             assert f"{name} changed since the run sealed it" in sealed.stdout, sealed.stdout
@@ -196,7 +209,7 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
         _set_catalog(session, row.run_id, seal=json.dumps(forged_seal))
         session.instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(forged_seal)}))
-        plain = cli("verify-results", key)
+        plain = verify(key)
         assert plain.returncode == 1 and "changed since the run sealed it" not in plain.stdout, plain.stdout
         assert "stale.csv: is not the list tasks.jsonl makes" in plain.stdout and victim in plain.stdout
         assert f"catalog row {row.run_id}: accuracy stored" in plain.stdout
@@ -213,10 +226,10 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
                      stale_answers=summary["stale_answers"])
         session.instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(forged_seal)}))
-        assert cli("verify-results", key).returncode == 0
-        independent = cli("verify-results", "--independent", key)
+        assert verify(key).returncode == 0
+        independent = verify("--independent", key)
         assert independent.returncode == 0, independent.stdout + independent.stderr
-        replayed = cli("verify-results", "--replay", key)
+        replayed = verify("--replay", key)
         assert replayed.returncode == 1
         assert f"task {victim}: answer (answered again) stored" in replayed.stdout, replayed.stdout
         assert f"task {victim}: verdict (answered again) stored \"correct\"" in replayed.stdout
@@ -228,7 +241,7 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
                      stale_answers=row.stale_answers)
         session.instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(row.seal)}))
-    assert cli("verify-results", key).returncode == 0
+    assert verify(key).returncode == 0
 
 
 def _set_catalog(session: Session, run_id: int, **values: Any) -> None:
