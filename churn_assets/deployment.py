@@ -17,6 +17,7 @@ import yaml
 from pydantic import BeforeValidator, Field
 
 from churn_assets.errors import UserFacingError
+from churn_assets.unique_keys import DuplicateKeyError, load_yaml
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.validation import IsoDay, StrictModel, none_is, parse
 
@@ -152,7 +153,9 @@ def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
         text = resources.files("churn_assets").joinpath(DEPLOYMENT_RESOURCE).read_text()
         where = f"churn_assets/{DEPLOYMENT_RESOURCE}"
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, where)
+    except DuplicateKeyError as e:
+        raise DeploymentConfigError(str(e)) from None
     except yaml.YAMLError as e:
         raise DeploymentConfigError(f"{where}: not valid YAML ({e})") from None
     return parse_deployment(data, where)

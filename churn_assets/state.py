@@ -17,6 +17,7 @@ Layout::
       results/<world>/          evaluation results
       locks/<world>/            lock files of builds that processes sharing the folder must not run at once
       dbt/runs/                 each dbt invocation's own target and log folder (removed when it succeeds)
+      logs/errors/              the full trace of each error a command printed as one line (the newest kept)
 
 The embedded Postgres data directory is NOT inside the state folder: the embedded server, run as root,
 opens the permissions of every parent of its data directory (and runs as a system user that must
@@ -32,7 +33,8 @@ format that holds anything is refused in one line naming `churnbench migrate`, w
 `STATE_FORMAT` (an empty one is simply stamped). Formats:
 
 - 1: before issue 20 (no `state-format` file);
-- 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20).
+- 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20);
+- 3: every world's ledger manifest records its passed meaning check, which loaders require (issue 35).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
 DEFAULT_PG_ROOT = Path("/var/tmp")
 PG_HOME_PREFIX = "churnbench-pg-"
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 STATE_FORMAT_FILE = "state-format"
 MIGRATE_COMMAND = "churnbench migrate"
 
@@ -148,6 +150,11 @@ class StatePaths:
             return self.state_id_file.read_text().strip()
         except FileNotFoundError:
             raise StateError(f"state folder {self.root} is not initialised (no .state-id)") from None
+
+    @property
+    def error_traces_dir(self) -> Path:
+        """Where the CLI writes the full trace of an error it printed as one line (`commands/error_output.py`)."""
+        return self.root / "logs" / "errors"
 
     # -- services -------------------------------------------------------------------------------
 

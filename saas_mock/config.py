@@ -38,6 +38,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from churn_assets.credentials import tenant_key
 from churn_assets.errors import UserFacingError
+from churn_assets.unique_keys import DuplicateKeyError, load_json
 from churn_assets.world.config import WORLD_ID_RE
 from churn_assets.world.validation import StrictModel, fail, one_of, parse
 
@@ -113,7 +114,9 @@ def plan_for(profile: str, overrides: Mapping[str, Any] | None = None) -> Plan:
 def parse_keys(text: str, where: str) -> list[ApiKey]:
     """Keys from the JSON text of `where` (an env variable or a file), validated."""
     try:
-        data = json.loads(text)
+        data = load_json(text, where)
+    except DuplicateKeyError as e:
+        raise SaasConfigError(str(e)) from None
     except json.JSONDecodeError as e:
         raise SaasConfigError(f"{where}: not valid JSON ({e.msg})") from None
     # Never quote a value in the message: the values are secrets.

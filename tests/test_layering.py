@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # `files` the atomic writes and file locks of anything several processes may write; `credentials` the generated
 # secret files and the secrets derived from them (the SaaS API derives tenant keys with it too).
 RANKS: dict[str, int] = {
-    "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0,
+    "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0, "unique_keys": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,
     "arms": 4, "freshness": 4,
     "evaluation": 5, "sweeps": 5,
     # services and the state folder stand beside the core: used by the Dagster wing and the CLI only.
-    "services": 6, "state": 6, "deployment": 6,
+    "services": 6, "state": 6, "deployment": 6, "error_traces": 6,
     "orchestration": 7,  # the Dagster wing, ranked inside by WING_RANKS
     "cli": 9, "commands": 9, "__main__": 9,
     "benchmark": 9,  # `churnbench bench`: measures the commands (the paper's cells) and everything below them
@@ -98,7 +98,7 @@ def violations(module: str, imports: list[str]) -> list[str]:
             found.append(f"{module} imports {imp}: nothing in the core imports saas_mock")
         if top == "saas_mock" and head == "churn_assets":
             sub = imp.split(".")[1] if "." in imp else ""
-            if sub not in ("world", "errors", "canonical", "credentials", "services", "state"):
+            if sub not in ("world", "errors", "canonical", "credentials", "services", "state", "unique_keys"):
                 found.append(f"{module} imports {imp}: saas_mock may only use churn_assets.world")
         if own is not None and head in ("churn_assets", "contracts"):
             target = rank_of(imp)

@@ -53,6 +53,11 @@ class PlannedArm:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GoldResolver, list[Task], Path]:
+    return written_run(tmp_path_factory.mktemp("results"))
+
+
+def written_run(root: Path) -> tuple[GoldResolver, list[Task], Path]:
+    """A run of the scripted arm (policy off, T' = 2024-01-10, T = 2024-01-28, 20 tasks) written under `root`."""
     config = load_config(days=30)
     records = [{"seq": i, "at": e.at.isoformat(), "kind": e.kind, "entity_type": e.entity_type,
                 "entity_id": e.entity_id, "payload": e.payload} for i, e in enumerate(simulate(config))]
@@ -60,7 +65,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GoldResolver, list[Ta
     tasks = list(generate_task_set(records, world_id=config.world_id, anchor=T, n=20, resolver=resolver).tasks)
     planned = served_vintage(load_registry(), T_PRIME, T, Off())
     exposure = run_exposure(records, tasks, anchor=T, t_prime=T_PRIME, vintage=planned, resolver=resolver)
-    store = ResultsStore(tmp_path_factory.mktemp("results"))
+    store = ResultsStore(root)
     spec = RunSpec(Scenario(config.world_id, PlannedArm.name, "off", T_PRIME, T), config.config_hash,
                    task_set_hash(tasks))
     evaluate(PlannedArm(resolver, planned, out_of_budget=tasks[2].task_id), tasks, resolver, store, spec,
@@ -171,7 +176,7 @@ def test_a_served_vintage_that_its_traces_do_not_show_is_rejected(run, tmp_path:
 def test_world_without_all_is_refused() -> None:
     from click.testing import CliRunner
 
-    from churn_assets.commands.results import verify_results
+    from churn_assets.commands.verify import verify_results
 
     got = CliRunner().invoke(verify_results, ["7", "--world", "w"])
     assert got.exit_code == 2 and "--world selects the runs of --all" in got.output

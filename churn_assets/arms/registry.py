@@ -33,7 +33,7 @@ from churn_assets.arms.grounding import GroundingArm, NoFreshnessTiersArm, NoSem
 from churn_assets.arms.hierarchical import HIERARCHICAL_READS, HierarchicalArm
 from churn_assets.arms.naive import NAIVE_READS, NaiveArm
 from churn_assets.fabric.sources import Sources
-from churn_assets.freshness.policies import Off
+from churn_assets.freshness.policies import Off, Tiered
 from churn_assets.freshness.scenario import (
     DETERMINISTIC_AGENT,
     RAG_INDEX,
@@ -64,6 +64,12 @@ class ArmSpec:
     factory: Callable[[ArmContext], Arm]
     reads: ArmReads = SERVES_POLICY  # the refresh policy's staged partitions, no day inputs of its own
     fixed_policy: str | None = None
+
+    @property
+    def only_policy(self) -> str | None:
+        """The one policy its scenarios take: its fixed policy, or the default for an arm that serves no refresh
+        policy (its own vintage: a policy would change nothing but the key). None: it takes any policy."""
+        return self.fixed_policy or (None if self.reads.serves_policy else Tiered().policy_id)
 
     @property
     def searches_corpus(self) -> bool:
@@ -117,9 +123,11 @@ def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, 
                     agent_id: str = DETERMINISTIC_AGENT, saas_profile: str = "default",
                     model_settings: Mapping[str, Any] | None = None) -> Scenario:
     """A checked scenario: a registered arm (its fixed policy replacing `policy`, whose TTL overrides name cached
-    classes), and an LLM agent's stored settings hashing to its agent id."""
-    spec = arm_spec(arm)
-    scenario = Scenario(world_id, arm, spec.fixed_policy or policy, t_prime, t, agent_id, saas_profile,
+    classes), and an LLM agent's stored settings hashing to its agent id. An arm that takes one policy only
+    (`ArmSpec.only_policy`) refuses another in one line, before anything is registered: `--policy off` on naive
+    would only have made another experiment of the same answers (`scenario_from_json` reads a definition stored
+    before that rule as it was)."""
+    scenario = Scenario(world_id, arm, check_arm_policy(arm, policy), t_prime, t, agent_id, saas_profile,
                         model_settings)
     from churn_assets.freshness.policies import check_policy_classes
     from churn_assets.grounding.registry import load_registry
@@ -137,9 +145,27 @@ def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, 
     return scenario
 
 
+def check_arm_policy(arm: str, policy: str) -> str:
+    """The policy a scenario of `arm` takes when asked for `policy`: its one policy (`ArmSpec.only_policy`) when
+    it has one, refusing any other than the default or that one in one line; else `policy`."""
+    spec = arm_spec(arm)
+    only = spec.only_policy
+    if only is None:
+        return policy
+    if policy not in (Tiered().policy_id, only):
+        why = (f"always serves policy {only}" if spec.fixed_policy else
+               "serves no refresh policy (it reads its own vintage, whatever the policy)")
+        raise ScenarioError(f"arm {arm} {why}: policy {policy!r} would change nothing but the scenario's key; "
+                            "leave --policy out")
+    return only
+
+
 def scenario_from_json(data: Mapping[str, Any]) -> Scenario:
     """A stored scenario definition, checked as `define_scenario` checks a new one."""
     s = Scenario.from_json(data)
+    if s.policy != (arm_spec(s.arm).only_policy or s.policy):
+        # stored before policy-free arms refused a policy: read as it was, under the key it names its results by
+        return Scenario(s.world_id, s.arm, s.policy, s.t_prime, s.t, s.agent_id, s.saas_profile, s.model_settings)
     return define_scenario(s.world_id, s.arm, s.policy, s.t_prime, s.t, agent_id=s.agent_id,
                            saas_profile=s.saas_profile, model_settings=s.model_settings)
 

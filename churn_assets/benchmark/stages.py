@@ -417,7 +417,10 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
     from churn_assets.evaluation.runner import RunSpec, evaluate
     from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
+    from churn_assets.fabric.warehouse_content import verified_views
     from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.grounding.routes import warehouse_views
     from churn_assets.orchestration.scenario_inputs import scenario_plan
     from churn_assets.orchestration.world_registry import load_world_config
     from churn_assets.services import saas_api_key
@@ -460,6 +463,8 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
                                                   documents_root=paths.contracts_root(ctx.world_id),
                                                   warehouse_secret=warehouse_secret)
                         try:
+                            sources.warehouse_content = verified_views(urls.warehouse, ctx.world_id,
+                                                                       warehouse_views(load_registry()))
                             arm = make_arm(scenario, sources, served=plan.served_vintage)
                             run = run_exposure(loaded.records, tasks, anchor=scenario.t, t_prime=scenario.t_prime,
                                                vintage=arm.planned_vintage, resolver=resolver)

@@ -14,9 +14,9 @@ from churn_assets.state import StatePaths
 
 @click.command()
 def migrate() -> None:
-    """Migrate the state folder in place: register each world's day partitions and rename scenario keys to
-    the form with the world last (results folders, catalog rows, scenario files, eval_run partitions).
-    Idempotent; run it again if it was interrupted."""
+    """Migrate the state folder in place: register each world's day partitions, rename scenario keys to the
+    form with the world last (results folders, catalog rows, scenario files, eval_run partitions), and check each
+    world's ledger for meaning, recording it in its manifest. Idempotent; run it again if it was interrupted."""
     from churn_assets.orchestration.materialize import open_session
     from churn_assets.orchestration.state_migration import migrate_state
 

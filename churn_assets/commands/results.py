@@ -1,5 +1,4 @@
-"""`churnbench results list|show` (the results catalog) and `churnbench verify-results` (every verdict of a
-run recomputed from the ledger; with `--independent`, also set against the SQL gold over the truth schema).
+"""`churnbench results list|show`: the results catalog (`verify-results` is in `commands/verify.py`).
 
 A RUN is named by its run id (first column of `results list`), its scenario key (today's form, world last, or
 the form before issue 20, world first: either finds the run), its experiment hash (or a prefix of at least 4 hex
@@ -12,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,36 +21,43 @@ from churn_assets.state import StatePaths
 
 if TYPE_CHECKING:
     from churn_assets.evaluation.catalog import CatalogExperiment, CatalogRun, RunCatalog
-    from churn_assets.evaluation.verify import VerifyReport
-
-
-class VerificationFailed(UserFacingError):
-    """verify-results found rows the ledger does not confirm."""
 
 
 @contextmanager
-def _catalog(paths: StatePaths) -> Iterator[RunCatalog]:
+def catalog_of(paths: StatePaths) -> Iterator[RunCatalog]:
     from churn_assets.evaluation.catalog import RunCatalog
     from churn_assets.services import ensure_services, service_errors
     from churn_assets.state import require_current_format
 
     require_current_format(paths)
     urls = ensure_services(paths)
-    with service_errors(paths):
+    with service_errors(paths), ExitStack() as stack:
         catalog = RunCatalog(urls.warehouse)
-        _report_dead_rows(paths, catalog)
+        _report_dead_rows(paths, catalog, lambda: _open_instance(stack, paths, urls))
         yield catalog
 
 
-def _report_dead_rows(paths: StatePaths, catalog: RunCatalog) -> None:
-    """Rows still `running` whose process is gone are recorded failed before they are listed (one line each)."""
+def _open_instance(stack: ExitStack, paths: StatePaths, urls: Any) -> Any:
+    """The state folder's Dagster instance, opened once, disposed of when `stack` closes."""
+    from churn_assets.orchestration.materialize import open_instance
+
+    instance = open_instance(paths, urls)
+    stack.callback(instance.dispose)
+    return instance
+
+
+def _report_dead_rows(paths: StatePaths, catalog: RunCatalog, instance: Any) -> None:
+    """Rows still `running` whose process is gone are recorded failed before they are listed (one line each), and
+    the Dagster runs they name (the instance opened only then)."""
+    import functools
+
     from churn_assets.orchestration.dead_runs import reap_dead_catalog_rows
 
-    for run in reap_dead_catalog_rows(paths, catalog):
+    for run in reap_dead_catalog_rows(paths, catalog, functools.cache(instance)):
         click.echo(f"churnbench: {run.line()}", err=True)
 
 
-def _require_known_world(paths: StatePaths, catalog: RunCatalog, world_id: str | None) -> None:
+def require_known_world(paths: StatePaths, catalog: RunCatalog, world_id: str | None) -> None:
     """Refuse a `--world` that is neither registered nor in the catalog: a typo must not pass as "no runs"
     (a CI gate on `verify-results --all --world X` would pass on a mistyped X)."""
     from churn_assets.orchestration.world_registry import WorldNotFoundError
@@ -101,8 +106,8 @@ def results() -> None:
 def list_(world_id: str | None) -> None:
     """Every run in the catalog (oldest first): status, accuracy, stale answers, when it finished."""
     paths = StatePaths.resolve()
-    with _catalog(paths) as catalog:
-        _require_known_world(paths, catalog, world_id)
+    with catalog_of(paths) as catalog:
+        require_known_world(paths, catalog, world_id)
         runs = catalog.runs(world_id)
     if not runs:
         click.echo("no runs yet" + (f" for world {world_id}" if world_id else "")
@@ -118,10 +123,13 @@ def list_(world_id: str | None) -> None:
         older = "  (older identity: shown, never reused)" if r.older_identity else ""
         retry = f"  (retry {r.retry})" if r.retry else ""
         retry = (f"  (repeat {r.repeat})" if r.repeat else "") + retry
+        done = r.status == "complete"  # a row that is not complete has no figures: no summary stands behind them
+        accuracy, stale = (_pct(r.accuracy), _num(r.stale_answers)) if done else ("-", "-")
+        transport = _num(r.verdicts.get("transport_failure")) if done else "-"
         click.echo(f"{r.run_id:>5}  {r.scenario_key:<{width}}  {policies[r.run_id]:<{policy_width}}  "
                    f"{r.experiment_hash[:10]:<10}  "
-                   f"{r.code_version:<{code_width}}  {r.status:<8}  {_pct(r.accuracy):>6}  "
-                   f"{_num(r.stale_answers):>5}  {_num(r.verdicts.get('transport_failure')):>9}  "
+                   f"{r.code_version:<{code_width}}  {r.status:<8}  {accuracy:>6}  "
+                   f"{stale:>5}  {transport:>9}  "
                    f"{_when(r.finished_at)}{older}{retry}")
 
 
@@ -133,7 +141,7 @@ def show(run_ref: str) -> None:
     RUN: a run id, a scenario key (either form), an experiment hash or prefix, `<hash>__<code version>`, or the
     results folder `churnbench run` printed."""
     paths = StatePaths.resolve()
-    with _catalog(paths) as catalog:
+    with catalog_of(paths) as catalog:
         run, others = catalog.resolve(run_ref)
         repeats = catalog.repeats_of(run)
         experiments = catalog.experiments(run.experiment_hash, run.code_version)
@@ -162,6 +170,12 @@ def _experiment_part(run: CatalogRun, repeats: list[CatalogRun], experiments: li
     return lines
 
 
+def _checkpointed(r: CatalogRun) -> int:
+    from churn_assets.evaluation.results import ResultsStore
+
+    return ResultsStore(Path(r.results_dir).parent).checkpointed(Path(r.results_dir))
+
+
 def _describe(r: CatalogRun, others: list[CatalogRun], policy: str) -> str:
     lines = [
         f"run {r.run_id}: {r.scenario_key}" + (f" (repeat {r.repeat})" if r.repeat else ""),
@@ -178,6 +192,9 @@ def _describe(r: CatalogRun, others: list[CatalogRun], policy: str) -> str:
     ]
     if r.error:
         lines.append(f"  error          {r.error}")
+    if r.status != "complete":
+        lines.append(f"  checkpointed   {_checkpointed(r)} task(s) answered so far (not results: no figures until "
+                     "the run completes)")
     if r.status == "complete":
         lines += [
             f"  tasks          {r.tasks}, accuracy {_pct(r.accuracy)}",
@@ -196,192 +213,3 @@ def _describe(r: CatalogRun, others: list[CatalogRun], policy: str) -> str:
         lines.append("  other code versions of this experiment: "
                      + ", ".join(f"run {o.run_id} {o.code_version} ({o.status})" for o in others))
     return "\n".join(lines)
-
-
-@click.command("verify-results")
-@click.argument("run_refs", nargs=-1, metavar="RUN...")
-@click.option("--all", "all_runs", is_flag=True, help="Every complete run in the catalog (of --world).")
-@click.option("--world", "world_id", default=None, help="With --all: only the runs of this world.")
-@click.option("--independent", is_flag=True,
-              help="Also check every gold, verdict and exposure against a second gold, by SQL over the world's "
-                   "truth schema (needs `churnbench project --world ID`), with verdicts from the data times the "
-                   "traces observed.")
-def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | None, independent: bool) -> None:
-    """Recompute gold from the ledger for every task of a run (correct rows too) and confirm each verdict.
-
-    Plain: gold recomputed by the code that scored the run, so it proves the results files were not edited.
-    --independent: also the SQL gold over the truth schema at T, at the served and the planned vintage, and the
-    verdict re-derived from the observed data times, so it proves gold and verdicts under a second
-    implementation. Prints "N rows confirmed" per run, or every disagreement (naming the task) and exits 1.
-    """
-    if not run_refs and not all_runs:
-        raise click.UsageError("name a RUN (see `churnbench results list`), a results folder, or pass --all")
-    if world_id is not None and not all_runs:
-        raise click.UsageError("--world selects the runs of --all; with named RUNs leave it out")
-    paths = StatePaths.resolve()
-    folders: list[tuple[str, Path]] = []
-    incomplete: list[str] = []  # repeats of a named experiment that are not complete
-    refs = [r for r in run_refs if not _is_results_folder(r)]
-    folders += [(r, Path(r)) for r in run_refs if _is_results_folder(r)]
-    if refs or all_runs:
-        with _catalog(paths) as catalog:
-            for ref in refs:
-                run, _ = catalog.resolve(ref)
-                if run.status != "complete":
-                    raise UserFacingError(f"run {run.run_id} ({run.scenario_key}) is {run.status}: only a complete "
-                                          "run can be verified")
-                # every repeat of the experiment it names (issue 33): one not complete is not confirmed
-                for rep in catalog.repeats_of(run):
-                    label = f"run {rep.run_id} {rep.scenario_key}" + (f" repeat {rep.repeat}" if rep.repeat else "")
-                    if rep.status != "complete":
-                        incomplete.append(f"{label} is {rep.status}")
-                    else:
-                        folders.append((label, Path(rep.results_dir)))
-            if all_runs:
-                _require_known_world(paths, catalog, world_id)
-                folders += [(f"run {r.run_id} {r.scenario_key}", Path(r.results_dir))
-                            for r in catalog.runs(world_id) if r.status == "complete"]
-    if not folders and not incomplete:
-        click.echo("no complete runs to verify")
-        return
-    golds = _Golds()
-    failed = []
-    with ExitStack() as stack:
-        if independent:
-            golds.conn = stack.enter_context(_truth_connection(paths))
-        for label in incomplete:
-            failed.append(label)
-            click.echo(f"{label}: cannot be verified: a repeat of the experiment that is not complete")
-        for label in _repeat_mismatches(folders):
-            failed.append(label)
-        for label, folder in folders:
-            try:
-                report = _verify_folder(paths, folder, golds)
-            except (UserFacingError, OSError) as e:  # this run cannot be checked; the others still are
-                failed.append(label)
-                click.echo(f"{label}: cannot be verified: {e}")
-                continue
-            if report.ok:
-                how = " (independent: stored, python and sql gold agree)" if independent else ""
-                click.echo(f"{label}: {report.rows} rows confirmed{how}")
-                continue
-            failed.append(label)
-            click.echo(f"{label}: {len(report.disagreements)} disagreement(s) in {report.rows} rows "
-                       f"({len(report.tasks_disagreeing)} task(s)):")
-            for d in report.disagreements:
-                click.echo(f"  {d}")
-    if failed:
-        raise VerificationFailed(f"verify-results: {len(failed)} run(s) not confirmed by the ledger: "
-                                 + ", ".join(failed))
-
-
-@dataclass
-class _Golds:
-    """Gold per world, made once for all the runs verified: the Python resolver (ledger file) with the
-    ledger's head, and with --independent the SQL gold over the truth schema on one connection."""
-
-    conn: Any = None
-    resolvers: dict[str, Any] = field(default_factory=dict)
-    heads: dict[str, str | None] = field(default_factory=dict)
-    sql: dict[str, Any] = field(default_factory=dict)
-
-
-@contextmanager
-def _truth_connection(paths: StatePaths) -> Iterator[Any]:
-    from churn_assets.fabric.postgres import connection
-    from churn_assets.services import ensure_services, service_errors
-
-    urls = ensure_services(paths)
-    with service_errors(paths), connection(urls.warehouse, autocommit=True) as conn:
-        yield conn
-
-
-def _sql_gold(golds: _Golds, world: str) -> Any:
-    from churn_assets.evaluation.independent import SqlGold
-    from churn_assets.fabric.postgres import schema_name
-    from churn_assets.fabric.truth import truth_head
-
-    if world not in golds.sql:
-        head = truth_head(golds.conn, world)
-        if head is None:
-            raise UserFacingError(f"world {world} has no truth layer ({schema_name(world, 'truth')}) for the "
-                                  f"independent gold: run `churnbench project --world {world}`")
-        if head.head_hash != golds.heads[world]:  # else the two golds would read two different ledgers
-            raise UserFacingError(f"the truth layer of world {world} holds ledger head {str(head.head_hash)[:12]}, "
-                                  f"the ledger file {str(golds.heads[world])[:12]}: reload it with "
-                                  f"`churnbench project --world {world}`")
-        golds.sql[world] = SqlGold(golds.conn, world)
-    return golds.sql[world]
-
-
-def _repeat_mismatches(folders: list[tuple[str, Path]]) -> list[str]:
-    """The deterministic agent's repeats among `folders` (siblings `<hash>__<code>[__rep<r>]`) must answer every
-    task alike: one line per experiment whose repeats differ, naming the tasks (printed here)."""
-    import json
-
-    from churn_assets.evaluation.repeats import repeat_disagreements
-    from churn_assets.evaluation.results import parse_folder_name
-    from churn_assets.evaluation.verify import load_run
-    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-
-    groups: dict[tuple[Path, str], list[tuple[int, str, Path]]] = {}
-    for label, folder in folders:
-        base, repeat, _retry = parse_folder_name(folder.name)
-        groups.setdefault((folder.parent, base), []).append((repeat, label, folder))
-    out = []
-    for (_parent, base), members in groups.items():
-        if len({m[0] for m in members}) < 2:
-            continue
-        members.sort()
-        try:
-            runs = [load_run(m[2]) for m in members]
-        except (UserFacingError, OSError, json.JSONDecodeError):
-            continue  # each folder's own check says what is wrong with it
-        if runs[0].experiment.get("agent_id") != DETERMINISTIC_AGENT:
-            continue
-        try:
-            differ = repeat_disagreements([r.rows for r in runs])
-        except (ValueError, IndexError) as e:  # the repeats' rows are not the same tasks in the same order
-            differ = [str(e) or "the repeats do not hold the same tasks"]
-        if differ:
-            label = f"experiment {base} (repeats {', '.join(str(m[0]) for m in members)})"
-            click.echo(f"{label}: the deterministic agent's repeats differ in {len(differ)} task(s):")
-            for line in differ:
-                click.echo(f"  {line}")
-            out.append(label)
-    return out
-
-
-def _is_results_folder(ref: str) -> bool:
-    return (Path(ref) / "summary.json").is_file()
-
-
-def _verify_folder(paths: StatePaths, folder: Path, golds: _Golds) -> VerifyReport:
-    from churn_assets.evaluation.verify import load_run, verify_rows, verify_rows_independent
-    from churn_assets.tasks.gold import GoldResolver
-    from churn_assets.tasks.task_set import read_tasks, task_set_hash
-    from churn_assets.world.ledger import load_ledger
-
-    stored = load_run(folder)
-    experiment = stored.experiment
-    try:
-        world, t, expected_hash = experiment["world_id"], experiment["t"], experiment["task_set_hash"]
-    except KeyError as e:
-        raise UserFacingError(f"{folder}/summary.json names no {e.args[0]} of its experiment") from None
-    task_file = paths.task_set_file(world, t)
-    tasks = read_tasks(task_file)
-    if task_set_hash(tasks) != expected_hash:
-        raise UserFacingError(f"the task set {task_file} is not the one run {folder.name} answered (task-set hash "
-                              f"{task_set_hash(tasks)[:12]}, the run's {str(expected_hash)[:12]})")
-    if world not in golds.resolvers:
-        ledger_dir = paths.ledger_dir(world)
-        if not ledger_dir.is_dir():
-            raise UserFacingError(f"world {world} has no ledger in {ledger_dir.parent}: nothing to recompute gold "
-                                  "from (`churnbench worlds materialize` rebuilds it)")
-        loaded = load_ledger(ledger_dir)
-        golds.resolvers[world] = GoldResolver(loaded.records, format_version=loaded.format_version)
-        golds.heads[world] = loaded.head_hash
-    if golds.conn is not None:
-        return verify_rows_independent(golds.resolvers[world], _sql_gold(golds, world), tasks, stored.rows,
-                                       stored.summary)
-    return verify_rows(golds.resolvers[world], tasks, stored.rows, stored.summary)

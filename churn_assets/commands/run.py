@@ -116,9 +116,11 @@ def _interval(s: dict[str, Any]) -> str:
 def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, gguf: str | None,
         saas_profile: str, replan: bool, retry_transport: bool, repeats: int) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
+    from churn_assets.arms.registry import check_arm_policy
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
 
+    check_arm_policy(arm, policy)  # before anything is opened: a policy-free arm refuses a policy in one line
     # settings from CHURNBENCH_LLM_* (or the local model): a clear error, before anything starts, when missing
     llm = llm_settings(agent, gguf)
     paths = StatePaths.resolve()

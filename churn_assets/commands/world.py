@@ -9,7 +9,8 @@ import click
 
 from churn_assets.commands.progress import progress_bar
 from churn_assets.world.config import load_config
-from churn_assets.world.ledger import load_ledger, resolve_ledger_paths
+from churn_assets.world.ledger import check_meaning, load_ledger, resolve_ledger_paths
+from churn_assets.world.meaning import CHECK_VERSION
 from churn_assets.world.simulator import generate_ledger
 
 
@@ -61,7 +62,10 @@ def ledger() -> None:
 @ledger.command("verify")
 @click.argument("path", type=click.Path(path_type=Path))
 def verify(path: Path) -> None:
-    """Verify a ledger: schema, ordering, hash chain and manifest (format 2); format 1 loads unverified."""
+    """Verify a ledger: schema, ordering, hash chain and manifest (format 2), and its meaning: every event possible
+    in the world the events before it made (nothing created twice, nothing changed that does not exist or no
+    longer exists, every entity an event names existing). Records the passed meaning check in the manifest, which
+    every loader requires. Format 1 loads unverified."""
     ledger_file, _ = resolve_ledger_paths(path)
     with progress_bar(f"verifying {ledger_file.name}", total=None, unit="events") as advance:
         last = [0]
@@ -70,13 +74,15 @@ def verify(path: Path) -> None:
             advance(n - last[0])
             last[0] = n
 
-        loaded = load_ledger(path, progress=on_progress)
-    if loaded.verified:
-        click.echo(f"OK: {loaded.count:,} events, format {loaded.format_version}, hash chain and manifest "
-                   f"verified, head {loaded.head_hash}")
-    else:
-        click.echo(f"LOADED (unverified): {loaded.count:,} events, format {loaded.format_version} "
+        checked = check_meaning(path, progress=on_progress)
+    if checked.format_version != 2:
+        click.echo(f"LOADED (unverified): {checked.count:,} events, format {checked.format_version} "
                    f"has no hash chain; schema and ordering checked")
+        return
+    recorded = ("recorded in the manifest before" if checked.already else "recorded in the manifest"
+                if checked.recorded else "NOT recorded: the manifest could not be written")
+    click.echo(f"OK: {checked.count:,} events, format 2, hash chain, manifest and meaning (check version "
+               f"{CHECK_VERSION}; {recorded}) verified, head {checked.head_hash}")
 
 
 @ledger.command("stats")

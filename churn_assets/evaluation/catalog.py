@@ -7,14 +7,18 @@ never touches it; `worlds rm` / `gc` delete a world's rows through `delete_world
 A row is keyed by (experiment hash, code version, repeat), exactly as the results folder is (a repeat r > 0
 of `--repeats K` is the folder `...__rep<r>`, `results.RunKey`; a single run is repeat 0). Its `status`:
 
-- `running`  written when a run starts (or resumes from its checkpoint);
+- `running`  written when a run starts (or resumes from its checkpoint), with no figures (an earlier attempt's
+             are cleared: no figure stands without the summary it came from) and the Dagster run evaluating it;
 - `complete` written only after the results folder is complete (summary.json written last), with the
-             summary figures; it changes again only when its folder was removed and the run starts anew;
-- `failed`   written when the run raised (an error or an interrupt), with the error.
+             summary figures and the folder's seal (`seals.py`: the SHA-256 of each results file, one entry per
+             folder name, so a retry's seal joins the first folder's); it changes again only when its folder
+             was removed and the run starts anew;
+- `failed`   written when the run raised (an error or an interrupt), with the error and no figures.
 
 A process killed outright (SIGKILL, power loss) leaves its row `running`: never `complete`; the next command
-finds it (`running_rows`), sees that its process is gone, and records it `failed` (`mark_dead`), or `complete`
-when its folder was completed before the kill (`mark_dead_complete`; `orchestration/dead_runs.py`). A completed
+finds it (`running_rows`), sees that its process is gone, and records it `failed` (`mark_dead`; the Dagster run the
+row names is recorded failed too), or `complete` when its folder was completed before the kill
+(`mark_dead_complete`; `orchestration/dead_runs.py`). A completed
 results folder whose row is missing or not complete (the catalog was unreachable when it finished) is
 recorded complete by the next `evaluate` of the same key, which reads the folder back.
 
@@ -50,6 +54,7 @@ from churn_assets.evaluation.results import (
     RunKey,
     parse_folder_name,
 )
+from churn_assets.evaluation.seals import seal_folder
 from churn_assets.evaluation.verdicts import VERDICTS
 
 if TYPE_CHECKING:
@@ -68,7 +73,7 @@ STATUSES = ("running", "complete", "failed")
 VERSION_TABLE = "churnbench_alembic_version"
 # The newest script in migrations/versions; reading it here spares every call the import of Alembic
 # (tests/test_catalog_migrations.py fails when a new script is added without moving this).
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The key of the old hand-written DDL's lock too, so a process of either version waits for the other.
 LOCK_KEY = "churnbench results catalog"
@@ -117,6 +122,8 @@ class CatalogRun:
     finished_at: dt.datetime | None
     identity_version: int = 1
     repeat: int = 0
+    seal: dict[str, dict[str, str]] | None = None  # results folder name -> file -> SHA-256 (`seals.py`)
+    dagster_run_id: str | None = None  # the Dagster run of the latest attempt (None: not run by `eval_run`)
 
     @property
     def older_identity(self) -> bool:
@@ -139,6 +146,7 @@ def runs_table() -> sa.Table:
     """`churnbench.results_runs` as the newest revision leaves it (constraint names are the ones Postgres
     gave the hand-written DDL, so a catalog made by either is the same table)."""
     import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
 
     metadata = sa.MetaData(schema=CATALOG_SCHEMA)
     statuses = ", ".join(f"'{s}'" for s in STATUSES)
@@ -173,6 +181,8 @@ def runs_table() -> sa.Table:
         sa.Column("finished_at", sa.DateTime(timezone=True)),
         sa.Column("identity_version", sa.Integer, nullable=False, server_default=sa.text("1")),
         sa.Column("repeat", sa.Integer, nullable=False, server_default=sa.text("0")),
+        sa.Column("seal", postgresql.JSONB),
+        sa.Column("dagster_run_id", sa.Text),
         sa.PrimaryKeyConstraint("run_id", name="results_runs_pkey"),
         sa.UniqueConstraint("experiment_hash", "code_version", "repeat",
                             name="results_runs_experiment_hash_code_version_repeat_key"),
@@ -241,7 +251,8 @@ def _row(m: sa.RowMapping) -> CatalogRun:
         mean_latency_ms=m["mean_latency_ms"], results_dir=m["results_dir"],
         files={name: m[column] for name, column in _FILE_COLUMNS.items()},
         error=m["error"], attempts=m["attempts"], started_at=m["started_at"], finished_at=m["finished_at"],
-        identity_version=m["identity_version"], repeat=m["repeat"])
+        identity_version=m["identity_version"], repeat=m["repeat"], seal=m["seal"],
+        dagster_run_id=m["dagster_run_id"])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -402,6 +413,11 @@ def _files(run_dir: Path) -> dict[str, str]:
             "summary_file": str(run_dir / SUMMARY_FILE), "timings_file": str(run_dir / TIMINGS_FILE)}
 
 
+FIGURES = ("tasks", "accuracy", *VERDICTS, "stale_answers", "exposure", "degenerate_exposure", "prediction",
+           "mean_cost_units", "mean_latency_ms")  # a row's figures: set only while it is `complete`
+NO_FIGURES: dict[str, Any] = dict.fromkeys(FIGURES)
+
+
 def _figures(summary: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, Any]:
     verdicts = summary.get("verdicts") or {}
     return {
@@ -430,6 +446,11 @@ class CatalogExperiment:
     scenario_key: str
     summary: dict[str, Any]
     recorded_at: dt.datetime
+def _merged_seal(current: Any, new: Any) -> Any:
+    """`current || new` in SQL: a row's folder seals with this folder's replaced or added."""
+    import sqlalchemy as sa
+
+    return sa.func.coalesce(current, sa.cast(sa.literal("{}"), current.type)).op("||")(new)
 
 
 def _renamed_path(path: str, old: str, new: str) -> str:
@@ -499,16 +520,19 @@ class RunCatalog:
             index_elements=[t.c.experiment_hash, t.c.code_version, t.c.repeat], set_=on_conflict(statement.excluded),
             where=where))
 
-    def start(self, scenario: Scenario, key: RunKey, run_dir: Path) -> None:
-        """Record a run as `running` (a resumed run counts one more attempt). The runner starts a run only when
-        its results folder is not complete, so a `complete` row is reset too: its folder was removed, and the
-        row must not keep figures that no folder holds any more."""
+    def start(self, scenario: Scenario, key: RunKey, run_dir: Path, dagster_run_id: str | None = None) -> None:
+        """Record a run as `running` (a resumed run counts one more attempt), with no figures. The runner starts a
+        run only when its results folder is not complete, so a `complete` row is reset too: its folder was
+        removed (or a retry writes a new one), and the row must not keep figures that no folder holds any more.
+        `dagster_run_id`: the Dagster run evaluating it, recorded failed with the row if its process dies."""
         import sqlalchemy as sa
 
         t = runs_table()
-        self._upsert(scenario, key, run_dir, {"status": "running"}, lambda excluded: {
+        self._upsert(scenario, key, run_dir, {"status": "running", "dagster_run_id": dagster_run_id},
+                     lambda excluded: {
             "status": "running", "error": None, "finished_at": None, "started_at": sa.func.now(),
-            "attempts": t.c.attempts + 1, "results_dir": excluded.results_dir})
+            "attempts": t.c.attempts + 1, "results_dir": excluded.results_dir,
+            "dagster_run_id": excluded.dagster_run_id, **NO_FIGURES})
 
     def complete(self, scenario: Scenario, key: RunKey, run_dir: Path, summary: Mapping[str, Any],
                  timings: Mapping[str, Any]) -> None:
@@ -517,9 +541,11 @@ class RunCatalog:
         t = runs_table()
         figures = {**_figures(summary, timings), **_files(run_dir)}
         self._upsert(scenario, key, run_dir,
-                     {"status": "complete", "finished_at": dt.datetime.now(dt.UTC), **figures},
+                     {"status": "complete", "finished_at": dt.datetime.now(dt.UTC), **figures,
+                      "seal": {run_dir.name: seal_folder(run_dir)}},
                      lambda excluded: {"status": "complete", "error": None, "finished_at": excluded.finished_at,
-                                       **{c: excluded[c] for c in [*figures, "results_dir"]}},
+                                       **{c: excluded[c] for c in [*figures, "results_dir"]},
+                                       "seal": _merged_seal(t.c.seal, excluded.seal)},
                      where=t.c.status != "complete")
 
     def fail(self, key: RunKey, error: str) -> None:
@@ -530,7 +556,7 @@ class RunCatalog:
         self._write(sa.update(t)
                     .where(t.c.experiment_hash == key.experiment_hash, t.c.code_version == key.code_version,
                            t.c.repeat == key.repeat, t.c.status != "complete")
-                    .values(status="failed", error=error[:2000], finished_at=sa.func.now()))
+                    .values(status="failed", error=error[:2000], finished_at=sa.func.now(), **NO_FIGURES))
 
     def record_experiment(self, scenario: Scenario, key: RunKey, summary: Mapping[str, Any]) -> None:
         """Record (or replace) the summary of an experiment's first `summary["repeats"]` repeats, all complete
@@ -601,7 +627,8 @@ class RunCatalog:
         with self._connect() as conn:
             self._ensure(conn, create=True)
             count = conn.execute(sa.update(t).where(*self._still_running(run))
-                                 .values(status="failed", error=error[:2000], finished_at=sa.func.now())).rowcount
+                                 .values(status="failed", error=error[:2000], finished_at=sa.func.now(),
+                                         **NO_FIGURES)).rowcount
             conn.commit()
         return bool(count)
 
@@ -616,7 +643,8 @@ class RunCatalog:
             self._ensure(conn, create=True)
             count = conn.execute(sa.update(t).where(*self._still_running(run)).values(
                 status="complete", error=None, finished_at=sa.func.now(), **_figures(summary, timings),
-                **_files(run_dir))).rowcount
+                **_files(run_dir),
+                seal=_merged_seal(t.c.seal, sa.literal({run_dir.name: seal_folder(run_dir)}, t.c.seal.type)))).rowcount
             conn.commit()
         return bool(count)
 
@@ -667,6 +695,15 @@ class RunCatalog:
         if world:
             query = query.where(t.c.world == world)
         return self._read(query.order_by(t.c.started_at, t.c.run_id))
+
+    def get(self, key: RunKey) -> CatalogRun | None:
+        """The row of a run key (experiment hash, code version and repeat), or None."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        rows = self._read(sa.select(t).where(t.c.experiment_hash == key.experiment_hash,
+                                             t.c.code_version == key.code_version, t.c.repeat == key.repeat))
+        return rows[0] if rows else None
 
     def find(self, ref: str) -> list[CatalogRun]:
         """Runs a reference names: a run id, a scenario key (today's form or the form before issue 20: either

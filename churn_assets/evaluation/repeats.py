@@ -39,7 +39,7 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.efficiency import answer_efficiency, efficiency_summary
 from churn_assets.evaluation.exposure import RunExposure
 from churn_assets.evaluation.results import ResultsStore, RunKey, canonical
-from churn_assets.evaluation.runner import ArmLike, RunSpec, evaluate
+from churn_assets.evaluation.runner import ArmLike, ContentCheck, RunSpec, evaluate
 from churn_assets.evaluation.stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -262,7 +262,8 @@ def evaluate_repeats(arm_for: Callable[[int], ArmLike], tasks: Sequence[Task], r
                      progress: Callable[[int, int, int], None] | None = None,
                      transport_counters: Callable[[], Mapping[str, Any]] | None = None,
                      catalog: RunCatalog | str | None = None, on_wait: Callable[[], None] | None = None,
-                     retry_transport: bool = False) -> RepeatsResult:
+                     retry_transport: bool = False, dagster_run_id: str | None = None,
+                     content_check: ContentCheck | None = None) -> RepeatsResult:
     """Answer (or reuse) repeats 0..K-1 of `spec`'s experiment, each through `runner.evaluate` with the arm
     `arm_for(r)`, then summarize them (module doc). `progress(repeat, done, total)`. The deterministic agent's
     repeats must agree (`RepeatMismatch`). The catalog records each repeat's row as `evaluate` does, and the
@@ -274,7 +275,8 @@ def evaluate_repeats(arm_for: Callable[[int], ArmLike], tasks: Sequence[Task], r
         rep = (lambda done, total, r=r: progress(r, done, total)) if progress is not None else None
         summaries.append(evaluate(arm_for(r), tasks, resolver, store, spec.repeated(r), exposure=exposure, code=code,
                                   progress=rep, transport_counters=_counted_from_now(transport_counters),
-                                  catalog=cat, on_wait=on_wait, retry_transport=retry_transport))
+                                  catalog=cat, on_wait=on_wait, retry_transport=retry_transport,
+                                  dagster_run_id=dagster_run_id, content_check=content_check))
     keys = [spec.repeated(r).key(s["code_version"]).retried(int(s.get("retry", 0))) for r, s in enumerate(summaries)]
     experiment = read_repeats(store, keys, spec.scenario.t.isoformat(), deterministic)
     if cat is not None:

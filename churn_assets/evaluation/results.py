@@ -363,6 +363,11 @@ class RunWriter:
         self._done[row["task_id"]] = dict(row)
         fault_point("after_tasks")
 
+    def discard_checkpoint(self) -> None:
+        """Drop the checkpoint (a resume answers every task again): its answers cannot be trusted."""
+        self._partial.unlink(missing_ok=True)
+        self._done = {}
+
     def finish(self, task_order: Iterable[str], summary: Mapping[str, Any], timings: Mapping[str, Any]) -> Path:
         """Write tasks.jsonl (in task order), stale.csv, timings.json, then summary.json last (it marks
         the folder complete)."""
@@ -372,7 +377,7 @@ class RunWriter:
             raise ResultsError(f"cannot finish {self.run_dir}: {len(missing)} tasks unanswered (first {missing[0]})")
         rows = [self._done[t] for t in order]
         _atomic_write(self.run_dir / TASKS_FILE, "".join(canonical(r) + "\n" for r in rows))
-        _atomic_write(self.run_dir / STALE_FILE, _stale_csv(rows))
+        _atomic_write(self.run_dir / STALE_FILE, stale_csv(rows))
         fault_point("finish", self.run_dir / SUMMARY_FILE)
         _atomic_write(self.run_dir / TIMINGS_FILE, json.dumps(dict(timings), indent=2, sort_keys=True) + "\n")
         _atomic_write(self.run_dir / SUMMARY_FILE, json.dumps(dict(summary), indent=2, sort_keys=True,
@@ -381,7 +386,7 @@ class RunWriter:
         return self.run_dir
 
 
-def _stale_csv(rows: list[dict[str, Any]]) -> str:
+def stale_csv(rows: list[dict[str, Any]]) -> str:
     import io
 
     buf = io.StringIO()

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from churn_assets.evaluation.awareness import staleness_awareness
+from churn_assets.errors import DataIntegrityError, UserFacingError, add_context
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.efficiency import efficiency_summary, seconds_summary
 from churn_assets.evaluation.exposure import RunExposure
@@ -92,6 +93,16 @@ class AnswerLike(Protocol):
     def routes(self) -> list[str]: ...
 
     def to_json(self) -> dict[str, Any]: ...
+
+
+class ContentCheck(Protocol):
+    """A check of the stores' content that runs beside the answers (`eval_run`'s of the warehouse, decision 252):
+    `poll` raises the `DataIntegrityError` it has found, if any (cheap: called after every answer); `finish` waits
+    for it and checks once more, before the results are written."""
+
+    def poll(self) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 class ArmLike(Protocol):
@@ -190,6 +201,8 @@ def evaluate(
     catalog: RunCatalog | str | None = None,
     on_wait: Callable[[], None] | None = None,
     retry_transport: bool = False,
+    content_check: ContentCheck | None = None,
+    dagster_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Answer, score and record every task; resume from a checkpoint with the same key. Returns the summary.
 
@@ -198,7 +211,10 @@ def evaluate(
     run of the same key holds it. `exposure` may still be being computed (a `Future`, as `eval_run` passes it:
     the ledger's side of a run then overlaps the arm's waits on its stores); answers are scored and
     checkpointed once it is known, in task order. `retry_transport`: re-answer the finished result's transport
-    failures (the module doc); without any, the finished result is returned.
+    failures (the module doc); without any, the finished result is returned. `content_check` is polled after each
+    answer and finished before the results are written: a store whose content it finds not what was recorded
+    (`fabric/warehouse_content.py`) fails the run with its error, and the checkpoint is dropped, since no answer
+    of this attempt can be shown to rest on the content that was checked.
     """
     key = spec.key(code)
     cat = RunCatalog(catalog) if isinstance(catalog, str) else catalog
@@ -223,10 +239,10 @@ def evaluate(
             for row in keep:
                 writer.append(row)
         if cat is not None:
-            cat.start(spec.scenario, key, run_dir)
+            cat.start(spec.scenario, key, run_dir, dagster_run_id)
         try:
             summary, timings = _answer_all(arm, tasks, resolver, writer, spec, key, exposure, progress,
-                                           transport_counters, retried)
+                                           transport_counters, retried, content_check)
         except BaseException as e:
             if cat is not None:
                 _record_failure(cat, key, e)
@@ -284,7 +300,7 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
                 key: RunKey, exposure: RunExposure | Future[RunExposure] | None,
                 progress: Callable[[int, int], None] | None,
                 transport_counters: Callable[[], Mapping[str, Any]] | None, retried: Mapping[str, Any],
-                ) -> tuple[dict[str, Any], dict[str, Any]]:
+                content_check: ContentCheck | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     planned = dict(arm.planned_vintage)
     latencies: dict[str, float] = {}
     computing = exposure if isinstance(exposure, Future) else None
@@ -308,6 +324,13 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
         exposed = {te.task_id: te.exposed for te in known.tasks}
         return True
 
+    def checked(step: Callable[[], None]) -> None:
+        try:
+            step()
+        except DataIntegrityError:  # no answer of this attempt rests on content shown to be what was recorded
+            writer.discard_checkpoint()
+            raise
+
     prepare = getattr(arm, "prepare", None)  # optional (`arms.base.Arm.prepare`): the whole set, even on a resume
     prepare_ms = 0.0
     if callable(prepare) and len(writer.completed) < len(tasks):
@@ -317,7 +340,11 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     for i, task in enumerate(tasks):
         if task.task_id not in writer.completed:
             try:
-                answer = arm.answer(task)
+                try:
+                    answer = arm.answer(task)
+                except UserFacingError as e:  # say which task it happened in (its cause stays in the trace)
+                    add_context(e, f"task {task.task_id} ({task.template.template_id})")
+                    raise
             except Exception:
                 # The arm failed (a store gone, say): the answers it made while the exposure was being computed
                 # are checkpointed before its error goes on, so a resume does not ask them again. A failure to
@@ -328,12 +355,16 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
                 raise
             unscored.append((task, answer))
             latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
+            if content_check is not None:
+                checked(content_check.poll)
             if exposure_known(wait=False):
                 score_unscored()
         if progress is not None:
             progress(i + 1, len(tasks))
     exposure_known(wait=True)
     score_unscored()
+    if content_check is not None:
+        checked(content_check.finish)
     rows = [writer.completed[t.task_id] for t in tasks]
     summary = {**summarize(rows, spec, key, planned, known), **retried}
     timings = {

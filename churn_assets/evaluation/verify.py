@@ -53,15 +53,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Disagreement:
-    """One stored figure that the ledger does not confirm; `task_id` None for the run's summary."""
+    """One stored figure that is not confirmed; `task_id` None for something of the run as a whole, which `where`
+    names (the summary, a results file, the catalog row); `message`, when set, is the whole sentence."""
 
     task_id: str | None
     field: str
     stored: Any
     recomputed: Any
+    where: str = "summary"
+    message: str | None = None
 
     def __str__(self) -> str:
-        where = f"task {self.task_id}" if self.task_id is not None else "summary"
+        where = f"task {self.task_id}" if self.task_id is not None else self.where
+        if self.message is not None:
+            return f"{where}: {self.message}"
         return f"{where}: {self.field} stored {_show(self.stored)}, recomputed {_show(self.recomputed)}"
 
 

@@ -126,6 +126,17 @@ def ident(*parts: str) -> sql.Identifier:
     return sql.Identifier(*parts)
 
 
+def content_hash_sql(select: sql.Composable) -> sql.Composed:
+    """(rows, content hash) of what `select` returns: the MD5 of its rows' text (`ROW(...)::text`) sorted bytewise
+    (the C collation, so the hash does not depend on the server's locale), joined by newlines. The one content hash
+    of rows in Postgres: staged partitions (`grounding/staging.py`, recomputed in Python by
+    `grounding/readers/staged.py`) and the warehouse's tables (`fabric/warehouse_content.py`)."""
+    from psycopg import sql
+
+    return sql.SQL("SELECT count(*), md5(coalesce(string_agg(r::text, E'\\n' ORDER BY r::text COLLATE {}), '')) "
+                   "FROM ({}) AS r").format(ident("C"), select)
+
+
 def relation_exists(conn: psycopg.Connection[Any], schema: str, name: str) -> bool:
     """Whether `schema.name` is a relation (table, view, index...), as `to_regclass` resolves it."""
     # to_regclass parses a qualified name: psycopg quotes it for the server, and it is sent as a value.

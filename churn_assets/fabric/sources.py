@@ -13,6 +13,7 @@ is optional: a router mode or a test uses only some.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,9 @@ class Sources:
     mongo: ArmMongo | None = None  # the world's databases, read-only
     saas: SaasClient | None = None
     documents_root: Path | None = None  # <state>/worlds/<world>/contracts
+    # as-of view -> the hash of what it reads, verified against the dbt build's record before the arm answers
+    # (`fabric/warehouse_content.py`); None: not verified, and the warehouse reader refuses to read.
+    warehouse_content: Mapping[str, str] | None = None
 
 
 def connect_sources(world_id: str, *, warehouse_url: str | None = None, mongo_url: str | None = None,

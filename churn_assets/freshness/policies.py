@@ -302,8 +302,14 @@ def parse_policy(text: str) -> Policy:
         if name == "off" and not arg:
             return Off()
         if name == "ttl" and arg:
-            pairs = dict(item.split("=", 1) for item in arg.split(","))
-            return Tiered({k.strip(): int(v) for k, v in pairs.items()})
+            ttls: dict[str, int] = {}
+            for item in arg.split(","):
+                cls, value = (part.strip() for part in item.split("=", 1))
+                if cls in ttls:
+                    raise UserFacingError(f"policy {text!r}: class {cls} is given twice ({ttls[cls]} and {value}); "
+                                          "the second would silently win")
+                ttls[cls] = int(value)
+            return Tiered(ttls)
         if name == "rate":
             return RateMatched(float(arg) if arg else 1.0)
         if name in ("uniform", "proportional") and arg:

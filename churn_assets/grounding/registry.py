@@ -19,6 +19,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 from churn_assets.grounding.traces import SOURCE_STORES
+from churn_assets.unique_keys import DuplicateKeyError, load_yaml
 from churn_assets.world.events import ENTITY_CLASSES
 from churn_assets.world.validation import StrictModel, fail, none_is, one_of, parse
 
@@ -150,7 +151,9 @@ def _parsed(text: str, where: str) -> Registry:
     (planning, the input checks, the served-age checks), and parsing and validating the YAML was about 10% of
     reusing a finished cell. Keyed by the text itself, so an edited file is parsed again."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, f"registry {where}")
+    except DuplicateKeyError as e:
+        raise RegistryError(str(e)) from None
     except yaml.YAMLError as e:
         raise RegistryError(f"registry {where}: not valid YAML ({e})") from None
     return parse_registry(data, where)

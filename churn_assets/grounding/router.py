@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from churn_assets.errors import add_context
 from churn_assets.fabric.sources import Sources
 from churn_assets.grounding.readers import READERS
 from churn_assets.grounding.registry import Registry
@@ -58,7 +59,11 @@ class Router:
             reader = READERS.get(route.store)
             if reader is None:
                 raise RouterError(f"no reader for store {route.store}")
-            found = reader(self, request, route)
+            try:
+                found = reader(self, request, route)
+            except DataIntegrityError as e:  # name the read: which route, which request
+                add_context(e, f"{route.describe()} for {request.describe()}")
+                raise
             if found.observed_day != route.day:
                 # The data says another day than the plan serves: no verdict may rest on it.
                 raise DataIntegrityError(

@@ -111,6 +111,16 @@ STAGED_GAPS: dict[str, str] = {
 LIVE_VIEW_OF_MART: dict[str, str] = {"fct_consumption": "consumption_as_of"}
 
 
+
+def warehouse_views(registry: Registry) -> frozenset[str]:
+    """Every as-of view a route can read (any mode, any served day): what an evaluation checks against the dbt
+    build's recorded content hashes before it answers and after (`fabric/warehouse_content.py`)."""
+    live = {LIVE_VIEW_OF_MART.get(c.source.relation, c.source.relation) for c in registry.classes.values()
+            if c.is_live and c.source.store == "warehouse"}
+    return frozenset({relation for _, store, relation in LIVE_SOURCES.values() if store == "warehouse"}
+                     | set(STAGED_GAPS.values()) | live)
+
+
 def route_for(view: str, registry: Registry, mode: RoutingMode, served: Mapping[str, Day], t: Day) -> Route:
     """The route of one view under a mode and a served-vintage map (the auditable rule table)."""
     cls = registry[VIEW_CLASS[view]]

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
-from churn_assets.fabric.postgres import ident, relation_exists, schema_name
+from churn_assets.fabric.postgres import content_hash_sql, ident, relation_exists, schema_name
 from churn_assets.fabric.roles import grant_arm_access
 from churn_assets.faults import fault_point
 from churn_assets.grounding.registry import EntityClass, Registry
@@ -252,14 +252,6 @@ def write_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: 
     ]
 
 
-def _hash_of(select: sql.Composable) -> sql.Composed:
-    from psycopg import sql
-
-    # Rows as text, sorted in the C collation so that the hash does not depend on the server's locale.
-    return sql.SQL("SELECT count(*), md5(coalesce(string_agg(r::text, E'\\n' ORDER BY r::text COLLATE {}), '')) "
-                   "FROM ({}) AS r").format(ident("C"), select)
-
-
 def partition_select(columns: Sequence[SourceColumn], staging_schema: str, table: str) -> sql.Composed:
     """Partition `%(day)s` of a staged table, without its refresh_day column (comparable with the source)."""
     from psycopg import sql
@@ -269,12 +261,12 @@ def partition_select(columns: Sequence[SourceColumn], staging_schema: str, table
 
 def partition_hash_sql(columns: Sequence[SourceColumn], staging_schema: str, table: str) -> sql.Composed:
     """(rows, content hash) of partition `%(day)s`; the hash ignores refresh_day."""
-    return _hash_of(partition_select(columns, staging_schema, table))
+    return content_hash_sql(partition_select(columns, staging_schema, table))
 
 
 def source_hash_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str) -> sql.Composed:
     """(rows, content hash) the partition of `%(day)s` should have: the source as of the day."""
-    return _hash_of(as_of_select(spec, columns, source_schema))
+    return content_hash_sql(as_of_select(spec, columns, source_schema))
 
 
 def diff_sql(spec: StagedSpec, columns: Sequence[SourceColumn], source_schema: str, staging_schema: str,

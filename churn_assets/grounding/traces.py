@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from churn_assets.errors import UserFacingError
+from churn_assets.errors import DataIntegrityError as DataIntegrityError  # re-exported: readers raise it from here
 from churn_assets.world.calendar import Day
 
 # Routes (section 7): how the router reached the data of one retrieval.
@@ -57,11 +57,6 @@ SOURCE_STORES: tuple[str, ...] = tuple(s for s in STORES if s not in CACHE_STORE
 
 def cost_of(store: str, accesses: int, rows: int) -> float:
     return round(COST_UNITS[store] * accesses + PER_ROW * rows, 3)
-
-
-class DataIntegrityError(UserFacingError):
-    """A read whose content does not match what its store recorded for it, or whose data is as of another day
-    than the plan serves: the run stops, and nothing is scored from the read."""
 
 
 @dataclass(frozen=True)

@@ -414,6 +414,16 @@ def _describe(job: _Job, outcome: Any) -> str:
     return f"{job.label}: {outcome.seconds:.1f} s"
 
 
+def _failure_line(e: BaseException) -> str:
+    """A worker's error as one line, naming the file its full trace was written to when it has one (the CLI's
+    rule, `commands/error_output.py`: the worker's process is gone once the parent prints the line)."""
+    from churn_assets.error_traces import has_trace, trace_text, write_trace
+
+    line = _one_line(e)
+    path = write_trace(trace_text(e)) if has_trace(e) else None
+    return f"{line} (trace: {path})" if path is not None else line
+
+
 def _one_line(e: BaseException | str | None) -> str:
     text = " ".join(str(e or "").split())
     if isinstance(e, BaseException) and not isinstance(e, UserFacingError):
@@ -495,7 +505,7 @@ def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
         return build_step(session, definitions, step, {**tags, LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None,
                           wait=False)
     except Exception as e:  # a lock, service or start-up error outside the run itself: this step fails alone
-        return StepResult(step, 0.0, error=_one_line(e))
+        return StepResult(step, 0.0, error=_failure_line(e))
 
 
 def _worker_cell(cell: Cell, tags: dict[str, str], preload_encoder: bool = False) -> CellResult:
@@ -516,7 +526,7 @@ def _worker_cell(cell: Cell, tags: dict[str, str], preload_encoder: bool = False
     except Exception as e:
         if not isinstance(e, UserFacingError):
             log += traceback.format_exc().splitlines()
-        return CellResult(cell, error=_one_line(e), seconds=time.perf_counter() - started, log=tuple(log))
+        return CellResult(cell, error=_failure_line(e), seconds=time.perf_counter() - started, log=tuple(log))
     return CellResult(cell, summary, seconds=time.perf_counter() - started, log=tuple(log))
 
 

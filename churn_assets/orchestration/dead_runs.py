@@ -11,19 +11,21 @@ ever. Each process records who it is (`files.process_stamp`: pid, start time, ho
   lock, which the kernel releases when the process dies.
 
 `reap_dead_runs` (called by `open_session`, so by every churnbench command that opens the state folder, and by
-the `dead_runs` sensor while `churnbench ui` runs; `results` and `verify-results`, which open no Dagster instance,
-call `reap_dead_catalog_rows`, this module's half that imports no Dagster) reports a STARTED or STARTING run
-whose process is gone as failed through the instance (`report_run_failed`, the event Dagster writes itself when a
-run fails), and
-records a `running` catalog row failed when its results folder's lock is free and its owner process is gone
-(complete, if the folder was completed before the kill). A pid that now belongs to another process does not
-keep a run alive: the start times differ. Runs of another host (a shared external catalog or instance) are
+the `dead_runs` sensor while `churnbench ui` runs; `results` and `verify-results` call `reap_dead_catalog_rows`,
+this module's half that imports no Dagster until it has a run to record) reports a STARTED or STARTING run whose
+process is gone as failed through the instance (`report_run_failed`, the event Dagster writes itself when a run
+fails), and records a `running` catalog row failed when its results folder's lock is free and its owner process is
+gone (complete, if the folder was completed before the kill), and then the Dagster run the row names
+(`dagster_run_id`) if it is still STARTED or STARTING: `results list` used to leave it STARTED until the next
+materializing command. A pid that now belongs to another process does not keep a run alive: the start times
+differ. Runs of another host (a shared external catalog or instance) are
 left alone: this machine cannot tell whether their processes live.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,8 +75,19 @@ def reap_dead_runs(paths: StatePaths, instance: dg.DagsterInstance, warehouse_ur
     """Record as failed every run of this state folder whose process is gone; returns what it recorded."""
     found = _reap_dagster_runs(instance)
     if warehouse_url:
-        found += reap_dead_catalog_rows(paths, RunCatalog(warehouse_url))
+        found += reap_dead_catalog_rows(paths, RunCatalog(warehouse_url), lambda: instance)
     return found
+
+
+def record_dagster_run_failed(instance: dg.DagsterInstance, run_id: str, message: str) -> bool:
+    """Report a Dagster run failed if it is still STARTED or STARTING (False: unknown, or it ended already)."""
+    import dagster as dg
+
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING):
+        return False
+    instance.report_run_failed(run, message=message)
+    return True
 
 
 def _reap_dagster_runs(instance: dg.DagsterInstance) -> list[DeadRun]:
@@ -96,8 +109,11 @@ def _reap_dagster_runs(instance: dg.DagsterInstance) -> list[DeadRun]:
     return out
 
 
-def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog) -> list[DeadRun]:
-    """Record failed (or complete) the `running` catalog rows of this state folder whose process is gone."""
+def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog,
+                           instance: Callable[[], dg.DagsterInstance] | None = None) -> list[DeadRun]:
+    """Record failed (or complete) the `running` catalog rows of this state folder whose process is gone, and the
+    Dagster run a failed row names (through `instance()`, called only when there is one: opening an instance
+    costs seconds, and `results list` has none open)."""
     store = ResultsStore(paths.results_root)
     out = []
     for row in catalog.running_rows():
@@ -120,7 +136,10 @@ def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog) -> list[DeadR
             continue
         done = store.checkpointed(run_dir)
         who = f"pid {pid}" if pid is not None else "no process recorded"
-        if catalog.mark_dead(row, f"killed: the run's process ({who}) is gone with {done} task(s) checkpointed; "
-                                  "run it again to resume"):
+        message = f"killed: the run's process ({who}) is gone with {done} task(s) checkpointed; run it again to resume"
+        if catalog.mark_dead(row, message):
             out.append(DeadRun("catalog", ref, "failed", pid))
+            if row.dagster_run_id and instance is not None and \
+                    record_dagster_run_failed(instance(), row.dagster_run_id, message):
+                out.append(DeadRun("dagster", row.dagster_run_id, "failed", pid))
     return out

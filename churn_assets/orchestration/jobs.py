@@ -14,6 +14,7 @@ done, running or failed while the sweep runs, and the sweep run's log lists the 
 import dagster as dg
 from pydantic import Field
 
+from churn_assets.orchestration.assets.common import step_failure
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.sweeps.presets import PRESETS
 from churn_assets.sweeps.spec import SweepSpec
@@ -95,7 +96,7 @@ def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: 
                            workers=config.parallelism, llm_budget_usd=config.llm_budget_usd,
                            llm_max_concurrent=config.llm_max_concurrent, retry_transport=config.retry_transport)
     except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+        raise step_failure(e) from None
     counts = record.status_counts()
     context.add_output_metadata({"sweep_id": record.sweep_id, "cells_done": counts["done"],
                                  "cells_failed": counts["failed"]})
@@ -140,7 +141,7 @@ def build_scenario_inputs(context: dg.OpExecutionContext, config: ScenarioConfig
                                scenario.t_prime, scenario.t, scenario.policy, scenario.saas_profile,
                                context.log.info, llm=llm)
     except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+        raise step_failure(e) from None
     context.log.info(f"{config.scenario}: {summary['inputs_built']} input(s) built, stale answers "
                      f"{summary['stale_answers']}, exposure {summary['exposure']}")
     return str(summary["results"])
@@ -172,7 +173,7 @@ def run_regression_gate(context: dg.OpExecutionContext, config: RegressionConfig
         outcome = run_regression(session, asset_defs_for(str(paths.root)), echo=context.log.info,
                                  workers=config.parallelism)
     except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+        raise step_failure(e) from None
     result = outcome.result
     context.add_output_metadata({"sweep_id": outcome.record.sweep_id, "gate_passed": result.passed,
                                  "figures_moved": len(result.moved), "hashes_changed": len(result.hash_changes)})

@@ -42,8 +42,11 @@ from churn_assets.services import (
 )
 from churn_assets.state import StatePaths, require_current_format, validate_world_id
 
-# In-process runs log to the console at DEBUG by default; the CLI prints its own summary instead.
-QUIET_RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# In-process runs log to the console at DEBUG by default; the CLI prints its own summary instead, and a failed
+# step's stack trace (logged at ERROR) goes to the trace file the CLI's one error line names
+# (`MaterializationError.trace`; `commands/error_output.py`), never to the terminal. The run's whole log stays in
+# Dagster's event log.
+QUIET_RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 LAUNCHED_BY_TAG = "churnbench/launched_by"
 # An `eval_run` run with this tag set to "true" re-answers the transport failures of its finished result
 # (`churnbench run --retry-transport`, a sweep's `retry_transport`); without it a finished result is reused.
@@ -218,8 +221,10 @@ def materialize(
             )
         if not result.success:
             raise_if_a_service_died(paths, settle_s=0.0)  # a step that lost its database says so
-            raise MaterializationError(f"materializing {', '.join(assets)} [{pk}] failed (run "
-                                       f"{result.run_id}): {failure_message(result)}")
+            error = MaterializationError(f"materializing {', '.join(assets)} [{pk}] failed (run "
+                                         f"{result.run_id}): {failure_message(result)}")
+            error.trace = failure_trace(result)
+            raise error
         run = PartitionRun(
             partition_key=str(pk), run_id=result.run_id, seconds=time.perf_counter() - started,
             metadata={
@@ -259,7 +264,9 @@ def run_checks(
         )
     evaluations = list(result.get_asset_check_evaluations())
     if not evaluations:
-        raise MaterializationError(f"checks on [{partition_key}] did not run: {failure_message(result)}")
+        error = MaterializationError(f"checks on [{partition_key}] did not run: {failure_message(result)}")
+        error.trace = failure_trace(result)
+        raise error
     return evaluations
 
 
@@ -328,6 +335,15 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
             details = {k: v.value for k, v in evaluation.metadata.items()}
             messages.append(f"check {evaluation.check_name} failed: {details}")
     return "; ".join(dict.fromkeys(messages)) or "the run failed (see the run in the Dagster UI)"
+
+
+def failure_trace(result: dg.ExecuteInProcessResult) -> str | None:
+    """The failed steps' own stack traces (with their causes), for the trace file; None when none failed."""
+    traces = [f"step {event.step_key}:\n{event.step_failure_data.error.to_string()}"
+              for event in result.all_events
+              if event.is_step_failure and event.step_failure_data is not None
+              and event.step_failure_data.error is not None]
+    return "\n".join(traces) or None
 
 
 def _error_text(error: Any) -> str:

@@ -71,7 +71,7 @@ def replan_stale_plans(session: Session, spec: Any, echo: Echo) -> int:
     from churn_assets.sweeps.spec import LLM, cells, resolve_worlds
 
     registry = load_registry()
-    evaluated, _ = cells(spec, resolve_worlds(spec), {name: a.fixed_policy for name, a in ARMS.items()})
+    evaluated, _ = cells(spec, resolve_worlds(spec), {name: a.only_policy for name, a in ARMS.items()})
     model_settings = None
     if spec.agent == LLM:
         _, settings = with_llm_settings(spec)
@@ -96,6 +96,7 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
     """The regression (see the module doc). `spec`: another `SweepSpec` than the preset's (tests run a smaller
     one against a baseline of their own)."""
     from churn_assets.evaluation.results import code_version
+    from churn_assets.orchestration.sweep_records import NIGHT_TAG, regression_night, regression_night_dir
     from churn_assets.sweeps.presets import preset_spec
     from churn_assets.sweeps.regression import (
         BaselineError,
@@ -109,6 +110,7 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
     )
 
     started = time.perf_counter()
+    night = regression_night()
     spec = spec or preset_spec(REGRESSION_PRESET)
     path = baseline_path()
     if not update_baseline:
@@ -130,13 +132,11 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
         # so Dagster's own log of that expected failure (with its stack trace) is not shown.
         with _logging_disabled(logging.ERROR) if not result.passed else contextlib.nullcontext():
             materialize(session, definitions, ["regression_report"], [record.sweep_id],
-                        tags={SWEEP_TAG: record.sweep_id, REGRESSION_TAG: "gate"})
+                        tags={SWEEP_TAG: record.sweep_id, REGRESSION_TAG: "gate", NIGHT_TAG: night.isoformat()})
     except MaterializationError:
         if result.passed:  # the report itself broke: not the gate's verdict
             raise
-    from churn_assets.orchestration.sweep_records import sweep_report_dir
-
-    return RegressionOutcome(record, result, path, sweep_report_dir(session.paths, record.sweep_id),
+    return RegressionOutcome(record, result, path, regression_night_dir(session.paths, record.sweep_id, night),
                              update_baseline, time.perf_counter() - started)
 
 

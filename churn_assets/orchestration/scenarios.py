@@ -31,6 +31,7 @@ from churn_assets.files import file_lock
 from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPlan, parse_scenario_key
 from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
 from churn_assets.state import StatePaths, atomic_write_text
+from churn_assets.unique_keys import load_json
 
 
 def _read(paths: StatePaths, key: str) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def _read(paths: StatePaths, key: str) -> dict[str, Any]:
                             f"is {parts} (`churnbench migrate` renames the scenarios of an older state folder)")
     path = paths.scenario_file(key)
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text(), f"scenario file {path}")
     except FileNotFoundError:
         raise ScenarioError(f"scenario {key!r} has no stored definition ({path}): define it with "
                             "`churnbench run`") from None

@@ -20,6 +20,18 @@ Format 1 -> 2 (issue 20):
   The experiment hash and the code version do not change: the experiment (`runner.RunSpec.experiment`) holds
   the scenario's parts, never its key, so a migrated run is reused by the next run of its scenario.
 
+Format 2 -> 3 (issue 35):
+
+- **Ledgers checked for meaning.** Every registered world's ledger is read through the meaning check
+  (`world.ledger.check_meaning`: every event possible in the world the events before it made), and the passed
+  check recorded in its manifest, which every loader now requires. A ledger that fails is left as it is and named
+  in the report with its line: loaders refuse it, and `churnbench worlds materialize <world>` makes it again from
+  its config. The steps of format 2 run too; on a format-2 folder they find nothing to do.
+- **Warehouse content recorded.** Every world whose dbt build is complete gets the content hashes evaluations
+  check their warehouse reads against (`fabric/warehouse_content.record_content`), taken from the warehouse as it
+  is: an older build recorded none, so there is nothing to compare it with; from now on it is checked. (Without
+  this every such world's dbt build would count as missing and be built again by its next run.)
+
 Every step is idempotent and looks for its own leftovers, so a migration cut short is finished by running it
 again; `state-format` is written last, and until then every other command refuses the folder
 (`state.require_current_format`). One migration at a time (a lock file in the state folder).
@@ -78,6 +90,8 @@ class MigrationReport:
     sweep_records: int = 0
     scenario_partitions: int = 0
     materializations: int = 0
+    ledgers_checked: int = 0
+    warehouses_recorded: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +110,8 @@ class MigrationReport:
                    f"{self.scenario_partitions} eval_run partition(s) ({self.materializations} materialization(s) "
                    f"carried over), {self.results_folders} results folder(s) ({self.summaries} summary file(s)), "
                    f"{self.catalog_rows} catalog row(s), {self.sweep_records} sweep record(s) renamed")
+        out.append(f"  ledgers: {self.ledgers_checked} checked for meaning and recorded in their manifest; "
+                   f"warehouses: {self.warehouses_recorded} with their content hashes recorded")
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -143,6 +159,8 @@ def migrate_state(session: Session) -> MigrationReport:
         _rename_scenario_files(paths, report)
         _rename_in_sweep_records(paths, report)
         _rename_scenario_partitions(session, report)
+        _check_ledger_meaning(session, report)
+        _record_warehouse_content(session, report)
         write_state_format(paths)
     return report
 
@@ -164,6 +182,44 @@ def _register_world_days(session: Session, report: MigrationReport) -> None:
         missing = [k for k in world_day_keys(config) if k not in have]
         register_world_days(instance, config)
         report.world_days[world] = len(missing)
+
+
+def _check_ledger_meaning(session: Session, report: MigrationReport) -> None:
+    """Each registered world's ledger through the meaning check, recorded in its manifest (format 2 -> 3)."""
+    from churn_assets.world.ledger import LEDGER_FILE, LedgerError, check_meaning
+
+    for world in sorted(registered_worlds(session.instance)):
+        ledger_dir = session.paths.ledger_dir(world)
+        if not (ledger_dir / LEDGER_FILE).exists():
+            continue  # not materialized yet: the ledger asset writes it checked
+        try:
+            checked = check_meaning(ledger_dir)
+        except LedgerError as e:
+            report.notes.append(f"world {world}: its ledger fails the check and loaders will refuse it ({e}); "
+                                f"make it again with `churnbench worlds materialize {world}`")
+            continue
+        if checked.recorded or checked.already:
+            report.ledgers_checked += 1
+        else:
+            report.notes.append(f"world {world}: its ledger passed the meaning check but {ledger_dir} could not "
+                                "be written to record it")
+
+
+def _record_warehouse_content(session: Session, report: MigrationReport) -> None:
+    """Each registered world's complete dbt build gets its content hashes recorded, if it has none (format 3)."""
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.fabric.warehouse_content import record_content, recorded_content
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.grounding.routes import warehouse_views
+    from churn_assets.orchestration.scenario_inputs import dbt_models_built
+
+    views = warehouse_views(load_registry())
+    with connection(session.urls.warehouse) as conn:
+        for world in sorted(registered_worlds(session.instance)):
+            if dbt_models_built(conn, world) and not recorded_content(conn, world):
+                record_content(conn, world, views)
+                report.warehouses_recorded += 1
+            conn.rollback()
 
 
 def _move_results(paths: StatePaths, report: MigrationReport) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from churn_assets.state import StatePaths, atomic_write_text
 from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec
+from churn_assets.unique_keys import load_json
 
 DONE, FAILED, PENDING, SKIPPED = "done", "failed", "pending", "skipped"  # skipped: past the LLM budget cap
 
@@ -75,7 +76,7 @@ def sweep_file(paths: StatePaths, sweep_id: str) -> Path:
 def load_sweep(paths: StatePaths, sweep_id: str) -> SweepRecord:
     path = sweep_file(paths, sweep_id)
     try:
-        return SweepRecord.from_json(json.loads(path.read_text()))
+        return SweepRecord.from_json(load_json(path.read_text(), f"sweep record {path}"))
     except FileNotFoundError:
         known = ", ".join(list_sweeps(paths)) or "none"
         raise SweepError(f"no sweep {sweep_id!r} in {paths.root} (sweeps: {known})") from None
@@ -85,6 +86,28 @@ def load_sweep(paths: StatePaths, sweep_id: str) -> SweepRecord:
 
 def sweep_report_dir(paths: StatePaths, sweep_id: str) -> Path:
     return paths.results_root / "sweeps" / sweep_id
+
+
+NIGHTS_DIR = "nights"
+NIGHT_TAG = "churnbench/regression_night"  # the run date a regression run files its report under
+
+
+def regression_night(now: dt.datetime | None = None) -> dt.date:
+    """The run date a regression's report is filed under: today in the nightly schedule's timezone (deployment
+    config `regression.timezone`)."""
+    from zoneinfo import ZoneInfo
+
+    from churn_assets.deployment import deployment
+
+    zone = ZoneInfo(deployment().regression.timezone)
+    return (now or dt.datetime.now(dt.UTC)).astimezone(zone).date()
+
+
+def regression_night_dir(paths: StatePaths, sweep_id: str, night: dt.date) -> Path:
+    """Where one night's regression report goes (`<sweep report dir>/nights/<YYYY-MM-DD>/`): the regression's sweep
+    id is the same every night, so each run date keeps a folder of its own and a failing night never overwrites an
+    earlier one (a second run on one date replaces that date's files)."""
+    return sweep_report_dir(paths, sweep_id) / NIGHTS_DIR / night.isoformat()
 
 
 def list_sweeps(paths: StatePaths) -> list[str]:

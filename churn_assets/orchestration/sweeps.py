@@ -77,7 +77,7 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
         elif not is_registered(session.instance, w.world_id):
             raise SweepError(f"sweep {spec.preset}: world {w.world_id!r} is not registered (add it with "
                              "`churnbench worlds add`, or give seeds instead of world ids)")
-    evaluated, exposure = spec_cells(spec, worlds, {name: a.fixed_policy for name, a in ARMS.items()})
+    evaluated, exposure = spec_cells(spec, worlds, {name: a.only_policy for name, a in ARMS.items()})
     # The worlds of evaluated cells get their ledgers here; a world with exposure-only cells alone gets its
     # ledger from its exposure job, in parallel with the others (`compute_exposure_cells`).
     for world_id in dict.fromkeys(c.world_id for c in evaluated):

@@ -53,6 +53,7 @@ from churn_assets.orchestration.partitions import (
 )
 from churn_assets.orchestration.scenarios import scenarios_of_world, stored_scenario_keys
 from churn_assets.state import WORLD_ID_RE, StatePaths, atomic_write_text, validate_world_id
+from churn_assets.unique_keys import load_json
 from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 from contracts.store import CONTRACTS_DIRNAME
@@ -96,7 +97,7 @@ def load_world_config(paths: StatePaths, world_id: str) -> WorldConfig:
     validate_world_id(world_id)
     path = paths.world_config_file(world_id)
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text(), f"world config {path}")
     except FileNotFoundError:
         raise WorldNotFoundError(
             f"world {world_id} has no stored config ({path} is missing): register it with "

@@ -21,6 +21,7 @@ from churn_assets.services.base import (
 )
 from churn_assets.services.process import ProcessService
 from churn_assets.state import StatePaths
+from churn_assets.unique_keys import load_json
 
 
 class SaasService(ProcessService):
@@ -79,7 +80,7 @@ def ensure_saas_keys(paths: StatePaths) -> Path:
     target = saas_keys_file(paths)
     kept: list[dict[str, object]] = []
     try:
-        entries = json.loads(target.read_text())["keys"]
+        entries = load_json(target.read_text(), str(target))["keys"]
         if entries and all(entry.get("per_tenant") is True for entry in entries):
             kept = list(entries)
     except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
@@ -115,7 +116,7 @@ def saas_api_key(paths: StatePaths | None = None, profile: str = "default", *, w
     paths = paths or StatePaths.resolve()
     target = saas_keys_file(paths)
     try:
-        entries = json.loads(target.read_text())["keys"]
+        entries = load_json(target.read_text(), str(target))["keys"]
     except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
         raise ServiceError(f"no SaaS API keys in {target}: `churnbench services up` writes them") from None
     for entry in entries:

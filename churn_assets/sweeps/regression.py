@@ -19,6 +19,7 @@ from typing import Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import VERDICTS
+from churn_assets.unique_keys import load_json
 
 BASELINE_FORMAT = 1
 COUNT_FIGURES = ("tasks", "stale_answers", "exposure", *(f"verdict/{v}" for v in VERDICTS))
@@ -157,7 +158,7 @@ def make_baseline(figures: Mapping[str, Mapping[str, Any]], hashes: Mapping[str,
 
 def load_baseline(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text(), f"regression baseline {path}")
     except FileNotFoundError:
         raise BaselineError(f"regression baseline {path}: file not found (make one with "
                             "`churnbench regression --update-baseline`)") from None

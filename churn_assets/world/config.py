@@ -13,6 +13,7 @@ import yaml
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
+from churn_assets.unique_keys import DuplicateKeyError, load_yaml
 
 if TYPE_CHECKING:  # pydantic is imported on first validation (docs/decisions.md 76)
     from pydantic import BaseModel
@@ -70,7 +71,7 @@ class WorldConfig:
 
 def default_config_data() -> dict[str, Any]:
     text = resources.files("churn_assets.world").joinpath(DEFAULT_CONFIG_RESOURCE).read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = load_yaml(text, DEFAULT_CONFIG_RESOURCE)
     return data
 
 
@@ -85,7 +86,9 @@ def load_config(
     """Defaults, then the file at `path` (a partial config merged over the defaults), then overrides.
 
     `overrides` are `section.key=value` strings with YAML values (`rates_per_day.hires=2.5`): each path is
-    resolved against the schema, the value set in the data, and the result validated by the schema.
+    resolved against the schema, the value set in the data, and the result validated by the schema. A number may
+    be written in scientific notation (`1.5e3`, which YAML 1.1 reads as text). A key set twice is refused: the
+    second would silently win.
     """
     data = default_config_data()
     if path is not None:
@@ -93,14 +96,21 @@ def load_config(
         _merge(data, _read_file(p))
         # Checked before the overrides apply, so that a mistake in the file is reported with the file's name.
         validate_config(data, where=f"world config {p}")
+    given: dict[str, str] = {}
     for item in overrides or []:
         key, sep, raw = item.partition("=")
         if not sep:
             raise WorldConfigError(f"override {item!r}: expected section.key=value")
+        if key.strip() in given:
+            raise WorldConfigError(f"override {item!r}: {key.strip()} is set twice (also {given[key.strip()]!r}); "
+                                   "the second would silently win")
+        given[key.strip()] = item
         try:
-            value = yaml.safe_load(raw)
+            value = _override_value(load_yaml(raw, f"override {item!r}"))
+        except DuplicateKeyError as e:
+            raise WorldConfigError(str(e)) from None
         except (yaml.YAMLError, ValueError) as e:
-            raise WorldConfigError(f"override {item!r}: value is not valid ({e})") from None
+            raise WorldConfigError(f"override {item!r}: value is not valid ({' '.join(str(e).split())})") from None
         _set_path(data, key.strip(), value)
     if seed is not None:
         data["seed"] = seed
@@ -111,6 +121,17 @@ def load_config(
     return validate_config(data)
 
 
+_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _override_value(value: Any) -> Any:
+    """A number in scientific notation as a number: YAML 1.1 reads `1.5e3` (no dot or no sign in the exponent)
+    as text, and the schema would then refuse it as not a number."""
+    if isinstance(value, str) and _SCIENTIFIC.match(value.strip()):
+        return float(value)
+    return value
+
+
 def config_from_data(data: dict[str, Any]) -> WorldConfig:
     """A config from a complete mapping (as stored in a manifest or the state folder)."""
     return validate_config(data)
@@ -118,7 +139,9 @@ def config_from_data(data: dict[str, Any]) -> WorldConfig:
 
 def _read_file(p: Path) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(p.read_text())
+        loaded = load_yaml(p.read_text(), f"world config {p}")
+    except DuplicateKeyError as e:
+        raise WorldConfigError(str(e)) from None
     except FileNotFoundError:
         raise WorldConfigError(f"world config {p}: file not found") from None
     except (yaml.YAMLError, ValueError) as e:

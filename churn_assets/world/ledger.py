@@ -8,11 +8,19 @@ cut out: a changed byte anywhere (even a re-formatting) breaks the chain.
 
 Format 1 (the reference's ledgers) has no hashes and no `recorded_at`; it loads through the same
 loader, checked against its own payload schemas, and is reported as unverified.
+
+Meaning (format 2): a chain proves nothing about whether the events can happen. The writer checks each event
+against the world the events before it made (`meaning.MeaningChecker`: the fold's invariants, references across
+entities) and the manifest records `meaning_check` = {version, head_hash} when it closes; `churnbench ledger
+verify` runs the same check over a ledger from disk and records it. Every loader (`LedgerStream`, `load_ledger`)
+refuses a format-2 ledger whose manifest does not record a passed check of today's `meaning.CHECK_VERSION` for its
+head hash: a cheap look at the manifest, not a second pass over the events.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import gzip
 import hashlib
@@ -27,6 +35,7 @@ from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.files import atomic_write_text, temporary_name
 from churn_assets.world.events import SCHEMAS_BY_FORMAT, payload_error, round_payload
+from churn_assets.world.meaning import CHECK_VERSION, MeaningChecker, MeaningError
 from churn_assets.world.packed import PackedRecords
 
 FORMAT_VERSION = 2
@@ -105,6 +114,7 @@ class LedgerWriter:
         self._position = 0
         self._counts: Counter[str] = Counter()
         self._schemas = SCHEMAS_BY_FORMAT[FORMAT_VERSION]
+        self._meaning = MeaningChecker()
 
     def append(self, event: Event) -> None:
         kind = self._schemas.get(event.kind)
@@ -130,6 +140,10 @@ class LedgerWriter:
             "recorded_at": recorded_at(event.at, self._position),
             "prev_hash": self._prev,
         }
+        try:
+            self._meaning.check(record)
+        except MeaningError as e:
+            raise LedgerError(f"impossible event: {e}", line=self._seq + 1) from None
         body = canonical_json(record)
         digest = _hash_hex(body.encode())
         # Insert the hash at its sorted place ("entity_type" < "hash" < "kind") instead of serializing
@@ -157,6 +171,7 @@ class LedgerWriter:
             world_id=self._world_id,
             world_config_hash=self._config_hash,
             world_config=self._world_config,
+            meaning_check=meaning_record(self._prev) if self._seq else None,
         )
         self._tmp.replace(self.out_dir / LEDGER_FILE)
         atomic_write_text(self.out_dir / MANIFEST_FILE, json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -165,6 +180,16 @@ class LedgerWriter:
     def abort(self) -> None:
         self._fh.close()
         self._tmp.unlink(missing_ok=True)
+
+
+def meaning_record(head_hash: str) -> dict[str, Any]:
+    """What a manifest records once the events up to `head_hash` passed the meaning check."""
+    return {"version": CHECK_VERSION, "head_hash": head_hash}
+
+
+def meaning_checked(manifest: LedgerManifest) -> bool:
+    """Whether the manifest records a passed meaning check of today's version for its own head."""
+    return manifest.meaning_check == meaning_record(manifest.head_hash or "") and manifest.head_hash is not None
 
 
 @dataclass(frozen=True)
@@ -178,9 +203,12 @@ class LedgerManifest:
     world_id: str | None = None
     world_config_hash: str | None = None
     world_config: dict[str, Any] | None = None
+    # {"version": meaning.CHECK_VERSION, "head_hash": ...}: the events' meaning was checked up to that head
+    meaning_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"meaning_check": self.meaning_check} if self.meaning_check is not None else {}),
             "format_version": self.format_version,
             "count": self.count,
             "head_hash": self.head_hash,
@@ -205,6 +233,7 @@ class LedgerManifest:
                 world_id=d.get("world_id"),
                 world_config_hash=d.get("world_config_hash"),
                 world_config=d.get("world_config"),
+                meaning_check=dict(d["meaning_check"]) if d.get("meaning_check") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as e:
             raise LedgerError(f"manifest is malformed ({e})", path=path) from None
@@ -292,7 +321,8 @@ class LedgerStream:
     say what was read. A 100x world's verify and fold walk stream; what needs every record at once (gold,
     exposure) loads them."""
 
-    def __init__(self, path: str | Path, *, progress: Callable[[int], None] | None = None) -> None:
+    def __init__(self, path: str | Path, *, progress: Callable[[int], None] | None = None,
+                 require_meaning: bool = True) -> None:
         self.ledger_path, manifest_path = resolve_ledger_paths(path)
         self.progress = progress
         self.manifest: LedgerManifest | None = None
@@ -306,6 +336,12 @@ class LedgerStream:
                 raise LedgerError("manifest is not UTF-8 text", path=manifest_path) from None
             if self.manifest.format_version not in SCHEMAS_BY_FORMAT:
                 raise LedgerError(f"unsupported format_version {self.manifest.format_version}", path=manifest_path)
+            if require_meaning and self.manifest.format_version == 2 and not meaning_checked(self.manifest):
+                where = manifest_path.parent if manifest_path.name == MANIFEST_FILE else manifest_path
+                raise LedgerError(
+                    f"the manifest records no passed meaning check (version {CHECK_VERSION}) for the ledger's head "
+                    f"{(self.manifest.head_hash or '')[:12]}: check it with `churnbench ledger verify {where}`, which "
+                    "records it (a state folder's worlds: `churnbench migrate`)", path=manifest_path)
         self.format_version: int | None = self.manifest.format_version if self.manifest else None
         self.count = 0
 
@@ -354,6 +390,7 @@ def load_ledger(
     *,
     progress: Callable[[int], None] | None = None,
     packed: bool = False,
+    require_meaning: bool = True,
 ) -> LoadedLedger:
     """Read and verify a ledger. Raises `LedgerError` naming the file and the 1-based line.
 
@@ -363,8 +400,10 @@ def load_ledger(
 
     `packed`: hold the verified records as `PackedRecords` (compact JSON without the chain fields, parsed on
     each pass: a tenth of the memory), for a large world's passes over its ledger (the exposure-only path).
+    `require_meaning=False`: load a format-2 ledger whose manifest records no passed meaning check (what
+    `check_meaning` does before it checks one).
     """
-    stream = LedgerStream(path, progress=progress)
+    stream = LedgerStream(path, progress=progress, require_meaning=require_meaning)
     counts: Counter[str] = Counter()
     records: list[dict[str, Any]] | PackedRecords
     if packed:
@@ -377,6 +416,49 @@ def load_ledger(
         counts.update(r["kind"] for r in records)
     fmt = stream.format_version or FORMAT_VERSION
     return LoadedLedger(stream.ledger_path, fmt, fmt == 2, records, stream.manifest, dict(sorted(counts.items())))
+
+
+@dataclass(frozen=True)
+class MeaningChecked:
+    """What `check_meaning` found: the events checked, the head, and whether the manifest now records it."""
+
+    count: int
+    format_version: int
+    head_hash: str | None
+    recorded: bool  # False: the check passed but the manifest could not be written (a read-only folder)
+    already: bool  # the manifest recorded it before
+
+
+def check_meaning(path: str | Path, *, progress: Callable[[int], None] | None = None,
+                  record: bool = True) -> MeaningChecked:
+    """Read a ledger through every check, the meaning check included (format 2), in one pass holding no
+    records; raise `LedgerError` naming the line of the first impossible event. Then record the passed check in
+    the manifest (`record`). Format 1 is read with its own checks and has no meaning check."""
+    stream = LedgerStream(path, progress=progress, require_meaning=False)
+    checker = MeaningChecker()
+    head = None
+    for n, rec in enumerate(stream, start=1):
+        if stream.format_version == 2:
+            try:
+                checker.check(rec)
+            except MeaningError as e:
+                raise LedgerError(f"impossible event: {e}", path=stream.ledger_path, line=n) from None
+            head = rec["hash"]
+    manifest = stream.manifest
+    if stream.format_version != 2 or manifest is None or head is None:
+        return MeaningChecked(stream.count, stream.format_version or 1, head, False, False)
+    if meaning_checked(manifest):
+        return MeaningChecked(stream.count, 2, head, True, True)
+    recorded = False
+    if record:
+        updated = dataclasses.replace(manifest, meaning_check=meaning_record(head))
+        try:
+            atomic_write_text(stream.ledger_path.parent / MANIFEST_FILE,
+                              json.dumps(updated.to_dict(), indent=2, sort_keys=True) + "\n")
+            recorded = True
+        except OSError:
+            recorded = False
+    return MeaningChecked(stream.count, 2, head, recorded, False)
 
 
 def _sniff_format(first_line: str, path: Path) -> int:

@@ -45,6 +45,7 @@ from churn_assets.arms.registry import arm_names, arm_spec, define_scenario, mak
 from churn_assets.fabric.postgres import connection, schema_name
 from churn_assets.fabric.roles import arm_secret
 from churn_assets.fabric.sources import close_sources, connect_sources
+from churn_assets.fabric.warehouse_content import verified_views
 from churn_assets.freshness.planning import served_vintage
 from churn_assets.freshness.policies import Off, Tiered
 from churn_assets.freshness.scenario import plan_scenario
@@ -52,7 +53,7 @@ from churn_assets.grounding.rag_corpus import build_rag_corpus
 from churn_assets.grounding.readers.sql import select
 from churn_assets.grounding.readers.staged import partition
 from churn_assets.grounding.registry import load_registry
-from churn_assets.grounding.routes import RouteRefused, RouterError, check_relation
+from churn_assets.grounding.routes import RouteRefused, RouterError, check_relation, warehouse_views
 from churn_assets.grounding.staging import staged_asset_name
 from churn_assets.grounding.traces import (
     COORDINATOR,
@@ -190,6 +191,7 @@ def run(session: Session, session_defs: dg.Definitions, small_world: str) -> Ite
     sources = connect_sources(world, warehouse_url=session.urls.warehouse, mongo_url=session.urls.mongodb,
                               saas_url=session.urls.saas, saas_key=saas_api_key(session.paths, world_id=world),
                               documents_root=root, warehouse_secret=arm_secret(session.paths.arm_secret_file))
+    sources.warehouse_content = verified_views(session.urls.warehouse, world, warehouse_views(registry))
     try:
         for name in ARMS:
             scenario = define_scenario(world, name, "tiered", T_PRIME, T)

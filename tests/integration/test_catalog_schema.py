@@ -2,7 +2,8 @@
 the hand-written DDL made (plus the later revisions, written out here as DDL), the model agrees with the
 migration scripts, a catalog made by the old code is adopted with every row, a table of another shape or a
 catalog of an unknown revision is refused unchanged, concurrent first runs create the catalog once, and
-(revisions 0003-0004, issue 33) repeats of one experiment are rows of their own beside the experiment's summary.
+(revisions 0003-0004, issue 33) repeats of one experiment are rows of their own beside the experiment's summary, and
+(revision 0005, issue 35) rows carry their seals and keep no figures unless complete.
 
 Each test gets a database of its own on the session's server, so the warehouse's catalog (which other tests
 write) is never touched.
@@ -105,6 +106,11 @@ DDL_0004 = (
     "results_experiments_experiment_hash_code_version_repeats_key UNIQUE (experiment_hash, code_version, repeats), "
     "CONSTRAINT results_experiments_repeats_check CHECK (repeats >= 1))",
     "CREATE INDEX results_experiments_world_ix ON churnbench.results_experiments (world, scenario_key)",
+)
+# What revision 0005 adds (issue 35): the results folders' seals and the Dagster run of the latest attempt.
+ADDED_IN_0005: tuple[tuple[str, str], ...] = (
+    ("seal", "jsonb"),
+    ("dagster_run_id", "text"),
 )
 
 
@@ -233,6 +239,8 @@ def test_a_new_catalog_is_the_table_the_old_ddl_made(database: str) -> None:
         old_ensure_catalog(conn, OLD_COLUMNS + ADDED_IN_0002 + ADDED_IN_0003)
         for statement in DDL_0004:
             conn.execute(statement.encode())
+        for name, kind in ADDED_IN_0005:
+            conn.execute(f"ALTER TABLE churnbench.results_runs ADD COLUMN {name} {kind}".encode())
     old = definition(database)
     with connection(database, autocommit=True) as conn:
         conn.execute(b"DROP SCHEMA churnbench CASCADE")
@@ -282,7 +290,7 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     listed = catalog.runs()  # a read adopts it: stamped at the baseline, then upgraded to head
     assert recorded_revisions(database) == [HEAD_REVISION]
     added = {"unattributed_error": None, "degenerate_exposure": None, "identity_version": 1, "budget_exhausted": None,
-             "repeat": 0}
+             "repeat": 0, "seal": None, "dagster_run_id": None}
     before = [{**b, **added} for b in before]
     assert all_rows(database) == before
     after = definition(database)
@@ -292,7 +300,9 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
                                        (last + 2, "degenerate_exposure", "integer", False, "", None),
                                        (last + 3, "identity_version", "integer", True, "", "1"),
                                        (last + 4, "budget_exhausted", "integer", False, "", None),
-                                       (last + 5, "repeat", "integer", True, "", "0")]
+                                       (last + 5, "repeat", "integer", True, "", "0"),
+                                       (last + 6, "seal", "jsonb", False, "", None),
+                                       (last + 7, "dagster_run_id", "text", False, "", None)]
     # revision 0004: the key gains the repeat (every old row is repeat 0), and the experiments table is added
     renamed = [("results_runs_experiment_hash_code_version_repeat_key",
                 "UNIQUE (experiment_hash, code_version, repeat)") if c[0].endswith("code_version_key") else c
@@ -333,6 +343,45 @@ def test_an_old_catalog_is_adopted_with_every_row(database: str) -> None:
     assert (restarted["status"], restarted["error"], restarted["attempts"]) == ("running", None, 2)
     with connection(database, autocommit=True) as conn:
         assert delete_world_runs(conn, WORLD) == 4 and catalog_worlds(conn) == set()
+
+
+def test_revision_0005_clears_the_figures_of_rows_that_are_not_complete(database: str) -> None:
+    """Issue 35: a row restarted over a complete one, then failed, kept the earlier attempt's figures with no summary
+    behind them (`failed 83.9% 29` in `results list`); the revision clears them, and the code keeps them cleared."""
+    from alembic import command
+
+    from churn_assets.evaluation.catalog import alembic_config
+
+    with connection(database, autocommit=True) as conn:
+        old_ensure_catalog(conn)
+        insert_old_rows(conn)
+        conn.execute(b"UPDATE churnbench.results_runs SET tasks = 180, accuracy = 0.839, stale_answers = 29, "
+                     b"correct = 151 WHERE status = 'failed'")
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(with_driver(database, "psycopg"), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            command.stamp(alembic_config(conn), "0001")
+            command.upgrade(alembic_config(conn), "0002")
+            conn.commit()
+    finally:
+        engine.dispose()
+    catalog = RunCatalog(database)
+    rows = {r.experiment_hash: r for r in catalog.runs()}  # upgraded to head by the read
+    failed, complete = rows["bbbb000000000003"], rows["aaaa000000000001"]
+    assert (failed.status, failed.tasks, failed.accuracy, failed.stale_answers, failed.verdicts["correct"]) == (
+        "failed", None, None, None, None)
+    assert (complete.tasks, complete.accuracy, complete.stale_answers) == (180, 0.75, 45)  # kept
+    # The code: a complete row started again (its folder removed) has no figures, nor once it fails.
+    done = key(complete.experiment_hash, complete.code_version)
+    catalog.start(SCENARIO, done, Path("/r/again"), dagster_run_id="run-1")
+    restarted = catalog.get(done)
+    assert restarted is not None and (restarted.status, restarted.accuracy, restarted.tasks) == ("running", None, None)
+    assert restarted.dagster_run_id == "run-1"
+    catalog.fail(done, "RuntimeError: source refused")
+    failed_again = catalog.get(done)
+    assert failed_again is not None and (failed_again.status, failed_again.accuracy) == ("failed", None)
 
 
 def test_a_table_of_another_shape_is_refused_and_left_as_it_was(database: str) -> None:

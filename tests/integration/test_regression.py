@@ -10,6 +10,8 @@ its T' inputs (documents, vector index, staged caches of T')."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -86,9 +88,20 @@ def test_the_gate_passes_unchanged_and_names_what_a_degraded_registry_moved(
         assert _check_status(session.instance, "eval_run", check, tiered_key) == "SUCCEEDED"
         assert _check_status(session.instance, "eval_run", check, off_key) == "PLANNED"  # off: no TTL, skipped
 
-    # The hot class re-tiered 1 -> 3 days: the tiered cell serves older assignments, so its counts move.
+    # The hot class re-tiered 1 -> 3 days: the tiered cell serves older assignments, so its counts move. It runs
+    # the next night: its report goes to that night's folder, and the passing night's stays as it was (issue 35).
+    import churn_assets.orchestration.sweep_records as sweep_records
+
+    passing_night = unchanged.report_dir
+    assert passing_night.parent.name == "nights" and (passing_night / "regression.md").is_file()
+    passed_gate = (passing_night / "regression_gate.json").read_text()
+    next_night = dt.date.fromisoformat(passing_night.name) + dt.timedelta(days=1)
+    monkeypatch.setattr(sweep_records, "regression_night", lambda now=None: next_night)
     monkeypatch.setenv(REGISTRY_FILE_ENV, str(_registry(tmp_path, "degraded", assignments=3)))
     degraded = run_regression(session, session_defs, spec=spec, echo=lines.append)
+    assert degraded.report_dir == passing_night.with_name(next_night.isoformat())
+    assert json.loads((degraded.report_dir / "regression_gate.json").read_text())["passed"] is False
+    assert (passing_night / "regression_gate.json").read_text() == passed_gate  # not overwritten
     assert not degraded.result.passed
     moved = {(m.cell, m.figure) for m in degraded.result.moved}
     assert (TIERED, "stale_answers") in moved and (TIERED, "accuracy") in moved, degraded.result.lines()

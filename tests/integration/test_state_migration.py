@@ -120,7 +120,12 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
 
     migrated = _cli(paths, "migrate")
     assert migrated.exit_code == 0, migrated.output
-    assert "format 1 -> 2" in migrated.output and f"{s.world}: 30" in migrated.output
+    assert f"format 1 -> {STATE_FORMAT}" in migrated.output and f"{s.world}: 30" in migrated.output
+    # Format 3 (issue 35): the world's ledger checked for meaning and recorded; its warehouse's content recorded.
+    assert ("ledgers: 1 checked for meaning and recorded in their manifest; warehouses: 1 with their content "
+            "hashes recorded") in migrated.output
+    manifest = json.loads((paths.ledger_dir(s.world) / "manifest.json").read_text())
+    assert manifest["meaning_check"] == {"version": 1, "head_hash": manifest["head_hash"]}
     assert ("1 definition file(s), 1 eval_run partition(s) (1 materialization(s) carried over), 1 results "
             "folder(s) (1 summary file(s)), 1 catalog row(s), 0 sweep record(s) renamed") in migrated.output
     assert stored_state_format(paths) == STATE_FORMAT

@@ -249,9 +249,13 @@ def test_a_malformed_partition_key_added_in_the_ui_fails_in_one_line(ui: int) ->
     assert wait_for_run(ui, launched["run"]["runId"]) == "FAILURE"
     data = gql(ui, "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { "
                    "__typename ... on ExecutionStepFailureEvent { error { message className } "
-                   "failureMetadata { description } } } } } }", {"id": launched["run"]["runId"]})
+                   "failureMetadata { description metadataEntries { label ... on TextMetadataEntry { text } } } "
+                   "} } } } }", {"id": launched["run"]["runId"]})
     [failure] = [e for e in data["logsForRun"]["events"] if e["__typename"] == "ExecutionStepFailureEvent"]
     description = (failure.get("failureMetadata") or {}).get("description") or ""
     assert f"'{bad}' is not a scenario key" in description and "\n" not in description.strip(), failure
     # A dg.Failure: the UI shows its description as the failure, not an exception from deep in the code.
     assert (failure["error"] or {}).get("className") == "Failure", failure
+    # Issue 35: the line is the failure's metadata too (`error`), as the CLI would print it; the trace stays in the log.
+    entries = {e["label"]: e.get("text") for e in failure["failureMetadata"]["metadataEntries"]}
+    assert entries.get("error") == description.strip(), failure

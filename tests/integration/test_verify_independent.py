@@ -120,7 +120,7 @@ def test_a_bug_in_the_python_gold_passes_plain_and_fails_independent(world: str,
 
 
 def test_a_truth_schema_of_another_ledger_is_refused(world: str, services: ServiceUrls) -> None:
-    from churn_assets.commands.results import _Golds, _sql_gold
+    from churn_assets.commands.verify import _Golds, _sql_gold
     from churn_assets.errors import UserFacingError
 
     with connection(services.warehouse, autocommit=True) as conn:

@@ -69,13 +69,21 @@ def test_a_run_killed_at_each_point_resumes_to_the_results_of_an_uninterrupted_r
     assert _catalog_row(session, key).status == "running"
     [eval_run] = _runs_of(session, answering.pid, started=True)
 
-    # What the next command does when it opens the state folder (and the UI's sensor every minute).
-    dead = reap_dead_runs(session.paths, session.instance, session.urls.warehouse)
-    assert {(d.where, d.recorded, d.pid) for d in dead} == {("dagster", "failed", answering.pid),
-                                                            ("catalog", "failed", answering.pid)}
+    # What the next command does when it opens the state folder: `results list`, which materializes nothing,
+    # records the catalog row failed and the Dagster run the row names failed too (issue 35: it used to stay
+    # STARTED until the next materializing command), and shows the row without figures.
+    listed = cli("results", "list", "--world", small_world)
+    assert listed.returncode == 0, listed.stderr
+    assert f"results catalog run {_catalog_row(session, key).run_id} {key}: its process (pid {answering.pid}) is " \
+        "gone; recorded failed" in listed.stderr
+    assert f"Dagster run {eval_run.run_id}: its process (pid {answering.pid}) is gone; recorded failed" in listed.stderr
     assert session.instance.get_run_by_id(eval_run.run_id).status == dg.DagsterRunStatus.FAILURE
     row = _catalog_row(session, key)
-    assert row.status == "failed" and "7 task(s) checkpointed" in row.error
+    assert row.status == "failed" and "7 task(s) checkpointed" in row.error and row.accuracy is None
+    line = next(x for x in listed.stdout.splitlines() if key in x)
+    assert " failed " in line and "%" not in line  # no figures without a summary behind them
+    shown = cli("results", "show", key)
+    assert "checkpointed   7 task(s) answered so far (not results" in shown.stdout, shown.stdout
     assert reap_dead_runs(session.paths, session.instance, session.urls.warehouse) == []  # once only
 
     # 3. Killed in `finish`: tasks.jsonl is written, summary.json is not: the folder is not complete.

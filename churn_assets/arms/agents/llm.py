@@ -364,9 +364,9 @@ class Price:
 
 @cache
 def price_table(path: Path = PRICES_FILE) -> dict[str, Price]:
-    import yaml
+    from churn_assets.unique_keys import load_yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text(), str(path)) or {}
     return {str(name): Price(float(p["input"]), float(p["output"])) for name, p in (data.get("models") or {}).items()}
 
 

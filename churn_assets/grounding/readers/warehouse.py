@@ -1,5 +1,12 @@
 """The warehouse reader (store `warehouse`): the dbt as-of views of `<world>_analytics` at the route's day
-(T for a live read; a staged class's served day for the facts its staged copy lacks, `routes.STAGED_GAPS`)."""
+(T for a live read; a staged class's served day for the facts its staged copy lacks, `routes.STAGED_GAPS`).
+
+An as-of view stores nothing as of a day: it applies the day asked (`as_of_day = day`) to the tables under it,
+so the day a read observes is the day its query applied. What it reads is checked by content: before the
+evaluation answers (and again after), every relation the views read is hashed and compared with what the dbt
+build recorded (`fabric/warehouse_content.py`), and the per-view hash of that verified content is what a read's
+trace carries as `observed_hash`. A router whose sources carry no verified hashes refuses warehouse reads.
+"""
 
 from __future__ import annotations
 
@@ -62,10 +69,11 @@ def read(ctx: ReadContext, request: Request, route: Route) -> Found:
     reader = VIEWS.get(request.view)
     if reader is None:
         raise RouterError(f"the warehouse has no as-of view for {request.view}")
+    verified = ctx.sources.warehouse_content
+    if verified is None or route.relation not in verified:
+        raise RouterError(f"{schema_name(ctx.world_id, LAYER)}.{route.relation}: a warehouse read needs the "
+                          "content of what the view reads verified first (fabric.warehouse_content.verified_views)")
     rows = reader(ctx, route.relation, request, route.day)
-    # An as-of view is computed for the day asked (`WHERE as_of_day = day`): it stores nothing as of a day that
-    # could be hashed or could be another day's. Its integrity is the dbt build's tests and the parity checks
-    # against the fold (`orchestration/assets/warehouse_checks.py`).
-    return Found(rows, f"{schema_name(ctx.world_id, LAYER)}.{route.relation}", 1, route.day)
+    return Found(rows, f"{schema_name(ctx.world_id, LAYER)}.{route.relation}", 1, route.day, verified[route.relation])
 
 

@@ -2,6 +2,9 @@
 a partition's world (and day) with its stored config, and read the world's verified ledger once per process.
 
 - `user_errors()`: a `UserFacingError` fails the step with its own message and no retry (no traceback).
+- `step_failure(message)`: the step failure every asset and job raises for a user error: its description and its
+  metadata `error` are the one line the CLI prints for it (what a run launched from the UI shows as its failure;
+  the trace stays in the step's log).
 - `require_world(state, world_id)`: the stored config of a registered world, or such a failure (a world key
   added by hand in the UI, without a stored config, fails clearly, never by guessing).
 - `require_world_day(state, partition_key)`: the world, day and config of a world-day partition: a key that does
@@ -25,7 +28,7 @@ from typing import Any
 
 import dagster as dg
 
-from churn_assets.errors import UserFacingError
+from churn_assets.errors import UserFacingError, one_line
 from churn_assets.orchestration.partitions import world_and_day
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.calendar import Day, outside_calendar
@@ -34,14 +37,24 @@ from churn_assets.world.fold import fold_ledger
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, LoadedLedger, load_ledger
 from churn_assets.world.state import WorldState
 
+ERROR_METADATA = "error"  # a failed step's metadata entry holding its one line
+
+
+def step_failure(message: object, metadata: dict[str, Any] | None = None) -> dg.Failure:
+    """A step failure for an error the user can act on: description and metadata `error` are its one line (the
+    CLI's error line; a UI-launched run shows it as its failure), no retry."""
+    line = one_line(message)
+    return dg.Failure(description=line, metadata={ERROR_METADATA: line, **(metadata or {})}, allow_retries=False)
+
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """A `UserFacingError` fails the step with its own message and no retry (no traceback to read)."""
+def user_errors(prefix: str = "") -> Iterator[None]:
+    """A `UserFacingError` fails the step with its own message (after `prefix`) and no retry (no traceback to
+    read)."""
     try:
         yield
     except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+        raise step_failure(f"{prefix}{e}") from None
 
 
 def require_world(state: StateResource, world_id: str) -> WorldConfig:
@@ -53,8 +66,7 @@ def require_world(state: StateResource, world_id: str) -> WorldConfig:
 def require_day_in_world(config: WorldConfig, day: Day) -> None:
     """Refuse a day outside the world's calendar (the stores hold nothing after the world's last day)."""
     if not config.start <= day <= config.end:
-        raise dg.Failure(description=str(outside_calendar("the day", day, config.start, config.end,
-                                                          f"world {config.world_id}")), allow_retries=False)
+        raise step_failure(outside_calendar("the day", day, config.start, config.end, f"world {config.world_id}"))
 
 
 def require_world_day(state: StateResource, partition_key: str) -> tuple[str, Day, WorldConfig]:
@@ -100,9 +112,9 @@ def world_ledger(state: StateResource, world_id: str) -> LoadedLedger:
     try:
         return load_world_ledger(state.ledger_dir(world_id), world_id)
     except LedgerError as e:
-        raise dg.Failure(description=f"world {world_id}: the ledger is invalid: {e}", allow_retries=False) from None
+        raise step_failure(f"world {world_id}: the ledger is invalid: {e}") from None
     except UserFacingError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+        raise step_failure(e) from None
 
 
 _FOLDS_LOCK = threading.Lock()

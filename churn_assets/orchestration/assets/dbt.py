@@ -6,6 +6,10 @@ writes `<world>_analytics`. dbt tests show as asset checks. Every raw source map
 asset (`meta.dagster.asset_key` in `models/staging/_raw__sources.yml`), so lineage reads
 `ledger -> warehouse_raw -> analytics/*`.
 
+After the build, the content hash of every relation the arms' as-of views read (marts, `dim_date`, the views
+themselves) is recorded in `<world>_analytics.warehouse_content` (`fabric/warehouse_content.py`): evaluations check
+their warehouse reads against it. The record is removed before dbt starts, so a build that fails leaves none.
+
 Before dbt runs, the read-only arm role exists and may use the world's `_analytics` and `_staging`
 schemas (`fabric/roles.py`); dbt's `grants` config then grants it the as-of views on every build.
 
@@ -41,10 +45,13 @@ from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtC
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import connection, dbt_connection_env, read_load_key, schema_name, world_prefix
 from churn_assets.fabric.roles import arm_secret, ensure_arm_role
+from churn_assets.fabric.warehouse_content import forget_content, record_content
 from churn_assets.fabric.warehouse_raw import META_TABLE as RAW_META_TABLE
 from churn_assets.files import other_process_alive
 from churn_assets.freshness.scenario import DBT_BUILD  # the planner's name for a world's whole dbt build
-from churn_assets.orchestration.assets.common import require_world, user_errors
+from churn_assets.grounding.registry import load_registry
+from churn_assets.grounding.routes import warehouse_views
+from churn_assets.orchestration.assets.common import require_world, step_failure, user_errors
 from churn_assets.orchestration.dbt_project import (
     ANALYTICS_GROUP,
     analytics_key,
@@ -193,13 +200,18 @@ def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> It
 
     try:
         with world_build_lock(url, world_id, waiting):
+            with connection(url) as conn:  # a build that does not finish leaves no record: nothing reads it
+                forget_content(conn, world_id)
             with _environ(dbt_connection_env(url)):
                 # dagster-dbt points DBT_TARGET_PATH and DBT_LOG_PATH at `target`: this invocation's own folder.
                 invocation = DBT.cli(["build", "--vars", json.dumps({"world": world_id})], context=context,
                                      target_path=target)
             yield from invocation.stream()
-    except Exception:
-        context.log.error(f"dbt build of {world_id} failed; its logs and artifacts are kept in {target}")
-        raise
+            with connection(url) as conn:  # what evaluations check the as-of views' reads against
+                recorded = record_content(conn, world_id, warehouse_views(load_registry()))
+    except Exception as e:
+        raise step_failure(f"dbt build of {world_id} failed ({type(e).__name__}: {e}); its logs and artifacts are "
+                           f"kept in {target}") from e
+    context.log.info(f"{world_id}: content hashes of {len(recorded)} relations the as-of views read recorded")
     _save_parse_state(target, world_id)
     shutil.rmtree(target, ignore_errors=True)

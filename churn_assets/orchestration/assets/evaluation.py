@@ -32,8 +32,10 @@ from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.repeats import compact, evaluate_repeats, finished_repeats, read_repeats
 from churn_assets.evaluation.results import ResultsStore
 from churn_assets.evaluation.runner import RunSpec, finished_run, transport_failures
+from churn_assets.evaluation.seals import SEAL_METADATA
+from churn_assets.fabric.warehouse_content import WarehouseCheck
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
+from churn_assets.orchestration.assets.common import require_world, step_failure, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.index import rag_index, vector_index
 from churn_assets.orchestration.assets.ledger import ledger
@@ -79,9 +81,11 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
 
 
 def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    from churn_assets.arms.registry import make_arm
+    from churn_assets.arms.registry import arm_spec, make_arm
     from churn_assets.fabric.roles import arm_secret, prepare_arm
     from churn_assets.fabric.sources import close_sources, connect_sources
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.grounding.routes import warehouse_views
     from churn_assets.services import saas_api_key, service_errors
 
     paths = state.paths
@@ -119,16 +123,15 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         return dg.MaterializeResult(metadata={
             **_metadata(store.read_summary(keys[0]), plan.served_vintage, str(run_dir),
                         (run_dir / "timings.json").read_text()),
-            **_experiment_metadata(experiment), "reused": True})
+            **_experiment_metadata(experiment), **_seal_metadata(urls.warehouse, store, keys), "reused": True})
     # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
     missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
-        listed = "\n  ".join(f"{m} ({why})" for m, why in missing.items())
-        raise dg.Failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing or not vouched for "
-                         "by their blocking checks; under "
-                         "`churnbench ui` the `scenario_inputs` sensor now launches `build_scenario`, which builds "
-                         f"them and runs this partition again (from the CLI, `churnbench run` builds them first):"
-                         f"\n  {listed}", metadata={MISSING_INPUTS: len(missing)}, allow_retries=False)
+        listed = "; ".join(f"{m} ({why})" for m, why in missing.items())
+        raise step_failure(f"eval_run {scenario.key}: {len(missing)} input partition(s) missing or not vouched for "
+                           "by their blocking checks; under `churnbench ui` the `scenario_inputs` sensor now launches "
+                           "`build_scenario`, which builds them and runs this partition again (from the CLI, "
+                           f"`churnbench run` builds them first): {listed}", metadata={MISSING_INPUTS: len(missing)})
     tasks = read_tasks(paths.task_set_file(world, scenario.t))
     spec = RunSpec(scenario, config.config_hash, task_set_hash(tasks), plan)
     loaded = world_ledger(state, world)
@@ -146,7 +149,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
             settings = check_agent_settings(scenario.agent_id, scenario.model_settings)
             agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_local)
         except UserFacingError as e:
-            raise dg.Failure(f"eval_run {scenario.key}: {e}") from e
+            raise step_failure(f"eval_run {scenario.key}: {e}") from e
     saas_key = saas_api_key(paths, scenario.saas_profile, world_id=world) if urls.saas else None
     with user_errors():
         warehouse_secret = arm_secret(paths.arm_secret_file)
@@ -166,12 +169,19 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
                                        sampling=settings.sampling(experiment_hash, repeat))
         return _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
 
+    # What the arm's as-of views read, checked against the dbt build's record beside the answers and again once
+    # every task is answered (a corpus arm reads no view). Decisions 240 and 252.
+    views = frozenset() if arm_spec(scenario.arm).searches_corpus else warehouse_views(load_registry())
+    warehouse_check: WarehouseCheck | None = None
     # The exposure (ledger gold and change rates: CPU) is computed in a thread while the arm answers (mostly
     # waiting on its stores and the SaaS API); answers are scored once it is known. Decision 199. One exposure
     # serves every repeat: it depends on the plan, not on the answers.
     exposures = ThreadPoolExecutor(1, thread_name_prefix="churnbench-exposure")
     try:
         with service_errors(paths):  # a store that died mid-run: its name, not a traceback
+            if views:
+                warehouse_check = WarehouseCheck(urls.warehouse, world, views)
+                sources.warehouse_content = warehouse_check.hashes
             first = arm_for(0)
             exposure = exposures.submit(run_exposure, loaded.records, tasks, anchor=scenario.t,
                                         t_prime=scenario.t_prime, vintage=first.planned_vintage, resolver=resolver)
@@ -185,21 +195,40 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
             result = evaluate_repeats(
                 lambda r: first if r == 0 else arm_for(r), tasks, resolver, store, spec, repeats,
                 deterministic=deterministic, exposure=exposure, progress=progress, retry_transport=retry,
+                dagster_run_id=context.run_id, content_check=warehouse_check,
                 transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
                 catalog=urls.warehouse,  # the results catalog records running -> complete/failed
                 on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
                                                  "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
-        raise dg.Failure(f"eval_run {scenario.key}: {_with_llm_server_state(paths, agent, e)}") from e
+        raise step_failure(f"eval_run {scenario.key}: {_with_llm_server_state(paths, agent, e)}") from e
     finally:
         # Not waited for: on success `evaluate` has its result; on a failure or a termination, a thread still
         # measuring must not hold the step's error back (it only reads the ledger and the locked resolver).
         exposures.shutdown(wait=False, cancel_futures=True)
+        if warehouse_check is not None:
+            warehouse_check.close()
         close_sources(sources)
     run_dir = store.run_dir(result.keys[0])
     timings = (run_dir / "timings.json").read_text()
     return dg.MaterializeResult(metadata={**_metadata(result.summaries[0], plan.served_vintage, str(run_dir), timings),
-                                          **_experiment_metadata(result.experiment), "reused": False})
+                                          **_experiment_metadata(result.experiment),
+                                          **_seal_metadata(urls.warehouse, store, result.keys), "reused": False})
+
+
+def _seal_metadata(catalog_url: str, store: ResultsStore, keys: list) -> dict:
+    """`seal`: each repeat's results folder's seal as the catalog recorded it when the run completed
+    (`evaluation/seals.py`), so that editing the files would have to edit this record too; {} for runs completed
+    before seals."""
+    from churn_assets.evaluation.catalog import RunCatalog
+
+    catalog, seals = RunCatalog(catalog_url), {}
+    for key in keys:
+        row, name = catalog.get(key), store.run_dir(key).name
+        sealed = (row.seal or {}).get(name) if row is not None else None
+        if sealed:
+            seals[name] = sealed
+    return {SEAL_METADATA: dg.MetadataValue.json(seals)} if seals else {}
 
 
 def _serve_local(paths, settings, gguf) -> str:

@@ -26,7 +26,13 @@ from churn_assets.grounding.embeddings import default_encoder, model_load_second
 from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_vector_index, staging_schema
-from churn_assets.orchestration.assets.common import require_world_day, user_errors, world_as_of, world_ledger
+from churn_assets.orchestration.assets.common import (
+    require_world_day,
+    step_failure,
+    user_errors,
+    world_as_of,
+    world_ledger,
+)
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import truth_parity
@@ -46,8 +52,8 @@ def day_documents(paths: StatePaths, world_id: str, day: dt.date) -> tuple[Store
         stored = read_day(day_dir(paths.contracts_root(world_id), day))
         return stored, {cid: stored.markdown(cid) for cid in stored.contract_ids}
     except DocumentStoreError as e:
-        raise dg.Failure(description=f"{e}: materialize contract_documents for world {world_id} and day "
-                                     f"{day.isoformat()} first", allow_retries=False) from None
+        raise step_failure(f"{e}: materialize contract_documents for world {world_id} and day "
+                           f"{day.isoformat()} first") from None
 
 
 def _seconds(seconds: dict[str, float]) -> dg.MetadataValue:

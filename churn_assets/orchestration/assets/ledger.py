@@ -1,5 +1,7 @@
 """The `ledger` asset (one partition per registered world, the world's whole hash-chained timeline) and its
-blocking check `ledger_hash_chain`.
+blocking check `ledger_hash_chain`. Every event is checked for meaning as it is written (`world/meaning.py`: the
+fold's invariants, references across entities); the manifest, and the materialization's metadata, record the
+passed check.
 
 Thin: the simulator (pure core) writes the ledger; this module finds the stored config, picks the
 folder and turns the manifest into materialization metadata.
@@ -46,6 +48,8 @@ def ledger_metadata(config: WorldConfig, manifest: LedgerManifest, out_dir: Path
         "first_day": dg.MetadataValue.text(manifest.first_day or ""),
         "last_day": dg.MetadataValue.text(manifest.last_day or ""),
         "format_version": manifest.format_version,
+        # the events' meaning was checked as they were written (`world/meaning.py`); loaders require it
+        "meaning_check": dg.MetadataValue.json(manifest.meaning_check or {}),
         "world_id": dg.MetadataValue.text(config.world_id),
         "world_config_hash": dg.MetadataValue.text(config.config_hash),
         "world_config": dg.MetadataValue.json(config.data),

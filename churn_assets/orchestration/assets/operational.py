@@ -47,6 +47,7 @@ from churn_assets.files import file_lock
 from churn_assets.orchestration.assets.common import (
     problems_description,
     require_world_day,
+    step_failure,
     user_errors,
     world_as_of,
     world_ledger,
@@ -105,7 +106,7 @@ def operational_store(context: dg.AssetExecutionContext, state: StateResource) -
             written = write_partition(_client(urls.mongodb), world_id, day, collections, indexes=INDEXES,
                                       content_key=content_key(head_hash, DEFAULT_WINDOW_DAYS))
     except OperationalStoreError as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+        raise step_failure(e) from None
     action = "unchanged (already complete)" if written.skipped else (
         "rewritten (a previous write was incomplete)" if written.rewrote_incomplete else "written")
     context.log.info(f"{written.database}: {action}, {sum(written.counts.values())} documents "

@@ -2,11 +2,15 @@
 (the `regression` preset's sweep id). The report compares the sweep's figures (per arm and cell: verdict counts,
 stale answers, exposure, accuracy) and the config hashes (world configs, registry, templates) with the baseline
 (`baselines/regression.json`, or `CHURNBENCH_REGRESSION_BASELINE`); the check fails when a figure moved beyond the
-baseline's thresholds or a hash changed without a baseline update, and names every figure that moved."""
+baseline's thresholds or a hash changed without a baseline update, and names every figure that moved. Its files
+(`regression.md`, `regression_gate.json`) go to the folder of the run's night
+(`<report dir>/nights/<YYYY-MM-DD>/`, `sweep_records.regression_night_dir`): the sweep id is the same every night,
+and a failing night never overwrites an earlier one."""
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import json
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -20,10 +24,14 @@ GATE_FILE = "regression_gate.json"
 MAX_LISTED = 50  # findings listed in the check's metadata (the file holds all)
 
 
-def _gate_file(state: StateResource, sweep_id: str) -> Path:
-    from churn_assets.orchestration.sweep_records import sweep_report_dir
+def _gate_file(state: StateResource, sweep_id: str, tags: Mapping[str, str]) -> Path:
+    """The gate file of the run's night (its `NIGHT_TAG`, else today): one folder per run date."""
+    import datetime as dt
 
-    return sweep_report_dir(state.paths, sweep_id) / GATE_FILE
+    from churn_assets.orchestration.sweep_records import NIGHT_TAG, regression_night, regression_night_dir
+
+    night = dt.date.fromisoformat(tags[NIGHT_TAG]) if NIGHT_TAG in tags else regression_night()
+    return regression_night_dir(state.paths, sweep_id, night) / GATE_FILE
 
 
 @dg.asset(
@@ -55,7 +63,7 @@ def regression_report(context: dg.AssetExecutionContext, state: StateResource) -
     figures, hashes = figures_of(record.to_json()), current_hashes(record.spec)
     result = gate(baseline, figures, hashes)
     markdown = report_markdown(result, figures, hashes, str(path))
-    gate_file = _gate_file(state, record.sweep_id)
+    gate_file = _gate_file(state, record.sweep_id, context.run.tags)
     gate_file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(gate_file, json.dumps({**result.to_json(), "baseline": str(path), "hashes": hashes,
                                              "figures": figures}, indent=1, sort_keys=True) + "\n")
@@ -77,7 +85,7 @@ def regression_report(context: dg.AssetExecutionContext, state: StateResource) -
 
 
 def _regression_gate(context: dg.AssetCheckExecutionContext, state: StateResource) -> dg.AssetCheckResult:
-    gate_file = _gate_file(state, context.partition_key)
+    gate_file = _gate_file(state, context.partition_key, context.run.tags)
     try:
         found = json.loads(gate_file.read_text())
     except FileNotFoundError:

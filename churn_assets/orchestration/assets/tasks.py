@@ -10,7 +10,7 @@ import dagster as dg
 
 from churn_assets.deployment import task_settings
 from churn_assets.errors import UserFacingError
-from churn_assets.orchestration.assets.common import require_world_day, world_ledger
+from churn_assets.orchestration.assets.common import require_world_day, step_failure, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
@@ -34,7 +34,7 @@ def task_set(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         generated = generate_task_set(loaded.records, world_id=world_id, anchor=day, n=settings.count,
                                       task_seed=settings.seed, format_version=loaded.format_version)
     except UserFacingError as e:
-        raise dg.Failure(description=f"task set {world_id} at {day}: {e}", allow_retries=False) from None
+        raise step_failure(f"task set {world_id} at {day}: {e}") from None
     path = state.paths.task_set_file(world_id, day)
     digest = write_tasks(generated.tasks, path)
     counts = task_set_counts(generated.tasks)

@@ -1,0 +1,178 @@
+"""Sealed results and the checks `verify-results` runs beside gold (issue 35, item 2), at the results-file seam:
+a run written by the real runner (`test_verify_results.py`'s scripted arm, a 30-day world), its seal, `stale.csv`
+and the catalog's figures recomputed from `tasks.jsonl`, warehouse reads against the warehouse now, `--replay`
+with an arm answering again, and a run whose store changed before it finished (its checkpoint dropped). The real
+CLI against the real services: tests/reliability/test_integrity.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from scripted_answer import ScriptedAnswer
+from test_verify_results import T_PRIME, PlannedArm, T, written_run
+
+from churn_assets.errors import DataIntegrityError
+from churn_assets.evaluation.consistency import (
+    catalog_disagreements,
+    figures_of,
+    seal_disagreements,
+    stale_file_disagreements,
+    warehouse_disagreements,
+)
+from churn_assets.evaluation.replay import replay_rows
+from churn_assets.evaluation.results import PARTIAL_FILE, ResultsStore, stale_csv
+from churn_assets.evaluation.runner import RunSpec, evaluate
+from churn_assets.evaluation.seals import SEALED_FILES, broken_seal, seal_folder
+from churn_assets.evaluation.verify import load_run
+from churn_assets.freshness.scenario import Scenario
+from churn_assets.tasks.gold import GoldResolver
+from churn_assets.tasks.task_set import Task, task_set_hash
+
+Run = tuple[GoldResolver, list[Task], Path]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return written_run(tmp_path_factory.mktemp("results"))
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    out = tmp_path / run_dir.name
+    shutil.copytree(run_dir, out)
+    return out
+
+
+def _forge(folder: Path) -> str:
+    """One stale answer set to gold, its verdict to correct, the summary's counts to match (the probe)."""
+    stored = load_run(folder)
+    rows = [dict(r) for r in stored.rows]
+    victim = next(r for r in rows if r["verdict"] == "freshness_error")
+    victim.update(answer=victim["gold_at_t"], verdict="correct")
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = dict(stored.summary)
+    summary["verdicts"] = {**summary["verdicts"], "freshness_error": summary["verdicts"]["freshness_error"] - 1,
+                           "correct": summary["verdicts"]["correct"] + 1}
+    summary["stale_answers"] -= 1
+    summary["accuracy"] = round(summary["verdicts"]["correct"] / summary["tasks"], 4)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return str(victim["task_id"])
+
+
+def test_a_seal_names_every_file_that_changed_appeared_or_went_missing(run: Run, tmp_path: Path) -> None:
+    _, _, run_dir = run
+    folder = _copy(run_dir, tmp_path)
+    seal = seal_folder(folder)
+    assert set(seal) == set(SEALED_FILES) and broken_seal(folder, seal) == []
+    (folder / "tasks.jsonl").write_text((folder / "tasks.jsonl").read_text().replace('"correct"', '"CORRECT"', 1))
+    (folder / "timings.json").unlink()
+    assert [p.split(" ")[0] for p in broken_seal(folder, seal)] == ["tasks.jsonl", "timings.json"]
+    assert "changed since the run sealed it" in broken_seal(folder, seal)[0]
+    assert "is missing" in broken_seal(folder, seal)[1]
+    assert broken_seal(folder, {})[0].endswith("was not in the folder when it was sealed")
+    found = [str(d) for d in seal_disagreements(folder, {"catalog row": seal, "Dagster eval_run metadata": seal})]
+    assert found[0].startswith("files (against the catalog row's seal): tasks.jsonl changed since the run sealed it")
+    assert len(found) == 4 and found[2].startswith("files (against the Dagster eval_run metadata's seal)")
+
+
+def test_stale_csv_and_the_catalog_figures_are_recomputed_from_the_tasks(run: Run, tmp_path: Path) -> None:
+    _, _, run_dir = run
+    stored = load_run(run_dir)
+    assert stale_file_disagreements(run_dir, stored.rows) == []
+    summary = stored.summary
+    figures = figures_of(stored.rows)
+    row = SimpleNamespace(run_id=7, tasks=summary["tasks"], accuracy=summary["accuracy"],
+                          verdicts=dict(summary["verdicts"]), stale_answers=summary["stale_answers"],
+                          exposure=summary["exposure"], mean_cost_units=summary["mean_cost_units"])
+    assert figures["exposure"] == summary["exposure"] and catalog_disagreements(row, stored.rows) == []
+
+    folder = _copy(run_dir, tmp_path)
+    victim = _forge(folder)
+    forged = load_run(folder).rows
+    [stale] = stale_file_disagreements(folder, forged)
+    assert str(stale).startswith("stale.csv: is not the list tasks.jsonl makes") and victim in str(stale)
+    found = {d.field for d in catalog_disagreements(row, forged)}
+    assert found == {"accuracy", "verdicts.correct", "verdicts.freshness_error", "stale_answers"}
+    (folder / "stale.csv").write_text(stale_csv([dict(r) for r in forged]))
+    assert stale_file_disagreements(folder, forged) == []
+
+
+def test_warehouse_reads_are_compared_with_the_warehouse_now() -> None:
+    def row(task: str, hash_: str) -> dict[str, Any]:
+        return {"task_id": task, "traces": [{"reads": [
+            {"store": "warehouse", "table": "w_analytics.prices_history_as_of", "observed_hash": hash_},
+            {"store": "staging", "table": "w_staging.x", "observed_hash": "s"}]}]}
+
+    now = {"prices_history_as_of": "h1"}
+    assert warehouse_disagreements([row("q1", "h1")], now) == []
+    [d] = warehouse_disagreements([row("q1", "h1"), row("q2", "h0")], now)
+    assert d.task_id == "q2" and "observed content h0, the warehouse holds h1 now" in str(d)
+    [unhashed] = warehouse_disagreements([row("q3", "")], now)
+    assert "observed content unhashed" in str(unhashed)
+
+
+class ReplayArm(PlannedArm):
+    """The scripted arm, answering again; `fail` raises the integrity error a changed store gives."""
+
+    fail: str | None = None
+
+    def answer(self, task: Task) -> ScriptedAnswer:
+        if task.task_id == self.fail:
+            raise DataIntegrityError("staged partition s.t @ 2024-01-10: its rows hash to a, written with b")
+        return super().answer(task)
+
+
+def test_replay_answers_again_and_names_the_forged_task(run: Run, tmp_path: Path) -> None:
+    resolver, tasks, run_dir = run
+    stored = load_run(run_dir)
+    arm = ReplayArm(resolver, _planned(stored.rows[0]))
+    assert replay_rows(arm, tasks, stored.rows, resolver) == []
+    folder = _copy(run_dir, tmp_path)
+    victim = _forge(folder)
+    found = replay_rows(arm, tasks, load_run(folder).rows, resolver)
+    assert {d.task_id for d in found} == {victim}
+    assert {d.field for d in found} == {"answer (answered again)", "verdict (answered again)"}
+    arm.fail = tasks[0].task_id
+    [refused] = replay_rows(arm, tasks, stored.rows, resolver)
+    assert refused.task_id == tasks[0].task_id and "cannot be answered again: staged partition" in str(refused)
+
+
+def _planned(row: dict[str, Any]) -> dict[str, Any]:
+    import datetime as dt
+
+    return {c: dt.date.fromisoformat(d) for c, d in row["planned_vintage"].items()}
+
+
+def test_a_store_changed_before_the_run_finished_fails_it_and_drops_its_checkpoint(run: Run, tmp_path: Path) -> None:
+    resolver, tasks, run_dir = run
+    stored = load_run(run_dir)
+    arm = PlannedArm(resolver, _planned(stored.rows[0]))
+    spec = RunSpec(Scenario("default-s42-2906f8", PlannedArm.name, "off", T_PRIME, T), "cafe", task_set_hash(tasks))
+    store = ResultsStore(tmp_path)
+
+    class Check:
+        """A content check that finds the store changed after `after` answers (None: never)."""
+
+        def __init__(self, after: int | None) -> None:
+            self.after, self.polled = after, 0
+
+        def poll(self) -> None:
+            self.polled += 1
+            if self.after is not None and self.polled > self.after:
+                raise DataIntegrityError("world w: the warehouse was rebuilt while the arm answered")
+
+        def finish(self) -> None:
+            self.poll()
+
+    for after in (3, len(tasks)):  # found while answering; found by the last check
+        with pytest.raises(DataIntegrityError, match="rebuilt while the arm answered"):
+            evaluate(arm, tasks, resolver, store, spec, code="git-recheck", content_check=Check(after))
+        folder = store.run_dir(spec.key("git-recheck"))
+        assert not (folder / "summary.json").exists() and not (folder / PARTIAL_FILE).exists()
+    summary = evaluate(arm, tasks, resolver, store, spec, code="git-recheck", content_check=Check(None))
+    assert summary["tasks"] == len(tasks)
+    assert json.loads((folder / "timings.json").read_text())["resumed_tasks"] == 0  # every task answered again
