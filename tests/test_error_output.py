@@ -58,7 +58,10 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "state"
     root.mkdir()
     monkeypatch.setenv(STATE_DIR_ENV, str(root))
-    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    # set, then removed: monkeypatch then restores the variable's absence at teardown, also after `--debug` (whose
+    # callback sets it in this process) set it again; a bare delenv of an absent variable would restore nothing
+    monkeypatch.setenv(DEBUG_ENV, "")
+    monkeypatch.delenv(DEBUG_ENV)
     return root
 
 

@@ -129,7 +129,8 @@ class ReplayArm(PlannedArm):
 def test_replay_answers_again_and_names_the_forged_task(run: Run, tmp_path: Path) -> None:
     resolver, tasks, run_dir = run
     stored = load_run(run_dir)
-    arm = ReplayArm(resolver, _planned(stored.rows[0]))
+    # the task `written_run` left without an answer (out of its read budget) is answered again the same way
+    arm = ReplayArm(resolver, _planned(stored.rows[0]), out_of_budget=tasks[2].task_id)
     assert replay_rows(arm, tasks, stored.rows, resolver) == []
     folder = _copy(run_dir, tmp_path)
     victim = _forge(folder)

@@ -1,5 +1,6 @@
-"""The lines `churnbench run`, `paper` and `results show` print for an experiment's summary over its repeats
-(`evaluation/repeats.py`): the repeats' statistics (K > 1), efficiency per task, staleness awareness."""
+"""The lines `churnbench run`, `paper`, `llm try` and `results show` print: a run's figures on one line
+(`result_line`), and for an experiment's summary over its repeats (`evaluation/repeats.py`) the repeats'
+statistics (K > 1), efficiency per task, staleness awareness."""
 
 from __future__ import annotations
 
@@ -69,3 +70,22 @@ def experiment_lines(e: Mapping[str, Any] | None) -> list[str]:
         return []
     first = repeats_line(e)
     return [*([first] if first else []), efficiency_line(e), awareness_line(e)]
+
+
+def result_line(s: dict[str, Any]) -> str:
+    """A run's figures on one line (verdict counts, exposure, prediction)."""
+    v = s["verdicts"]
+    return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
+            f"freshness {v['freshness_error']:3d}  "
+            f"mixed {v['mixed_vintage_error']:3d}  reasoning {v['reasoning_error']:3d}  parse {v['parse_failure']:2d}  "
+            f"transport {v['transport_failure']:2d}  unattributed {v['unattributed_error']:2d}  "
+            f"exposure {s['exposure']}  prediction {s['prediction']} {interval(s)}")
+
+
+def interval(s: dict[str, Any]) -> str:
+    """The prediction's 90% interval; `*` when it rests on too short a history (`exposure.MIN_HISTORY_DAYS`)."""
+    from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS
+
+    lo_hi, history = s.get("prediction_interval_90"), s.get("prediction_history_days")
+    short = "*" if history is not None and history < MIN_HISTORY_DAYS else ""
+    return f"[{lo_hi[0]}-{lo_hi[1]}]{short}" if lo_hi else ""

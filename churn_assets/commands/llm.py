@@ -111,7 +111,7 @@ def try_command(tasks: int, arm: str, gguf: str | None) -> None:
     import datetime as dt
 
     from churn_assets.arms.registry import arm_spec
-    from churn_assets.commands.run import result_line
+    from churn_assets.commands.experiment_lines import result_line
 
     arm_spec(arm)  # an unknown arm: one line, before anything starts
     settings = llm_settings("llm", gguf)

@@ -87,10 +87,10 @@ def _verdicts(ref: str) -> tuple[dict[str, list[str]], dict[str, str], int, str]
 
     folder = Path(ref)
     if not (folder / "summary.json").is_file():
-        from churn_assets.commands.results import _catalog
+        from churn_assets.commands.results import catalog_of
         from churn_assets.state import StatePaths
 
-        with _catalog(StatePaths.resolve()) as catalog:
+        with catalog_of(StatePaths.resolve()) as catalog:
             run, _ = catalog.resolve(ref)
         folder = Path(run.results_dir)
     matrix, templates, k = verdict_matrix(folder)

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from churn_assets.commands.experiment_lines import experiment_lines
+from churn_assets.commands.experiment_lines import experiment_lines, interval, result_line
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOW_DAYS, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
@@ -72,16 +72,6 @@ REPEATS_OPTION = click.option(
          "answer stability (docs/llm.md). The deterministic agent's repeats must answer alike, else the run fails.")
 
 
-def result_line(s: dict[str, Any]) -> str:
-    """A run's figures on one line (verdict counts, exposure, prediction)."""
-    v = s["verdicts"]
-    return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
-            f"freshness {v['freshness_error']:3d}  "
-            f"mixed {v['mixed_vintage_error']:3d}  reasoning {v['reasoning_error']:3d}  parse {v['parse_failure']:2d}  "
-            f"transport {v['transport_failure']:2d}  unattributed {v['unattributed_error']:2d}  "
-            f"exposure {s['exposure']}  prediction {s['prediction']} {_interval(s)}")
-
-
 def _retry_line(s: dict[str, Any]) -> str:
     """What `--retry-transport` did: nothing to retry, or how many failures were asked again and how many remain."""
     left = s["verdicts"]["transport_failure"]
@@ -89,15 +79,6 @@ def _retry_line(s: dict[str, Any]) -> str:
         return f"retry-transport: nothing re-asked ({left} transport failure(s) in the finished result)"
     return (f"retry-transport: retry {s['retry']} of {s['retry_of']}: {s['transport_failures_retried']} transport "
             f"failure(s) asked again, {left} left")
-
-
-def _interval(s: dict[str, Any]) -> str:
-    """The prediction's 90% interval; `*` when it rests on too short a history (`exposure.MIN_HISTORY_DAYS`)."""
-    from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS
-
-    lo_hi, history = s.get("prediction_interval_90"), s.get("prediction_history_days")
-    short = "*" if history is not None and history < MIN_HISTORY_DAYS else ""
-    return f"[{lo_hi[0]}-{lo_hi[1]}]{short}" if lo_hi else ""
 
 
 @click.command()
@@ -312,9 +293,9 @@ def _print_report(world_id: str, runs: list[dict[str, Any]], elapsed: float, age
         click.echo(f"{name:32}{100 * (r['accuracy'] or 0):6.1f}%{v['correct']:5d}{v['freshness_error']:6d}"
                    f"{v['mixed_vintage_error']:6d}{v['reasoning_error']:5d}{v['parse_failure']:6d}"
                    f"{v['transport_failure']:6d}{v['unattributed_error']:5d}{r['exposure']:6d}"
-                   f"{r['prediction']:6.1f} {_interval(r):>8}{r['mean_cost_units']:7.2f}"
+                   f"{r['prediction']:6.1f} {interval(r):>8}{r['mean_cost_units']:7.2f}"
                    f"{(r['mean_latency_ms'] or 0):8.1f}  {routes}")
-    if any(_interval(r).endswith("*") for r in runs):
+    if any(interval(r).endswith("*") for r in runs):
         from churn_assets.evaluation.exposure import MIN_HISTORY_DAYS
 
         click.echo(f"* the prediction rests on fewer than {MIN_HISTORY_DAYS} measured days before T'.")

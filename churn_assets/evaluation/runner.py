@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from churn_assets.evaluation.awareness import staleness_awareness
 from churn_assets.errors import DataIntegrityError, UserFacingError, add_context
+from churn_assets.evaluation.awareness import staleness_awareness
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.efficiency import efficiency_summary, seconds_summary
 from churn_assets.evaluation.exposure import RunExposure
