@@ -17,6 +17,7 @@ from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
+from churn_assets.sweeps.spec import AGENTS, DETERMINISTIC
 
 
 def _day(value: str) -> dt.date:
@@ -98,7 +99,7 @@ def _interval(s: dict[str, Any]) -> str:
 @click.option("--t", "t", required=True, help="T: the evaluation day.")
 @click.option("--policy", default="tiered", show_default=True,
               help="tiered, off, ttl:CLASS=DAYS[,..], rate[:CHANGES], uniform:N, proportional:N.")
-@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default="deterministic", show_default=True,
+@click.option("--agent", type=click.Choice(AGENTS), default=DETERMINISTIC, show_default=True,
               help="llm: a model on the OpenAI-compatible endpoint of CHURNBENCH_LLM_BASE_URL / CHURNBENCH_LLM_MODEL.")
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
@@ -106,8 +107,8 @@ def _interval(s: dict[str, Any]) -> str:
 def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, saas_profile: str,
         replan: bool, retry_transport: bool) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.evaluation.requests import Request
+    from churn_assets.orchestration.requests import check_run
 
     llm = None
     if agent == "llm":  # settings from CHURNBENCH_LLM_*: a clear error, before anything starts, when unset
@@ -115,6 +116,12 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
 
         llm = LlmSettings.from_env()
     paths = StatePaths.resolve()
+    # The one request check, before any service is opened or anything written (`run_scenario` repeats it).
+    check_run(paths, Request(world_id, arm, policy, _day(t_prime), _day(t), llm.agent_id if llm else "",
+                             saas_profile, llm.to_json() if llm else None))
+    from churn_assets.orchestration.definitions import defs_for  # imports Dagster and the code location: after
+    from churn_assets.orchestration.materialize import open_session
+
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
                                saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport)

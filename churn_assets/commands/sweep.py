@@ -8,9 +8,12 @@ import time
 
 import click
 
+from churn_assets.commands.jobs import run_job
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
 from churn_assets.state import StatePaths
 from churn_assets.sweeps.presets import PRESETS
+from churn_assets.sweeps.spec import AGENTS
 
 
 def _ints(text: str | None) -> tuple[int, ...]:
@@ -36,7 +39,7 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.option("--gaps", help="Comma-separated gaps T - T' in days instead of the preset's.")
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Cells evaluated at once (worker processes).")
-@click.option("--agent", type=click.Choice(["deterministic", "llm"]), default=None,
+@click.option("--agent", type=click.Choice(AGENTS), default=None,
               help="The agent (llm: the CHURNBENCH_LLM_* endpoint); default: the preset's.")
 @click.option("--saas-profile", type=click.Choice(SAAS_PROFILES), default=None,
               help="The SaaS API's plan (requests/min, latency); default: the preset's (the Launchpad's "
@@ -63,10 +66,8 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         return
     if preset is None:
         raise click.UsageError("give --preset NAME (or a subcommand: list, show, rm)")
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
-    from churn_assets.orchestration.sweep_records import sweep_report_dir
-    from churn_assets.orchestration.sweeps import run_sweep
+    from churn_assets.evaluation.requests import SWEEP_CLI_FIELDS
+    from churn_assets.orchestration.requests import check_sweep_request
     from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
 
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
@@ -77,12 +78,17 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
 
         spec = exposure_only_spec(spec)
     paths = StatePaths.resolve()
+    # The one request check, before any service is opened or anything registered (the sweep's run repeats it).
+    check_sweep_request(paths, spec, SWEEP_CLI_FIELDS)
     echo = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     started = time.perf_counter()
-    with open_session(paths) as session:
-        record = run_sweep(session, defs_for(str(paths.root)), spec, echo=echo, workers=workers,
-                           llm_budget_usd=llm_budget, llm_max_concurrent=llm_max_concurrent,
-                           retry_transport=retry_transport)
+    config = {"preset": preset, "seeds": list(_ints(seeds)), "worlds": list(worlds), "world_config": config_path or "",
+              "overrides": list(overrides), "arms": list(arms), "policies": list(policies), "gaps": list(_ints(gaps)),
+              "agent": agent, "saas_profile": saas_profile, "parallelism": workers, "llm_budget_usd": llm_budget,
+              "llm_max_concurrent": llm_max_concurrent, "retry_transport": retry_transport,
+              "exposure_only": exposure_only}
+    outcome = run_job(paths, "sweep", {"run_sweep_cells": {"config": config}}, echo)
+    record = load_sweep(paths, str(outcome.sweep_id))
     folder = sweep_report_dir(paths, record.sweep_id)
     if as_json:
         data = json.loads((folder / "report.json").read_text())
@@ -90,8 +96,9 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         click.echo(json.dumps(data, indent=1, default=str))
     else:
         click.echo(f"report: {folder / 'report.md'}")
-    counts = record.status_counts()
-    if counts["failed"] or counts["skipped"]:
+        click.echo(f"the sweep's run (Dagster UI, Runs): {outcome.run_id}")
+    if outcome.failure:
+        click.echo(outcome.failure, err=True)
         raise SystemExit(1)
 
 

@@ -130,3 +130,30 @@ def problems_description(problems: list[str], shown: int = 3) -> str | None:
         return None
     more = f" (and {len(problems) - shown} more)" if len(problems) > shown else ""
     return "; ".join(problems[:shown]) + more
+
+
+def _column_type(values: Sequence[Any]) -> str:
+    """Dagster's column type of a column's values (the first one present decides; strings otherwise)."""
+    found = next((v for v in values if v is not None), None)
+    if isinstance(found, bool):
+        return "bool"
+    if isinstance(found, int):
+        return "int"
+    if isinstance(found, float):
+        return "float"
+    return "string"
+
+
+def table_metadata(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dg.TableMetadataValue:
+    """A table for the UI's metadata panel, with its schema: `columns` of `rows`, each typed by its values
+    (numbers stay numbers; anything else is shown as text, None as empty)."""
+    types = {c: _column_type([r.get(c) for r in rows]) for c in columns}
+
+    def value(v: Any, kind: str) -> Any:
+        if v is None:
+            return None
+        return v if kind != "string" else str(v)
+
+    records = [dg.TableRecord({c: value(r.get(c), types[c]) for c in columns}) for r in rows]
+    return dg.MetadataValue.table(records, schema=dg.TableSchema(
+        columns=[dg.TableColumn(c, types[c]) for c in columns]))
