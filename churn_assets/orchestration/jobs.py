@@ -150,8 +150,8 @@ class _Progress:
 
 
 def _cells_metadata(record: "SweepRecord") -> dict:
-    from churn_assets.orchestration.assets.common import table_metadata
     from churn_assets.orchestration.launches import SWEEP_RUNS
+    from churn_assets.orchestration.metadata import table_metadata
 
     counts = record.status_counts()
     columns = (*record.PROGRESS_COLUMNS, "error")

@@ -208,9 +208,25 @@ def materialize(
             },
         )
         runs.append(run)
+        _judge_readers(instance, result)
         if on_partition is not None:
             on_partition(run)
     return runs
+
+
+def _judge_readers(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult) -> None:
+    """A partition an evaluation read, rematerialized here with another version, marks that evaluation's
+    `inputs_as_read` check (`lineage.changed_by`). Never fails the materialization that triggered it."""
+    from churn_assets.orchestration.lineage import changed_by
+
+    pairs = [(e.asset_key.to_user_string(), str(e.partition)) for e in result.get_asset_materialization_events()
+             if e.asset_key is not None and e.partition is not None]
+    try:
+        for line in changed_by(instance, pairs):
+            sys.stderr.write(f"churnbench: inputs_as_read {line}\n")
+    except Exception as e:  # the check is judged again with the evaluation's next materialization
+        sys.stderr.write(f"churnbench: could not judge the evaluations that read {len(pairs)} partition(s): "
+                         f"{' '.join(str(e).split())}\n")
 
 
 def run_checks(

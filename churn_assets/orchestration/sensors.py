@@ -8,6 +8,12 @@ only to a user's launch (runs the CLI made carry `churnbench/launched_by` and bu
 per failed run (the run key), and runs by default so that `churnbench ui` (whose daemon evaluates sensors) needs
 no switch; it requests nothing on a clock.
 
+`unbacked_partitions`: removes the world, world-day and scenario partitions nothing backs (keys typed into the
+UI's "Add a partition"), each once it was seen on two ticks in a row (`orchestration/unbacked.py`).
+
+`evaluation_inputs`: judges again the `inputs_as_read` check of the evaluations that read a partition rematerialized
+by a run launched from the UI (`orchestration/lineage.py`).
+
 `dead_runs`: every minute while the daemon runs (`churnbench ui`), records failed the Dagster runs and catalog rows
 whose process is gone (`dead_runs.reap_dead_runs`, what every CLI command does when it opens the state folder): a
 run killed while the UI is up shows failed there without waiting for the next command. It requests nothing.
@@ -61,4 +67,60 @@ def dead_runs(context: dg.SensorEvaluationContext, state: StateResource) -> dg.S
     return dg.SkipReason(f"{len(dead)} run(s) whose process is gone recorded" if dead else "no dead runs")
 
 
-SENSORS: tuple[dg.SensorDefinition, ...] = (scenario_inputs, dead_runs)
+@dg.sensor(name="unbacked_partitions", minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Removes world, world-day and scenario partitions that no registered world or defined "
+                       "scenario backs (keys typed into \"Add a partition\"), seen on two ticks in a row; its tick "
+                       "says which and names the command that registers a world. Requests nothing.")
+def unbacked_partitions(context: dg.SensorEvaluationContext, state: StateResource) -> dg.SensorResult:
+    import json
+
+    from churn_assets.orchestration.unbacked import find_unbacked, remove
+
+    seen_before = set(json.loads(context.cursor)) if context.cursor else set()
+    found = find_unbacked(state.paths, context.instance)
+    removed = []
+    for item in found:
+        if f"{item.partitions}:{item.key}" in seen_before and remove(context.instance, item):
+            context.log.info(f"removed {item.line()}")
+            removed.append(item.line())
+    waiting = sorted(f"{i.partitions}:{i.key}" for i in found if i.line() not in removed)
+    return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(f"removed {line}" for line in removed)
+                                                     or f"{len(waiting)} unbacked partition(s) seen"),
+                           cursor=json.dumps(waiting))
+
+
+@dg.sensor(name="evaluation_inputs", minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="When a partition that evaluations read is rematerialized with another data version (a run "
+                       "launched from the UI; the CLI's own runs judge this themselves), judges those evaluations' "
+                       "`inputs_as_read` check again (marked when an input they read changed). Requests nothing.")
+def evaluation_inputs(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    from churn_assets.orchestration.lineage import NOT_INPUTS, changed_by
+
+    instance = context.instance
+    after = int(context.cursor) if context.cursor else None
+    latest = after or 0
+    materialized: list[tuple[str, str]] = []
+    launched_here: dict[str, bool] = {}
+    keys = [k for k in context.repository_def.asset_graph.get_all_asset_keys()
+            if k.to_user_string() not in NOT_INPUTS]
+    for key in keys:
+        page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_storage_id=after),
+                                               limit=1 if after is None else 1000, ascending=after is not None)
+        for record in page.records:
+            latest = max(latest, record.storage_id)
+            partition = record.asset_materialization.partition if record.asset_materialization else None
+            if after is None or partition is None:  # the first tick only finds where the history ends
+                continue
+            if record.run_id not in launched_here:
+                run = instance.get_run_by_id(record.run_id)
+                launched_here[record.run_id] = run is not None and LAUNCHED_BY_TAG in run.tags
+            if not launched_here[record.run_id]:  # `materialize` judged its own runs' partitions already
+                materialized.append((key.to_user_string(), partition))
+    lines = changed_by(instance, materialized)
+    for line in lines:
+        context.log.info(line)
+    return dg.SensorResult(cursor=str(latest), skip_reason=dg.SkipReason(
+        "; ".join(lines) or f"{len(materialized)} new materialization(s) of inputs; no evaluation read a changed one"))
+
+
+SENSORS: tuple[dg.SensorDefinition, ...] = (scenario_inputs, dead_runs, unbacked_partitions, evaluation_inputs)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from churn_assets.orchestration.assets.common import table_metadata, user_errors
+from churn_assets.orchestration.assets.common import user_errors
 from churn_assets.orchestration.assets.evaluation import eval_run
+from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.partitions import ANY_PARTITION, sweep_partitions
 from churn_assets.orchestration.resources import StateResource
 
