@@ -12,8 +12,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from churn_assets.sweeps.presets import preset_spec
 from churn_assets.sweeps.markdown import parse_table
+from churn_assets.sweeps.presets import preset_spec
 from churn_assets.sweeps.regression import (
     FIGURE_COLUMNS,
     BaselineError,

@@ -15,8 +15,8 @@ from churn_assets.evaluation.paper import T
 from churn_assets.freshness.policies import BudgetedTtl, parse_policy
 from churn_assets.grounding.registry import load_registry
 from churn_assets.sweeps import analysis
-from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, preset_spec, uniform_ttl
 from churn_assets.sweeps.markdown import parse_table
+from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, preset_spec, uniform_ttl
 from churn_assets.sweeps.report import build_report
 from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec, WorldRecipe, cells, resolve_worlds
 

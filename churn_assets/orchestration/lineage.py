@@ -12,10 +12,11 @@ task set of T), and records with each the data version of its latest materializa
 
 `judge` compares those versions with the current ones: the `inputs_as_read` check of `eval_run` fails naming every
 input partition rematerialized with another version. The check runs with every `eval_run` materialization, and
-again (`mark_readers`, reported as a check evaluation outside any run) when an input partition is
-rematerialized: by `materialize` for the runs of this process (the CLI, the jobs) and by the
-`evaluation_inputs` sensor for the others (a materialization launched from the UI). Only the evaluations that
-read that partition are looked at, so another scenario's evaluation is never marked by it.
+again, in a check run of its own, for the evaluations that read a partition just rematerialized with another
+version (`changed_by`): `materialize` runs it for the runs of this process (the CLI, the jobs), the
+`evaluation_inputs` sensor requests it for the others (a materialization launched from the UI). Only the
+evaluations that read that partition are looked at, so another scenario's evaluation is never marked by it.
+(Dagster stores one check evaluation reported outside a run per partition, so the check runs as a run.)
 
 Limits: a version is content only where the asset gives one (staged caches: their rows' hash; documents, the
 vector index, the RAG corpus, the operational store, the task set, the ledger and the warehouse pair: content or
@@ -54,7 +55,7 @@ TRUTH = "warehouse_truth"  # the SaaS API serves each tenant from its world's tr
 # Stores whose reads name a day partition of one asset (the others: staging by table, warehouse by view, saas).
 DAY_ASSET = {"operational": OPERATIONAL_STORE, "documents": CONTRACT_DOCUMENTS, "vector_index": VECTOR_INDEX,
              "rag_index": RAG_INDEX}
-COLUMNS = ("input", "store", "table", "entity_class", "observed_day", "observed_hash", "reads", "data_version")
+COLUMNS = ("input", "entity_class", "observed_day", "observed_hash", "reads", "store", "table", "data_version")
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,12 @@ class ReadRow:
     data_version: str = ""
 
     def to_row(self) -> dict[str, Any]:
+        """The row the UI's table shows (hashes and versions cut to 12 characters; `input_versions` holds them
+        whole)."""
         return {"input": str(self.input), "store": self.store, "table": self.table, "entity_class": self.entity_class,
-                "observed_day": self.observed_day, "observed_hash": self.observed_hash, "reads": self.reads,
-                "data_version": self.data_version}
+                "observed_day": self.observed_day, "observed_hash": self.observed_hash[:12] if " " not in
+                self.observed_hash else self.observed_hash, "reads": self.reads,
+                "data_version": self.data_version[:12]}
 
 
 def staged_assets() -> dict[str, str]:
@@ -183,19 +187,14 @@ def with_versions(instance: dg.DagsterInstance, rows: Sequence[ReadRow]) -> list
 
 
 def metadata(rows: Sequence[ReadRow]) -> dict[str, Any]:
-    """`eval_run`'s lineage metadata: the table (with its schema), the same as Markdown with a link to each
-    partition, and the versions the check compares."""
+    """`eval_run`'s lineage metadata: the table (with its schema), a link to each partition read (`read/<asset>
+    [<partition>]`, which the UI shows as links), and the versions the check compares."""
     import dagster as dg
 
     from churn_assets.orchestration.metadata import table_metadata
-    from churn_assets.sweeps.markdown import cell_text
 
-    lines = ["| input partition | store | table | class | observed day | observed hash | reads |", "|---" * 7 + "|"]
-    for r in rows:
-        lines.append(f"| [{cell_text(r.input)}]({r.input.link()}) | {cell_text(r.store)} | {cell_text(r.table)} | "
-                     f"{cell_text(r.entity_class)} | {r.observed_day} | {cell_text(r.observed_hash)} | {r.reads} |")
-    return {"inputs_read": table_metadata([r.to_row() for r in rows], COLUMNS),
-            "inputs_read_links": dg.MetadataValue.md("\n".join(lines)),
+    links = {f"read/{p}": dg.MetadataValue.url(p.link()) for p in dict.fromkeys(r.input for r in rows)}
+    return {"inputs_read": table_metadata([r.to_row() for r in rows], COLUMNS), **links,
             VERSIONS: dg.MetadataValue.json(versions(rows))}
 
 
@@ -206,26 +205,24 @@ def recorded_versions(record: Any) -> dict[str, str] | None:
     return None if value is None else {str(k): str(v) for k, v in dict(value.value).items()}
 
 
-def evaluation(instance: dg.DagsterInstance, partition: str, record: Any) -> Any:
-    """The `inputs_as_read` result of one `eval_run` partition's materialization `record` (an
-    `AssetCheckEvaluation`, reported outside a run by `mark_readers`), or None when it recorded no versions."""
-    import dagster as dg
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluation,
-        AssetCheckEvaluationTargetMaterializationData,
-    )
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    changed: list[str]
+    inputs: int
 
+    @property
+    def description(self) -> str:
+        return describe(self.changed, self.inputs)
+
+
+def judge_record(instance: dg.DagsterInstance, record: Any) -> Verdict | None:
+    """The `inputs_as_read` verdict on one `eval_run` materialization `record` (None: it recorded no versions)."""
     recorded = recorded_versions(record)
     if recorded is None:
         return None
-    current = {k: latest_version(instance, _parse(k)) for k in recorded}
-    changed = judge(recorded, current)
-    return AssetCheckEvaluation(
-        asset_key=dg.AssetKey(EVAL_RUN), check_name=CHECK_NAME, passed=not changed, partition=partition,
-        metadata={"changed": dg.MetadataValue.json(changed), "inputs": len(recorded)},
-        target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
-            storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp),
-        description=describe(changed, len(recorded)))
+    changed = judge(recorded, {k: latest_version(instance, _parse(k)) for k in recorded})
+    return Verdict(not changed, changed, len(recorded))
 
 
 def describe(changed: Sequence[str], inputs: int) -> str:
@@ -258,32 +255,24 @@ def latest_evaluations(instance: dg.DagsterInstance) -> dict[str, Any]:
         cursor = page.cursor
 
 
-def mark_readers(instance: dg.DagsterInstance, changed: Iterable[InputPartition]) -> list[str]:
-    """Judge again every evaluation whose latest materialization read one of `changed`, and record the result
-    as its `inputs_as_read` check (outside any run); returns one line per evaluation judged."""
+def readers_of(instance: dg.DagsterInstance, changed: Iterable[InputPartition]) -> list[str]:
+    """The `eval_run` partitions whose latest materialization read one of `changed`."""
     wanted = {str(p) for p in changed}
     if not wanted:
         return []
-    lines = []
-    for partition, record in latest_evaluations(instance).items():
-        recorded = recorded_versions(record)
-        if recorded is None or wanted.isdisjoint(recorded):
-            continue
-        result = evaluation(instance, partition, record)
-        instance.report_runless_asset_event(result)
-        lines.append(f"{partition}: {'as read' if result.passed else 'MARKED'}: {result.description}")
-    return lines
+    return sorted(partition for partition, record in latest_evaluations(instance).items()
+                  if not wanted.isdisjoint(recorded_versions(record) or {}))
 
 
 NOT_INPUTS = (EVAL_RUN, "sweep_report", "regression_report")  # assets no evaluation reads
 
 
 def changed_by(instance: dg.DagsterInstance, materialized: Iterable[tuple[str, str]]) -> list[str]:
-    """After (asset, partition) pairs were materialized: judge again the evaluations that read one whose version
-    changed (`mark_readers`); one line per evaluation judged."""
+    """After (asset, partition) pairs were materialized: the evaluations that read one of them at another version
+    than its new one, whose `inputs_as_read` check must run again."""
     changed = [p for asset, partition in materialized if asset not in NOT_INPUTS
                and (p := rematerialized(instance, asset, partition)) is not None]
-    return mark_readers(instance, changed)
+    return readers_of(instance, changed)
 
 
 def rematerialized(instance: dg.DagsterInstance, asset: str, partition: str) -> InputPartition | None:

@@ -90,11 +90,12 @@ def unbacked_partitions(context: dg.SensorEvaluationContext, state: StateResourc
 
 
 @dg.sensor(name="evaluation_inputs", minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
+           asset_selection=dg.AssetSelection.checks(dg.AssetCheckKey(dg.AssetKey("eval_run"), "inputs_as_read")),
            description="When a partition that evaluations read is rematerialized with another data version (a run "
-                       "launched from the UI; the CLI's own runs judge this themselves), judges those evaluations' "
-                       "`inputs_as_read` check again (marked when an input they read changed). Requests nothing.")
+                       "launched from the UI; the CLI's own runs do this themselves), runs those evaluations' "
+                       "`inputs_as_read` check again (it fails naming the input that changed).")
 def evaluation_inputs(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    from churn_assets.orchestration.lineage import NOT_INPUTS, changed_by
+    from churn_assets.orchestration.lineage import CHECK_NAME, EVAL_RUN, NOT_INPUTS, changed_by
 
     instance = context.instance
     after = int(context.cursor) if context.cursor else None
@@ -116,11 +117,13 @@ def evaluation_inputs(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                 launched_here[record.run_id] = run is not None and LAUNCHED_BY_TAG in run.tags
             if not launched_here[record.run_id]:  # `materialize` judged its own runs' partitions already
                 materialized.append((key.to_user_string(), partition))
-    lines = changed_by(instance, materialized)
-    for line in lines:
-        context.log.info(line)
-    return dg.SensorResult(cursor=str(latest), skip_reason=dg.SkipReason(
-        "; ".join(lines) or f"{len(materialized)} new materialization(s) of inputs; no evaluation read a changed one"))
+    readers = changed_by(instance, materialized)
+    check = dg.AssetCheckKey(dg.AssetKey(EVAL_RUN), CHECK_NAME)
+    requests = [dg.RunRequest(run_key=f"{CHECK_NAME}-{partition}-{latest}", asset_selection=[],
+                              asset_check_keys=[check], tags={"dagster/partition": partition})
+                for partition in readers]
+    return dg.SensorResult(run_requests=requests, cursor=str(latest), skip_reason=None if requests else dg.SkipReason(
+        f"{len(materialized)} new materialization(s) of inputs; no evaluation read one at another version"))
 
 
 SENSORS: tuple[dg.SensorDefinition, ...] = (scenario_inputs, dead_runs, unbacked_partitions, evaluation_inputs)

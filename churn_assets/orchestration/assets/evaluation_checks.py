@@ -95,11 +95,12 @@ def _inputs_as_read(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResu
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=eval_run.key, asset_partitions=[context.partition_key]), limit=1)
     record = records.records[0] if records.records else None
-    found = lineage.evaluation(context.instance, context.partition_key, record) if record is not None else None
+    found = lineage.judge_record(context.instance, record) if record is not None else None
     if found is None:
         return dg.AssetCheckResult(passed=True, description="this evaluation recorded no input versions (made "
                                                             "before they were recorded): not judged")
-    return dg.AssetCheckResult(passed=found.passed, description=found.description, metadata=found.metadata)
+    return dg.AssetCheckResult(passed=found.passed, description=found.description,
+                               metadata={"changed": dg.MetadataValue.json(found.changed), "inputs": found.inputs})
 
 
 with warnings.catch_warnings():
