@@ -325,7 +325,9 @@ def test_a_hand_added_world_partition_is_refused_naming_the_command_and_removed(
     assert wait_for_run(ui, run_id) == "FAILURE"
     [failure] = step_failures(ui, run_id)
     assert "world handmade-s1-abcdef is not registered" in failure and "churnbench worlds add" in failure, failure
-    assert "removed from the `world` list" in failure and "\n" not in failure, failure
+    assert "\n" not in failure, failure
+    # Removed by the run's step, or before it by the `unbacked_partitions` sensor (a run may wait longer than the
+    # sensor's two ticks to start on a loaded machine).
     assert key not in partition_lists(ui)["world"]
 
 
