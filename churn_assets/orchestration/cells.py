@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
+from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
 from churn_assets.state import StatePaths
 
 if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnbench --help` stays fast
@@ -60,8 +61,6 @@ if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnb
     from churn_assets.orchestration.materialize import Session
     from churn_assets.orchestration.scenario_materializer import Step, StepResult
 
-# The code location (workspace.yaml's `module_name`); its `defs_for(state_dir)` binds definitions to a folder.
-CODE_LOCATION_MODULE = "churn_assets.orchestration.definitions"
 
 Progress = Callable[[str], None]
 

@@ -9,7 +9,7 @@ per failed run (the run key), and runs by default so that `churnbench ui` (whose
 no switch; it requests nothing on a clock.
 
 `unbacked_partitions`: removes the world, world-day and scenario partitions nothing backs (keys typed into the
-UI's "Add a partition"), each once it was seen on two ticks in a row (`orchestration/unbacked.py`).
+UI's "Add a partition"), five minutes after it first saw each (`orchestration/unbacked.py`).
 
 `evaluation_inputs`: judges again the `inputs_as_read` check of the evaluations that read a partition rematerialized
 by a run launched from the UI (`orchestration/lineage.py`).
@@ -67,23 +67,35 @@ def dead_runs(context: dg.SensorEvaluationContext, state: StateResource) -> dg.S
     return dg.SkipReason(f"{len(dead)} run(s) whose process is gone recorded" if dead else "no dead runs")
 
 
-@dg.sensor(name="unbacked_partitions", minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+UNBACKED_GRACE_S = 300  # a key typed in is left this long first: a run launched on it says why it is refused
+
+
+@dg.sensor(name="unbacked_partitions", minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Removes world, world-day and scenario partitions that no registered world or defined "
-                       "scenario backs (keys typed into \"Add a partition\"), seen on two ticks in a row; its tick "
-                       "says which and names the command that registers a world. Requests nothing.")
+                       "scenario backs (keys typed into \"Add a partition\"), five minutes after it first saw "
+                       "them; its tick says which and names the command that registers a world. Requests nothing.")
 def unbacked_partitions(context: dg.SensorEvaluationContext, state: StateResource) -> dg.SensorResult:
     import json
+    import time
 
     from churn_assets.orchestration.unbacked import find_unbacked, remove
 
-    seen_before = set(json.loads(context.cursor)) if context.cursor else set()
-    found = find_unbacked(state.paths, context.instance)
+    first_seen: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+    if not isinstance(first_seen, dict):  # a cursor of the form before
+        first_seen = {}
+    now = time.time()
+    waiting: dict[str, float] = {}
     removed = []
-    for item in found:
-        if f"{item.partitions}:{item.key}" in seen_before and remove(context.instance, item):
+    for item in find_unbacked(state.paths, context.instance):
+        key = f"{item.partitions}:{item.key}"
+        seen = first_seen.get(key, now)
+        # Left alone for a while, so that a run launched on it right after it was added fails naming the fix
+        # (launched on a key removed meanwhile, the run would fail with Dagster's own "partition not found").
+        if now - seen >= UNBACKED_GRACE_S and remove(context.instance, item):
             context.log.info(f"removed {item.line()}")
             removed.append(item.line())
-    waiting = sorted(f"{i.partitions}:{i.key}" for i in found if i.line() not in removed)
+        else:
+            waiting[key] = seen
     return dg.SensorResult(skip_reason=dg.SkipReason("; ".join(f"removed {line}" for line in removed)
                                                      or f"{len(waiting)} unbacked partition(s) seen"),
                            cursor=json.dumps(waiting))

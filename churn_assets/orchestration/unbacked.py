@@ -6,9 +6,9 @@ in two places, both removing the partition so it does not stay in the list:
 
 - a run of the partition fails in its first step, in one line naming the command that registers a world (or
   defines a scenario), and removes it (`refusal`, through the running step's instance);
-- the `unbacked_partitions` sensor, while `churnbench ui` runs, removes those it finds on two ticks in a row (a
-  key seen once may belong to a world being registered this instant: `add_world` stores the config first and
-  adds the partitions after, so a registered world is never unbacked).
+- the `unbacked_partitions` sensor, while `churnbench ui` runs, removes those it has seen for five minutes (a run
+  launched on the key meanwhile fails naming the fix rather than on Dagster's "partition not found"; and
+  `add_world` stores the config before it adds the partitions, so a world being registered is never unbacked).
 """
 
 from __future__ import annotations

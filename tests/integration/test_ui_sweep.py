@@ -326,9 +326,7 @@ def test_a_hand_added_world_partition_is_refused_naming_the_command_and_removed(
     [failure] = step_failures(ui, run_id)
     assert "world handmade-s1-abcdef is not registered" in failure and "churnbench worlds add" in failure, failure
     assert "\n" not in failure, failure
-    # Removed by the run's step, or before it by the `unbacked_partitions` sensor (a run may wait longer than the
-    # sensor's two ticks to start on a loaded machine).
-    assert key not in partition_lists(ui)["world"]
+    assert key not in partition_lists(ui)["world"]  # the run's step removed it
 
 
 def test_an_evaluation_is_marked_when_an_input_it_read_changes_and_another_is_not(ui: int, state_dir: Path) -> None:
