@@ -52,7 +52,7 @@ from churn_assets.errors import UserFacingError
 # `atomic_write_text` is re-exported: the services and the Dagster wing have always imported it from here.
 from churn_assets.files import atomic_write_text as atomic_write_text
 from churn_assets.files import temporary_name
-from churn_assets.world.config import WORLD_ID_RE
+from churn_assets.world.config import WORLD_ID_RE, WorldConfig, WorldConfigError, config_from_data
 
 STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"
 DEFAULT_STATE_DIRNAME = ".churnbench"
@@ -315,6 +315,47 @@ def require_current_format(paths: StatePaths) -> None:
                                    f"{found}, this one reads {STATE_FORMAT}): run `{MIGRATE_COMMAND}` first")
         write_state_format(paths)
     _CURRENT.add(paths.root)
+
+
+class WorldNotFoundError(UserFacingError):
+    """A world id that is not registered, or registered without a stored config."""
+
+
+def write_world_config(paths: StatePaths, config: WorldConfig) -> Path:
+    """Store a world's config (`worlds add`; `orchestration/world_registry.py` registers it in Dagster)."""
+    import json
+
+    target = paths.world_config_file(config.world_id)
+    text = json.dumps(config.data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_text(target, text)
+    return target
+
+
+def load_world_config(paths: StatePaths, world_id: str) -> WorldConfig:
+    """The stored config of `world_id`, checked to still hash to that id. A file read, no service and no Dagster:
+    commands check a request against it before they open anything (`orchestration/requests.py`)."""
+    import json
+
+    from churn_assets.unique_keys import load_json
+
+    validate_world_id(world_id)
+    path = paths.world_config_file(world_id)
+    try:
+        data = load_json(path.read_text(), f"world config {path}")
+    except FileNotFoundError:
+        raise WorldNotFoundError(
+            f"world {world_id} has no stored config ({path} is missing): register it with "
+            "`churnbench worlds add` (see `churnbench worlds list`)") from None
+    except json.JSONDecodeError as e:
+        raise WorldNotFoundError(f"world config {path} is not valid JSON ({e.msg})") from None
+    try:
+        config = config_from_data(data)
+    except WorldConfigError as e:
+        raise WorldNotFoundError(f"world config {path}: {e}") from None
+    if config.world_id != world_id:
+        raise WorldNotFoundError(f"world config {path} hashes to {config.world_id}, not {world_id}: "
+                                 "it was edited after registration; remove the world and add it again")
+    return config
 
 
 def pg_root() -> Path:

@@ -32,10 +32,10 @@ RANKS: dict[str, int] = {
 }
 # The Dagster wing's own layers (`churn_assets/orchestration/<part>`): a loop inside the wing fails here too.
 WING_RANKS: dict[str, int] = {
-    "partitions": 0, "dbt_project": 0,
+    "partitions": 0, "dbt_project": 0, "metadata": 0, "run_launcher": 0, "code_location": 0,
     "scenarios": 1, "sweep_records": 1,
-    "world_registry": 2, "dead_runs": 2,
-    "resources": 3, "materialize": 3,
+    "world_registry": 2, "dead_runs": 2, "unbacked": 2,
+    "resources": 3, "materialize": 3, "requests": 3, "launches": 3, "lineage": 3,
     "scenario_inputs": 4, "state_migration": 4,
     "assets": 5,
     "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6,

@@ -12,13 +12,17 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from churn_assets.sweeps.markdown import parse_table
 from churn_assets.sweeps.presets import preset_spec
 from churn_assets.sweeps.regression import (
+    FIGURE_COLUMNS,
     BaselineError,
+    GateResult,
     figures_of,
     gate,
     load_baseline,
     make_baseline,
+    report_markdown,
     write_baseline,
 )
 
@@ -84,6 +88,30 @@ def test_missing_and_new_cells_fail() -> None:
     other = figures_of({"outcomes": {"k": {**_record()["outcomes"]["k"], "cell": {**CELL, "arm": "naive"}}}})
     assert gate(_baseline(), {**figures_of(_record()), **other}, HASHES).new_cells == [
         "seed 42 | naive | tiered | gap 28"]
+
+
+def test_the_report_table_shows_every_figure_of_every_cell_under_its_header() -> None:
+    """The cell labels hold `|` (they are the baseline's keys): rendered, parsed back, each row has one cell per
+    header and every figure reads back as the value it had."""
+    record = _record()
+    other = {**CELL, "world_label": "seed 7", "arm": "naive"}
+    record["outcomes"]["n"] = {"status": "done", "cell": other, "tasks": 180, "stale_answers": 0, "exposure": 12,
+                               "accuracy": 0.5, "verdicts": {"correct": 90, "reasoning_error": 90}}
+    figures = figures_of(record)
+    markdown = report_markdown(gate(_baseline(), figures, HASHES), figures, HASHES, "baseline.json")
+    rows = parse_table(markdown)
+    assert [r["cell"] for r in rows] == [LABEL, "seed 7 | naive | tiered | gap 28"]
+    assert tuple(rows[0]) == FIGURE_COLUMNS
+    for row in rows:
+        for figure, value in figures[row["cell"]].items():
+            assert row[figure] == ("" if value is None else str(value)), (row["cell"], figure)
+    assert rows[1]["stale_answers"] == "0" and rows[1]["exposure"] == "12" and rows[1]["accuracy"] == "0.5"
+
+
+def test_a_gate_result_reads_back_from_its_file() -> None:
+    result = gate(_baseline(), figures_of(_record(stale=9)), {**HASHES, "registry": "r2"})
+    again = GateResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result and again.lines() == result.lines() and not again.passed
 
 
 def test_baseline_file_round_trip_and_errors(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from churn_assets.evaluation.paper import T
 from churn_assets.freshness.policies import BudgetedTtl, parse_policy
 from churn_assets.grounding.registry import load_registry
 from churn_assets.sweeps import analysis
+from churn_assets.sweeps.markdown import parse_table
 from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, preset_spec, uniform_ttl
 from churn_assets.sweeps.report import build_report
 from churn_assets.sweeps.spec import Cell, SweepError, SweepSpec, WorldRecipe, cells, resolve_worlds
@@ -173,6 +174,26 @@ def test_the_report_has_its_tables_and_plots(tmp_path: Path) -> None:
     assert sorted(r["stale/assignments"] for r in by_class) == [3, 4, 9, 10]
     inline = report.markdown_inline()
     assert "data:image/png;base64," in inline and "](stale_vs_gap.png)" in report.markdown
+
+
+def test_a_custom_grid_has_its_own_id_and_its_report_names_its_grid(tmp_path: Path) -> None:
+    """A grid changed in the Launchpad or on the command line is `custom-<hash>` and says what ran; the preset's
+    own grid keeps its id (stored sweeps keep loading), and so does a SaaS profile alone."""
+    smoke = preset_spec("smoke")
+    assert smoke.sweep_id.startswith("smoke-") and "custom" not in smoke.to_json()
+    assert SweepSpec.from_json(smoke.to_json()).sweep_id == smoke.sweep_id
+    assert customize(smoke, gaps=(1, 28)).sweep_id == smoke.sweep_id  # the preset's own values: not custom
+    assert customize(smoke, saas_profile="unlimited").sweep_id.startswith("smoke-")
+    custom = customize(smoke, arms=("grounding",), gaps=(7, 28))
+    assert custom.sweep_id.startswith("custom-") and custom.custom and custom.preset == "smoke"
+    assert SweepSpec.from_json(custom.to_json()).sweep_id == custom.sweep_id
+    assert "naive" not in custom.description and "gaps T - T' of 7, 28 day(s)" in custom.description
+    record = {"sweep_id": custom.sweep_id, "spec": custom.to_json(), "outcomes": {}, "exposure_rows": []}
+    report = build_report(record, tmp_path / "report", ["assignments"])
+    grid = {r["what"]: r["values"] for r in parse_table(report.markdown.split("## Grid", 1)[1])}
+    assert grid["arms"] == "grounding" and grid["T"] == "2024-01-30" and grid["agent"] == "deterministic"
+    assert grid["T'"].startswith("gaps T - T' of 7, 28 day(s)") and grid["worlds"] == "seed 42, 30 days"
+    assert report.markdown.startswith(f"# Sweep `{custom.sweep_id}` (a custom grid from the `smoke` preset)")
 
 
 def test_the_seeds_summary_pairs_by_seed_and_is_seeded() -> None:

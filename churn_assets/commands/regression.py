@@ -37,14 +37,20 @@ def regression(update_baseline: bool, baseline: str | None, workers: int, agent:
     counts, stale answers, exposure, accuracy per arm and cell) within the baseline's thresholds and the world
     config, registry and templates hashes unchanged. Prints every figure that moved; exits 1 when the gate fails.
     With --agent llm: the stochastic gate (docs/llm.md, "The statistical gate")."""
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
+    import json
+    import time
+
+    from churn_assets.commands.jobs import run_job
+    from churn_assets.errors import UserFacingError
+    from churn_assets.orchestration.sweep_records import regression_night, regression_night_dir
     from churn_assets.state import StatePaths
-    from churn_assets.sweeps.regression import BASELINE_ENV
+    from churn_assets.sweeps.regression import BASELINE_ENV, GateResult, baseline_path
 
     paths = StatePaths.resolve()
     if agent == "llm":
         from churn_assets.arms.agents.llm import LlmSettings
+        from churn_assets.orchestration.definitions import defs_for
+        from churn_assets.orchestration.materialize import open_session
         from churn_assets.orchestration.regression import run_stochastic_regression
 
         LlmSettings.from_env()  # the endpoint's settings: one clear line before anything starts
@@ -61,21 +67,25 @@ def regression(update_baseline: bool, baseline: str | None, workers: int, agent:
             raise SystemExit(1)
         return
 
-    from churn_assets.orchestration.regression import REGRESSION_PRESET, run_regression
-    from churn_assets.sweeps.presets import customize, preset_spec
-
     if baseline:
-        os.environ[BASELINE_ENV] = os.path.abspath(baseline)  # the report asset (in process) reads the same file
-    spec = customize(preset_spec(REGRESSION_PRESET), repeats=repeats) if repeats != 1 else None
-    with open_session(paths) as session:
-        outcome = run_regression(session, defs_for(str(paths.root)), echo=click.echo,
-                                 update_baseline=update_baseline, workers=workers, spec=spec)
-    result = outcome.result
+        os.environ[BASELINE_ENV] = os.path.abspath(baseline)  # the job, in this process, reads the same file
+    if repeats != 1:
+        raise click.UsageError("--repeats is for --agent llm: the deterministic agent's repeats answer alike, and its "
+                               "gate compares exact figures")
+    started, wall, night = time.perf_counter(), time.time(), regression_night()
+    config = {"parallelism": workers, "update_baseline": update_baseline}
+    outcome = run_job(paths, "regression", {"run_regression_gate": {"config": config}}, click.echo)
+    report_dir = regression_night_dir(paths, str(outcome.sweep_id), night)  # this night's report (decision 251)
+    gate_file = report_dir / "regression_gate.json"
+    if outcome.failure and (not gate_file.exists() or gate_file.stat().st_mtime < wall):
+        # it stopped before its gate (a missing baseline, a failed cell): no gate of this run to show
+        raise UserFacingError(outcome.failure)
+    result = GateResult.from_json(json.loads(gate_file.read_text()))
     for line in result.lines():
         click.echo(f"  {line}")
     click.echo(result.summary())
-    click.echo(f"report: {outcome.report_dir / 'regression.md'} (baseline {outcome.baseline}); "
-               f"{outcome.seconds:.0f} s")
+    click.echo(f"report: {report_dir / 'regression.md'} (baseline {baseline_path()}); "
+               f"{time.perf_counter() - started:.0f} s; the run in the Dagster UI: {outcome.run_id}")
     if not result.passed:
         raise SystemExit(1)
 

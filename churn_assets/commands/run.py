@@ -98,13 +98,19 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
         saas_profile: str, replan: bool, retry_transport: bool, repeats: int) -> None:
     """Evaluate one scenario: build its inputs, then materialize its `eval_run` partition."""
     from churn_assets.arms.registry import check_arm_policy
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.evaluation.requests import Request
+    from churn_assets.orchestration.requests import check_run
 
     check_arm_policy(arm, policy)  # before anything is opened: a policy-free arm refuses a policy in one line
     # settings from CHURNBENCH_LLM_* (or the local model): a clear error, before anything starts, when missing
     llm = llm_settings(agent, gguf)
     paths = StatePaths.resolve()
+    # The one request check, before any service is opened or anything written (`run_scenario` repeats it).
+    check_run(paths, Request(world_id, arm, policy, _day(t_prime), _day(t), llm.agent_id if llm else "",
+                             saas_profile, llm.to_json() if llm else None))
+    from churn_assets.orchestration.definitions import defs_for  # imports Dagster and the code location: after
+    from churn_assets.orchestration.materialize import open_session
+
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
                                saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport,

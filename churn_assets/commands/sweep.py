@@ -8,8 +8,10 @@ import time
 
 import click
 
+from churn_assets.commands.jobs import run_job
 from churn_assets.commands.llm import GGUF_OPTION, agent_option
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
 from churn_assets.state import StatePaths
 from churn_assets.sweeps.presets import PRESETS
 
@@ -68,10 +70,8 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         return
     if preset is None:
         raise click.UsageError("give --preset NAME (or a subcommand: list, show, rm)")
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
-    from churn_assets.orchestration.sweep_records import sweep_report_dir
-    from churn_assets.orchestration.sweeps import run_sweep
+    from churn_assets.evaluation.requests import SWEEP_CLI_FIELDS
+    from churn_assets.orchestration.requests import check_sweep_request
     from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
 
     if gguf:  # the sweep's settings are read from the environment once it knows its agent (`with_llm_settings`)
@@ -86,12 +86,17 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
 
         spec = exposure_only_spec(spec)
     paths = StatePaths.resolve()
+    # The one request check, before any service is opened or anything registered (the sweep's run repeats it).
+    check_sweep_request(paths, spec, SWEEP_CLI_FIELDS)
     echo = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     started = time.perf_counter()
-    with open_session(paths) as session:
-        record = run_sweep(session, defs_for(str(paths.root)), spec, echo=echo, workers=workers,
-                           llm_budget_usd=llm_budget, llm_max_concurrent=llm_max_concurrent,
-                           retry_transport=retry_transport)
+    config = {"preset": preset, "seeds": list(_ints(seeds)), "worlds": list(worlds), "world_config": config_path or "",
+              "overrides": list(overrides), "arms": list(arms), "policies": list(policies), "gaps": list(_ints(gaps)),
+              "agent": agent, "saas_profile": saas_profile, "parallelism": workers, "llm_budget_usd": llm_budget,
+              "llm_max_concurrent": llm_max_concurrent, "retry_transport": retry_transport,
+              "exposure_only": exposure_only, "repeats": repeats or 1}
+    outcome = run_job(paths, "sweep", {"run_sweep_cells": {"config": config}}, echo)
+    record = load_sweep(paths, str(outcome.sweep_id))
     folder = sweep_report_dir(paths, record.sweep_id)
     if as_json:
         data = json.loads((folder / "report.json").read_text())
@@ -99,8 +104,9 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         click.echo(json.dumps(data, indent=1, default=str))
     else:
         click.echo(f"report: {folder / 'report.md'}")
-    counts = record.status_counts()
-    if counts["failed"] or counts["skipped"]:
+        click.echo(f"the sweep's run (Dagster UI, Runs): {outcome.run_id}")
+    if outcome.failure:
+        click.echo(outcome.failure, err=True)
         raise SystemExit(1)
 
 

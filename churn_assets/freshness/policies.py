@@ -292,6 +292,21 @@ def check_policy_classes(policy: Policy, registry: Registry) -> None:
             raise PlanningError(unknown_classes_message(policy.text, unknown, cached))
 
 
+def check_policy_parameters(policy: Policy, text: str) -> None:
+    """Refuse parameters outside their range before anything is registered (planning refuses them too, but only
+    once a scenario is stored): a negative TTL or budget, a change count that is not a positive number."""
+    problem = None
+    if isinstance(policy, Tiered) and any(ttl < 0 for ttl in policy.ttl_overrides.values()):
+        problem = "a TTL must be a whole number of days >= 0"
+    elif isinstance(policy, Budget | BudgetedTtl) and policy.refreshes < 0:
+        problem = "the budget N must be a whole number >= 0"
+    elif isinstance(policy, RateMatched) and not (math.isfinite(policy.changes_per_ttl)
+                                                  and policy.changes_per_ttl > 0):
+        problem = "CHANGES must be a number > 0"
+    if problem is not None:
+        raise PlanningError(f"policy {text}: {problem} ({POLICY_SYNTAX})")
+
+
 def parse_policy(text: str) -> Policy:
     """`tiered`, `off`, `ttl:prices=3,assignments=0`, `rate` / `rate:2.0`, `uniform:12`, `proportional:12`,
     `rate-matched:12`, `tier-shaped:12`."""

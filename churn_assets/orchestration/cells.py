@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
+from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
 from churn_assets.state import StatePaths
 
 if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnbench --help` stays fast
@@ -60,24 +61,8 @@ if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnb
     from churn_assets.orchestration.materialize import Session
     from churn_assets.orchestration.scenario_materializer import Step, StepResult
 
-# The code location (workspace.yaml's `module_name`); its `defs_for(state_dir)` binds definitions to a folder.
-CODE_LOCATION_MODULE = "churn_assets.orchestration.definitions"
 
 Progress = Callable[[str], None]
-
-
-# ---------------------------------------------------------------------------------------------------
-# One cell
-# ---------------------------------------------------------------------------------------------------
-
-
-def _define(world: str, arm: str, policy: str, t_prime: dt.date, t: dt.date, saas_profile: str,
-            llm: LlmSettings | None) -> Scenario:
-    from churn_assets.arms.registry import define_scenario
-    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-
-    return define_scenario(world, arm, policy, t_prime, t, agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT,
-                           saas_profile=saas_profile, model_settings=llm.to_json() if llm else None)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -103,9 +88,16 @@ class Cell:
         agent = "" if self.llm is None else f" {self.llm.agent_id}"
         return f"{self.arm} ({self.policy}) T'={self.t_prime} T={self.t}{agent} [{self.world}]"
 
-    def scenario(self) -> Scenario:
-        """The checked scenario (raises the user's error for a bad one)."""
-        return _define(self.world, self.arm, self.policy, self.t_prime, self.t, self.saas_profile, self.llm)
+    def scenario(self, paths: StatePaths) -> Scenario:
+        """The checked scenario on the state folder `paths` (the one request check: a bad one raises the user's
+        error, before anything is registered)."""
+        from churn_assets.evaluation.requests import Request
+        from churn_assets.orchestration.requests import check_run
+
+        llm = self.llm
+        return check_run(paths, Request(self.world, self.arm, self.policy, self.t_prime, self.t,
+                                        llm.agent_id if llm else "", self.saas_profile,
+                                        llm.to_json() if llm else None))
 
 
 @dataclass(frozen=True)
@@ -143,7 +135,7 @@ def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 
     with open_session(state_paths) as session, WorkerPool(session, workers) as pool:
         pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
         definitions = load_definitions(session.paths)
-        prepared = _prepare(session, definitions, cells, replan, say)
+        prepared = _prepare(session, definitions, cells, replan, say, tags or {})
         if on_cell is not None:  # cells refused before anything ran end here
             for i, error in prepared.errors.items():
                 on_cell(CellResult(cells[i], error=error))
@@ -168,7 +160,7 @@ class _Prepared:
 
 
 def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], replan: bool,
-             say: Progress) -> _Prepared:
+             say: Progress, tags: dict[str, str]) -> _Prepared:
     """In the calling process: define, register and plan every distinct cell; the union of missing inputs."""
     from churn_assets.freshness.scenario import LEDGER, ScenarioInput
     from churn_assets.orchestration.scenario_inputs import (
@@ -193,7 +185,7 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
     plans = {}
     for i, cell in enumerate(cells):
         try:
-            scenario = cell.scenario()
+            scenario = cell.scenario(session.paths)
             keys[i] = key = scenario.key
             if key in to_run:
                 continue
@@ -202,7 +194,7 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
             if needs_ledger_to_plan(scenario) and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
                 # Rates are measured on the ledger: build it before planning.
                 step = Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None)
-                built = build_step(session, definitions, step, {}, say)
+                built = build_step(session, definitions, step, _build_tags(tags), say)
                 if not built.ok:
                     raise UserFacingError(built.error)
             plans[key] = scenario_plan(session, scenario, replan=replan)
@@ -495,15 +487,21 @@ def _worker_ready() -> None:
     """Nothing: submitted once per worker at start, so that they start while the caller plans."""
 
 
+def _build_tags(tags: dict[str, str]) -> dict[str, str]:
+    """An input build's run tags: the caller's (a sweep's id and launcher), and what started it."""
+    from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG
+    from churn_assets.orchestration.scenario_materializer import LAUNCHED_BY, STARTED_BY_TAG
+
+    return {LAUNCHED_BY_TAG: "cli", **tags, STARTED_BY_TAG: LAUNCHED_BY}
+
+
 def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
     """Build one input step in this worker (the materializer's own run: lock, look again, materialize)."""
-    from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG
-    from churn_assets.orchestration.scenario_materializer import LAUNCHED_BY, StepResult, build_step
+    from churn_assets.orchestration.scenario_materializer import StepResult, build_step
 
     try:
         session, definitions = worker_session()
-        return build_step(session, definitions, step, {**tags, LAUNCHED_BY_TAG: LAUNCHED_BY}, lambda _line: None,
-                          wait=False)
+        return build_step(session, definitions, step, _build_tags(tags), lambda _line: None, wait=False)
     except Exception as e:  # a lock, service or start-up error outside the run itself: this step fails alone
         return StepResult(step, 0.0, error=_failure_line(e))
 

@@ -1,9 +1,10 @@
 """Runs whose process is gone: found by the next command and recorded failed, in Dagster and in the catalog.
 
-A CLI run materializes in process, without a daemon, so Dagster's run monitoring never sees it, and the
-default run launcher of `dagster dev` cannot tell a dead run worker either. A process killed outright
-(SIGKILL, power loss, OOM killer) therefore leaves its Dagster run STARTED and its catalog row `running` for
-ever. Each process records who it is (`files.process_stamp`: pid, start time, host):
+This reaper covers only what Dagster's own run monitoring cannot see (decision 271): a CLI run materializes in
+process, without a launcher or a daemon, so run monitoring never sees it, and the run launcher of a state folder
+(`run_launcher.PreloadedRunLauncher`, like Dagster's default one) reports no worker health to it either. A
+process killed outright (SIGKILL, power loss, OOM killer) therefore leaves its Dagster run STARTED and its catalog
+row `running` for ever. Each process records who it is (`files.process_stamp`: pid, start time, host):
 
 - on every Dagster run it launches in process (`materialize`), as the tags `PID_TAG`, `CREATED_TAG`, `HOST_TAG`;
   an `eval_run` launched from the UI adds them to its own run when it starts;

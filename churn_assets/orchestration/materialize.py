@@ -234,9 +234,29 @@ def materialize(
             },
         )
         runs.append(run)
+        _judge_readers(session, definitions, result)
         if on_partition is not None:
             on_partition(run)
     return runs
+
+
+def _judge_readers(session: Session, definitions: dg.Definitions, result: dg.ExecuteInProcessResult) -> None:
+    """A partition an evaluation read, rematerialized here with another version: that evaluation's
+    `inputs_as_read` check runs again (`lineage.changed_by`), and fails. Never fails the materialization."""
+    from churn_assets.orchestration.lineage import CHECK_NAME, EVAL_RUN, changed_by
+
+    pairs = [(e.asset_key.to_user_string(), str(e.partition)) for e in result.get_asset_materialization_events()
+             if e.asset_key is not None and e.partition is not None]
+    try:
+        check = dg.AssetCheckKey(dg.AssetKey(EVAL_RUN), CHECK_NAME)
+        for partition in changed_by(session.instance, pairs):
+            [evaluation] = run_checks(session, definitions, [check], partition)
+            if not evaluation.passed:
+                sys.stderr.write(f"churnbench: {EVAL_RUN} [{partition}]: check {CHECK_NAME} failed: "
+                                 f"{evaluation.description}\n")
+    except Exception as e:  # the check is judged again with the evaluation's next materialization
+        sys.stderr.write(f"churnbench: could not judge the evaluations that read {len(pairs)} partition(s): "
+                         f"{' '.join(str(e).split())}\n")
 
 
 def run_checks(

@@ -29,7 +29,7 @@ from typing import Any
 
 from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
 from churn_assets.orchestration.sweep_records import SweepRecord
-from churn_assets.orchestration.sweeps import SWEEP_TAG, run_sweep
+from churn_assets.orchestration.sweeps import run_sweep
 from churn_assets.sweeps.regression import GateResult
 
 Echo = Callable[[str], None]
@@ -92,10 +92,12 @@ def replan_stale_plans(session: Session, spec: Any, echo: Echo) -> int:
 
 
 def run_regression(session: Session, definitions: Any, *, echo: Echo = print, update_baseline: bool = False,
-                   workers: int = 1, spec: Any = None) -> RegressionOutcome:
+                   workers: int = 1, spec: Any = None, launch: Any = None) -> RegressionOutcome:
     """The regression (see the module doc). `spec`: another `SweepSpec` than the preset's (tests run a smaller
-    one against a baseline of their own)."""
+    one against a baseline of their own). `launch`: who launched it and its own run (`launches.Launch`), as for
+    `run_sweep`."""
     from churn_assets.evaluation.results import code_version
+    from churn_assets.orchestration.launches import Launch
     from churn_assets.orchestration.sweep_records import NIGHT_TAG, regression_night, regression_night_dir
     from churn_assets.sweeps.presets import preset_spec
     from churn_assets.sweeps.regression import (
@@ -116,7 +118,8 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
     if not update_baseline:
         load_baseline(path)  # a missing or broken baseline fails before anything runs
     replan_stale_plans(session, spec, echo)
-    record = run_sweep(session, definitions, spec, echo=echo, workers=workers, report=False)
+    launch = launch or Launch()
+    record = run_sweep(session, definitions, spec, echo=echo, workers=workers, report=False, launch=launch)
     figures, hashes = figures_of(record.to_json()), current_hashes(spec)
     if update_baseline:
         try:
@@ -132,7 +135,7 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
         # so Dagster's own log of that expected failure (with its stack trace) is not shown.
         with _logging_disabled(logging.ERROR) if not result.passed else contextlib.nullcontext():
             materialize(session, definitions, ["regression_report"], [record.sweep_id],
-                        tags={SWEEP_TAG: record.sweep_id, REGRESSION_TAG: "gate", NIGHT_TAG: night.isoformat()})
+                        tags={**launch.run_tags(record.sweep_id), REGRESSION_TAG: "gate", NIGHT_TAG: night.isoformat()})
     except MaterializationError:
         if result.passed:  # the report itself broke: not the gate's verdict
             raise

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     import dagster as dg
 
 SCENARIO_TAG = "churnbench/scenario"
+# What started an input build (the launcher, `churnbench/launched_by`, comes from the caller's tags: ui, cli, ...).
+STARTED_BY_TAG = "churnbench/started_by"
 LAUNCHED_BY = "scenario_materializer"
 VECTOR_INDEX = "vector_index"
 
@@ -203,9 +205,11 @@ def materialize_scenario(
     started = time.perf_counter()
     say = echo or (lambda _: None)
     world = scenario.world_id
+    run_tags = {LAUNCHED_BY_TAG: "cli", **(tags or {}), SCENARIO_TAG: scenario.key, STARTED_BY_TAG: LAUNCHED_BY}
     if needs_ledger_to_plan(scenario) and not (session.paths.ledger_dir(world) / LEDGER_FILE).exists():
         # Rates are measured on the ledger: build it first.
-        build_step(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), {}, say)
+        build_step(session, definitions, Step((LEDGER,), (ScenarioInput(LEDGER, world),), world, None), run_tags,
+                   say)
     plan = scenario_plan(session, scenario, replan=replan)
     existing, refused = existing_inputs(session, plan.inputs, checks=blocking_checks(definitions.resolve_asset_graph()),
                                         check_data=check_data)
@@ -217,7 +221,6 @@ def materialize_scenario(
         say(f"  {item}: {why}; rebuilding")
     ancestors = asset_ancestors(definitions)
     steps = plan_steps(missing, ancestors)
-    run_tags = {**(tags or {}), SCENARIO_TAG: tag, LAUNCHED_BY_TAG: LAUNCHED_BY}
     failed: list[StepResult] = []
     skipped: list[Step] = []
     for n, step in enumerate(steps, 1):

@@ -14,7 +14,7 @@ from typing import Any
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
                  policy: str, saas_profile: str, echo: Any, *, llm: Any = None, replan: bool = False,
                  tags: dict[str, str] | None = None, retry_transport: bool = False,
-                 repeats: int | None = None) -> dict[str, Any]:
+                 repeats: int | None = None, fields: Any = None) -> dict[str, Any]:
     """Define the scenario, build its inputs, run `eval_run` for it, return its summary (plus where it is, and
     `reused`: whether a finished run of the same identity was reused). `llm`: the `LlmSettings` of an LLM agent
     (its agent id goes into the key, its settings into the experiment hash). `replan`: plan the scenario again
@@ -22,10 +22,11 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     `retry_transport`: re-answer the transport failures of a finished result (`--retry-transport`; a finished
     result without any is reused as always). `repeats`: answer K repeats of the experiment (`--repeats`;
     None: what `tags` ask, a sweep cell's `REPEATS_TAG`, else 1); the summary is repeat 0's, with `repeats`
-    (the experiment's figures over the K repeats, `evaluation/repeats.py`, without the per-task part)."""
-    from churn_assets.arms.registry import define_scenario
+    (the experiment's figures over the K repeats, `evaluation/repeats.py`, without the per-task part).
+    `fields`: how the caller names the request's parts in a refusal (`evaluation.requests.Fields`; the command
+    line's by default)."""
+    from churn_assets.evaluation.requests import CLI_FIELDS, Request
     from churn_assets.evaluation.verdicts import STALE_VERDICTS
-    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
     from churn_assets.orchestration.materialize import (
         REPEATS_TAG,
         RETRY_TRANSPORT_TAG,
@@ -33,15 +34,16 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         repeats_of,
         repeats_tags,
     )
+    from churn_assets.orchestration.requests import check_run
     from churn_assets.orchestration.scenario_materializer import materialize_scenario
     from churn_assets.orchestration.scenarios import register_scenario
     from churn_assets.orchestration.world_registry import using_world
 
     repeats = repeats_of(tags) if repeats is None else repeats
+    # Checked before anything is registered (the one request check: a refusal leaves no scenario behind).
+    scenario = check_run(session.paths, Request(world, arm, policy, t_prime, t, llm.agent_id if llm else "",
+                                                saas_profile, llm.to_json() if llm else None), fields or CLI_FIELDS)
     with using_world(session.paths, world):  # `worlds rm` refuses while the run builds and evaluates
-        scenario = define_scenario(world, arm, policy, t_prime, t,
-                                   agent_id=llm.agent_id if llm else DETERMINISTIC_AGENT, saas_profile=saas_profile,
-                                   model_settings=llm.to_json() if llm else None)
         key = register_scenario(session.paths, session.instance, scenario)
         # A finished result of this identity needs no input built or checked again (decision 190): a relaunched
         # sweep's cells each checked every input partition twice (here and in `eval_run`).

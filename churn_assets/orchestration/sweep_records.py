@@ -54,6 +54,22 @@ class SweepRecord:
             counts[self.outcomes.get(self.key_of(cell), {}).get("status", PENDING)] += 1
         return counts
 
+    PROGRESS_COLUMNS = ("arm", "policy", "world_id", "t_prime", "gap", "status", "stale_answers", "exposure",
+                        "accuracy", "seconds", "reused")
+
+    def progress_rows(self) -> list[dict[str, Any]]:
+        """One row per evaluated cell, pending ones too: what the sweep run's table shows as cells end."""
+        rows = []
+        for cell in self.cells:
+            outcome = self.outcomes.get(self.key_of(cell), {})
+            rows.append({"arm": cell.arm, "policy": cell.policy, "world_id": cell.world_id,
+                         "t_prime": cell.t_prime.isoformat(), "gap": cell.gap,
+                         "status": outcome.get("status", PENDING), "stale_answers": outcome.get("stale_answers"),
+                         "exposure": outcome.get("exposure"), "accuracy": outcome.get("accuracy"),
+                         "seconds": outcome.get("seconds"), "reused": outcome.get("reused"),
+                         "error": outcome.get("error")})
+        return rows
+
     def to_json(self) -> dict[str, Any]:
         return {"sweep_id": self.sweep_id, "spec": self.spec.to_json(), "cells": [c.to_json() for c in self.cells],
                 "exposure_cells": [c.to_json() for c in self.exposure_cells], "outcomes": self.outcomes,

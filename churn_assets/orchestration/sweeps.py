@@ -26,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, Fields
+from churn_assets.orchestration.launches import SWEEP_TAG as SWEEP_TAG  # the tag's one home; re-exported
+from churn_assets.orchestration.launches import Launch, ensure_sweep_runs
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.partitions import SWEEP_PARTITIONS_NAME
 from churn_assets.orchestration.sweep_records import (
@@ -42,7 +45,6 @@ from churn_assets.sweeps.llm_budget import BudgetGuard, estimate
 from churn_assets.sweeps.spec import LLM, Cell, SweepError, SweepSpec, resolve_worlds
 
 Echo = Callable[[str], None]
-SWEEP_TAG = "churnbench/sweep"
 
 
 def _now() -> str:
@@ -62,12 +64,12 @@ def with_llm_settings(spec: SweepSpec) -> tuple[SweepSpec, Any]:
     return dataclasses.replace(spec, options=options), settings
 
 
-def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Echo) -> SweepRecord:
+def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Echo, *,
+                   checked: tuple[list[Cell], list[Cell]], tags: dict[str, str] | None = None) -> SweepRecord:
     """Register the sweep's worlds (ledgers materialized when missing) and the sweep; return its record (the
-    stored one when the sweep ran before: its outcomes are kept)."""
-    from churn_assets.arms.registry import ARMS
+    stored one when the sweep ran before: its outcomes are kept). `checked`: its cells, as the request check
+    returned them (nothing is registered before that check)."""
     from churn_assets.orchestration.world_registry import add_world, is_registered
-    from churn_assets.sweeps.spec import cells as spec_cells
 
     worlds = resolve_worlds(spec)
     for w in worlds:
@@ -77,13 +79,13 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
         elif not is_registered(session.instance, w.world_id):
             raise SweepError(f"sweep {spec.preset}: world {w.world_id!r} is not registered (add it with "
                              "`churnbench worlds add`, or give seeds instead of world ids)")
-    evaluated, exposure = spec_cells(spec, worlds, {name: a.only_policy for name, a in ARMS.items()})
+    evaluated, exposure = checked
     # The worlds of evaluated cells get their ledgers here; a world with exposure-only cells alone gets its
     # ledger from its exposure job, in parallel with the others (`compute_exposure_cells`).
     for world_id in dict.fromkeys(c.world_id for c in evaluated):
         if not (session.paths.ledger_dir(world_id) / "ledger.jsonl").exists():
             echo(f"world {world_id}: materializing its ledger")
-            materialize(session, definitions, ["ledger"], [world_id])
+            materialize(session, definitions, ["ledger"], [world_id], tags=tags)
     if spec.agent == LLM:
         agent_id = str(spec.options["agent_id"])
         evaluated = [dataclasses.replace(c, agent=agent_id) for c in evaluated]
@@ -97,7 +99,7 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
 
 
 def compute_exposure_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *,
-                           workers: int = 1) -> None:
+                           workers: int = 1, tags: dict[str, str] | None = None) -> None:
     """Exposure and prediction of the exposure-only cells from the ledgers alone, one world per job in
     `workers` processes (each world is independent: its ledger, task set and rates); a job first materializes
     its world's ledger when it is missing, so the worlds' ledgers are generated in parallel too. The rows come
@@ -113,7 +115,7 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
     settings = task_settings()
     worlds = list(dict.fromkeys(c.world_id for c in record.exposure_cells))
     jobs = {w: (w, load_world_config(session.paths, w), [c for c in record.exposure_cells if c.world_id == w],
-                settings.count, settings.seed, record.spec.t) for w in worlds}
+                settings.count, settings.seed, record.spec.t, tags or {}) for w in worlds}
     rows_of: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
     workers = max(1, min(workers, len(worlds)))
@@ -133,7 +135,8 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
 
 
 def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int, task_seed: int,
-                 task_anchor: dt.date | None = None) -> tuple[list[dict[str, Any]], float, bool]:
+                 task_anchor: dt.date | None = None, tags: dict[str, str] | None = None
+                 ) -> tuple[list[dict[str, Any]], float, bool]:
     """One world of `compute_exposure_cells`, in a `WorkerPool` worker: its ledger materialized when missing,
     then `exposure_of_world`; the rows, the seconds it all took and whether the ledger was materialized."""
     from churn_assets.orchestration.cells import worker_session
@@ -144,18 +147,22 @@ def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
     ledger_dir = session.paths.ledger_dir(world_id)
     built = not (ledger_dir / "ledger.jsonl").exists()
     if built:
-        materialize(session, definitions, ["ledger"], [world_id])
+        materialize(session, definitions, ["ledger"], [world_id], tags=tags or None)
     rows = exposure_of_world(str(ledger_dir), config, cells, task_count, task_seed, task_anchor)
     return rows, time.perf_counter() - started, built
 
 
 def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
-                   llm: Any = None, budget: BudgetGuard | None = None, retry_transport: bool = False) -> None:
+                   llm: Any = None, budget: BudgetGuard | None = None, retry_transport: bool = False,
+                   tags: dict[str, str] | None = None, on_record: Callable[[SweepRecord], None] | None = None
+                   ) -> None:
     """Every evaluated cell through `run_cells` (`workers` processes; the union of missing inputs built once),
     the record saved as each cell ends; a failed cell is recorded and the others go on. `llm`: the
     `LlmSettings` of an LLM sweep; `budget`: its spend cap, checked before each batch of `workers` cells (a
     batch that would take the spend past it is skipped, and so is every later one). `retry_transport`: a cell
-    whose finished result has transport failures answers those again (`churnbench run --retry-transport`)."""
+    whose finished result has transport failures answers those again (`churnbench run --retry-transport`).
+    `tags`: on every run started (the sweep's, `launches.Launch.run_tags`); `on_record`: called with the record
+    each time a cell ends (the sweep run's progress table)."""
     from churn_assets.orchestration import cells as parallel
     from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, repeats_tags
 
@@ -183,6 +190,8 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
                 budget.add(summary.get("llm_usage"))
                 echo(f"  {budget.describe()}")
         record.save(session.paths)
+        if on_record is not None:
+            on_record(record)
 
     def progress(line: str) -> None:
         if not line.lstrip().startswith("cell ["):  # on_cell says it with the sweep's key
@@ -205,6 +214,7 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
                                                                    c.saas_profile, llm) for c in batch],
                                      workers=workers, progress=progress,
                                      tags={SWEEP_TAG: record.sweep_id, **repeats_tags(record.spec.repeats),
+                                           **(tags or {}),
                                            **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})},
                                      on_cell=on_cell)
         for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
@@ -244,18 +254,29 @@ def record_refresh_rows(session: Session, record: SweepRecord) -> None:
 
 def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo = print, workers: int = 1,
               report: bool = True, llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
-              retry_transport: bool = False) -> SweepRecord:
+              retry_transport: bool = False, fields: Fields = LAUNCHPAD_FIELDS, launch: Launch | None = None,
+              on_record: Callable[[SweepRecord], None] | None = None) -> SweepRecord:
     """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
     takes its settings from CHURNBENCH_LLM_*, prints its estimate before any cell starts, stops starting cells
     at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once.
     `retry_transport`: finished cells with transport failures answer those again (a retry of the same
-    experiment); the others are reused as always."""
+    experiment); the others are reused as always. The request is checked first, nothing registered before
+    (`orchestration/requests.check_sweep_request`; `fields`: how its refusals name the fields). `launch`: who
+    launched it and its own run (`launches.Launch`): every run it starts carries its sweep id and launcher, and is
+    filed under the sweep-runs backfill when the sweep has a run of its own. `on_record`: see `evaluate_cells`."""
+    from churn_assets.orchestration.requests import check_sweep_request
+
     started = time.perf_counter()
+    checked = check_sweep_request(session.paths, spec, fields)
     llm = budget = None
     if spec.agent == LLM:
         spec, llm = with_llm_settings(spec)
         workers = min(workers, llm_max_concurrent)
-    record = register_sweep(session, definitions, spec, echo)
+    launch = launch or Launch()
+    tags = launch.run_tags(spec.sweep_id)
+    if launch.run_id is not None:
+        ensure_sweep_runs(session.instance)
+    record = register_sweep(session, definitions, spec, echo, checked=checked, tags=tags)
     if llm is not None:
         from churn_assets.deployment import task_settings
 
@@ -270,14 +291,14 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     record.started, record.finished = _now(), ""
     counts = f"{len(record.cells)} evaluated cell(s), {len(record.exposure_cells)} exposure-only"
     echo(f"sweep {record.sweep_id}: {counts}")
-    compute_exposure_cells(session, definitions, record, echo, workers=workers)
+    compute_exposure_cells(session, definitions, record, echo, workers=workers, tags=tags)
     evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget,
-                   retry_transport=retry_transport)
+                   retry_transport=retry_transport, tags=tags, on_record=on_record)
     record_refresh_rows(session, record)
     record.finished = _now()
     record.save(session.paths)
     if report:
-        materialize(session, definitions, ["sweep_report"], [record.sweep_id], tags={SWEEP_TAG: record.sweep_id})
+        materialize(session, definitions, ["sweep_report"], [record.sweep_id], tags=tags)
     status = record.status_counts()
     echo(f"sweep {record.sweep_id}: {status[DONE]} done, {status[FAILED]} failed, in "
          f"{time.perf_counter() - started:.0f} s")

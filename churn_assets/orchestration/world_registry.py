@@ -52,9 +52,11 @@ from churn_assets.orchestration.partitions import (
     world_of_key,
 )
 from churn_assets.orchestration.scenarios import scenarios_of_world, stored_scenario_keys
-from churn_assets.state import WORLD_ID_RE, StatePaths, atomic_write_text, validate_world_id
-from churn_assets.unique_keys import load_json
-from churn_assets.world.config import WorldConfig, WorldConfigError, config_from_data
+from churn_assets.state import WORLD_ID_RE, StatePaths, validate_world_id
+from churn_assets.state import WorldNotFoundError as WorldNotFoundError  # re-exported: the registry's callers
+from churn_assets.state import load_world_config as load_world_config
+from churn_assets.state import write_world_config as write_world_config
+from churn_assets.world.config import WorldConfig
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 from contracts.store import CONTRACTS_DIRNAME
 
@@ -62,10 +64,6 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from churn_assets.services import ServiceUrls
-
-
-class WorldNotFoundError(UserFacingError):
-    """A world id that is not registered, or registered without a stored config."""
 
 
 class WorldInUseError(UserFacingError):
@@ -83,35 +81,6 @@ def using_world(paths: StatePaths, world_id: str) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------------
 # Stored configs
 # ---------------------------------------------------------------------------------------------------
-
-
-def write_world_config(paths: StatePaths, config: WorldConfig) -> Path:
-    target = paths.world_config_file(config.world_id)
-    text = json.dumps(config.data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_text(target, text)
-    return target
-
-
-def load_world_config(paths: StatePaths, world_id: str) -> WorldConfig:
-    """The stored config of `world_id`, checked to still hash to that id."""
-    validate_world_id(world_id)
-    path = paths.world_config_file(world_id)
-    try:
-        data = load_json(path.read_text(), f"world config {path}")
-    except FileNotFoundError:
-        raise WorldNotFoundError(
-            f"world {world_id} has no stored config ({path} is missing): register it with "
-            "`churnbench worlds add` (see `churnbench worlds list`)") from None
-    except json.JSONDecodeError as e:
-        raise WorldNotFoundError(f"world config {path} is not valid JSON ({e.msg})") from None
-    try:
-        config = config_from_data(data)
-    except WorldConfigError as e:
-        raise WorldNotFoundError(f"world config {path}: {e}") from None
-    if config.world_id != world_id:
-        raise WorldNotFoundError(f"world config {path} hashes to {config.world_id}, not {world_id}: "
-                                 "it was edited after registration; remove the world and add it again")
-    return config
 
 
 # ---------------------------------------------------------------------------------------------------

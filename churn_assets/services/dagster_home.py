@@ -20,6 +20,11 @@ def dagster_yaml_text(paths: StatePaths, urls: ServiceUrls) -> str:
         "storage:\n"
         "  postgres:\n"
         f"    postgres_url: {json.dumps(storage_url)}\n"
+        # Runs launched by the UI, its sensors and schedules fork from a server that imported the code location
+        # once (decision 271; `churnbench ui` runs with this package importable).
+        "run_launcher:\n"
+        "  module: churn_assets.orchestration.run_launcher\n"
+        "  class: PreloadedRunLauncher\n"
         "telemetry:\n"
         "  enabled: false\n"
         "nux:\n"

@@ -187,7 +187,11 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
               t_primes: Sequence[dt.date] = (), gaps: Sequence[int] = (), agent: str | None = None,
               saas_profile: str | None = None, repeats: int | None = None) -> SweepSpec:
     """A preset with some of its fields replaced (empty / None: the preset's own). Giving T' values or gaps
-    replaces both of the preset's."""
+    replaces both of the preset's. A grid that differs from the preset's (arms, policies, T, T', agent) is a
+    custom sweep: its id is `custom-<hash>` and its description says what its grid is, since the preset's text
+    would describe cells that did not run. The SaaS profile alone keeps the preset's name: it is the plan the
+    cells call the API on, not a cell of the grid (decision 189: the deterministic agent's figures are the
+    same on every plan)."""
     import dataclasses
 
     changes: dict[str, Any] = {}  # field name -> value, checked by the dataclass on replace
@@ -206,7 +210,14 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
         changes["saas_profile"] = saas_profile
     if repeats is not None and repeats != spec.repeats:
         changes["repeats"] = repeats
-    return dataclasses.replace(spec, **changes) if changes else spec
+    if not changes:
+        return spec
+    changed = dataclasses.replace(spec, **changes)
+    grid = ("arms", "policies", "t", "t_primes", "gaps", "evaluate_gaps", "agent")
+    if any(getattr(changed, name) != getattr(spec, name) for name in grid):
+        changed = dataclasses.replace(changed, custom=True)
+        changed = dataclasses.replace(changed, description=changed.grid_sentence())
+    return changed
 
 
 def exposure_only_spec(spec: SweepSpec) -> SweepSpec:

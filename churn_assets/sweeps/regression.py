@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,12 @@ class GateResult:
                 "moved": [m.__dict__ for m in self.moved], "hash_changes": self.hash_changes,
                 "missing_cells": self.missing_cells, "new_cells": self.new_cells}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GateResult:
+        """The result as `to_json` wrote it (the report's `regression_gate.json`)."""
+        return cls([Moved(**m) for m in data.get("moved", [])], list(data.get("hash_changes", [])),
+                   list(data.get("missing_cells", [])), list(data.get("new_cells", [])), int(data.get("cells", 0)))
+
 
 def _flat_hashes(hashes: Mapping[str, Any]) -> dict[str, str]:
     out = {}
@@ -177,13 +183,23 @@ def write_baseline(path: Path, baseline: Mapping[str, Any]) -> None:
     atomic_write_text(path, json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
 
+FIGURE_COLUMNS: tuple[str, ...] = ("cell", *COUNT_FIGURES, *RATIO_FIGURES)  # the report's table, left to right
+
+
+def figure_rows(figures: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell: its label (the baseline's key, `|` and all) and every figure the gate watches."""
+    return [{"cell": label, **{k: f.get(k) for k in FIGURE_COLUMNS[1:]}} for label, f in figures.items()]
+
+
 def report_markdown(result: GateResult, figures: Mapping[str, Mapping[str, Any]], hashes: Mapping[str, Any],
-                    baseline_path: str, shown: Sequence[str] = ("stale_answers", "exposure", "accuracy")) -> str:
-    """The report shown in the UI: the verdict, every finding, then the cells' main figures."""
+                    baseline_path: str) -> str:
+    """The report shown in the UI: the verdict, every finding, then every cell's figures, one table row per cell
+    (`sweeps/markdown.py` escapes the `|` of the labels, so each row has one cell per column)."""
+    from churn_assets.sweeps.markdown import table
+
     lines = [f"**{result.summary()}** (baseline `{baseline_path}`)", ""]
     lines += [f"- {line}" for line in result.lines()] or ["- nothing moved"]
-    lines += ["", "| cell | " + " | ".join(shown) + " |", "|---" * (len(shown) + 1) + "|"]
-    lines += [f"| {label} | " + " | ".join(str(f.get(k)) for k in shown) + " |" for label, f in figures.items()]
+    lines += ["", table(figure_rows(figures), FIGURE_COLUMNS).rstrip("\n")]
     lines += ["", "hashes: " + ", ".join(f"{k} `{v}`" for k, v in _flat_hashes(hashes).items())]
     return "\n".join(lines)
 

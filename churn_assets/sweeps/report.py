@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from churn_assets.sweeps import analysis, plots
+from churn_assets.sweeps import analysis, markdown, plots
+from churn_assets.sweeps.spec import SweepSpec
 
 CELL_COLUMNS = ("kind", "status", "world_id", "world_label", "arm", "policy", "ttl", "t_prime", "t", "gap",
                 "stale_answers", "exposure", "degenerate_exposure", "prediction", "prediction_lo", "prediction_hi",
@@ -44,16 +45,6 @@ def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[
         writer = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-
-
-def _md_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None) -> str:
-    if not rows:
-        return "_none_\n"
-    head = headers or columns
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    for r in rows:
-        lines.append("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in columns) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequence[str]) -> Report:
@@ -102,7 +93,7 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                                                    f"Stale answers against cache age, arrival-averaged (T = {t})"))
         parity = analysis.parity_table(single_day, options["parity_gaps"])
         data["parity"] = parity
-        sections.append("## The 2x2 around D+28 (stale answers, tiered vs off)\n\n" + _md_table(
+        sections.append("## The 2x2 around D+28 (stale answers, tiered vs off)\n\n" + markdown.table(
             parity, ["gap", "t_prime", "tiered_stale", "off_stale", "off_over_tiered", "tiered_exposure",
                      "off_exposure"],
             ["gap (days)", "T'", "tiered", "off", "off / tiered", "tiered exposure", "off exposure"]))
@@ -113,9 +104,9 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                                              "Exposure against one TTL for every class and the change rate"))
         checked = [g for g in grid if g["stale_equals_exposure"] is not None]
         sections.append("## TTL x change rate (exposure over seeds; evaluated cells: stale answers)\n\n"
-                        + _md_table(grid, ["ttl", "rate_multiplier", "gap", "seeds", "exposure_min", "exposure_mean",
-                                           "exposure_max", "prediction_mean", "evaluated_stale",
-                                           "stale_equals_exposure"])
+                        + markdown.table(grid, ["ttl", "rate_multiplier", "gap", "seeds", "exposure_min",
+                                                "exposure_mean", "exposure_max", "prediction_mean", "evaluated_stale",
+                                                "stale_equals_exposure"])
                         + f"\nStale answers equal exposure in {sum(g['stale_equals_exposure'] for g in checked)} of "
                           f"{len(checked)} evaluated grid cells.\n")
         if windows:
@@ -125,7 +116,7 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                                                      f"Exposure over {windows[0]['days']} arrival days (T' = "
                                                      f"{windows[0]['t_prime']}) against one TTL for every class"))
             sections.append(f"## TTL x change rate over {windows[0]['days']} arrival days ({windows[0]['first']} .. "
-                            f"{windows[0]['t']}, T' = {windows[0]['t_prime']})\n\n" + _md_table(
+                            f"{windows[0]['t']}, T' = {windows[0]['t_prime']})\n\n" + markdown.table(
                                 means, ["ttl", "rate_multiplier", "seeds", "window_mean", "seed_min", "seed_max",
                                         "band_lo", "band_hi", "prediction_mean"],
                                 ["TTL", "rates x", "seeds", "window mean (mean over seeds)", "lowest seed",
@@ -140,7 +131,7 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                 f"T = {windows[0]['first']} .. {windows[0]['t']})"))
             sections.append(f"## Staleness against refresh cost over {windows[0]['days']} arrival days "
                             f"({windows[0]['first']} .. {windows[0]['t']}, T' = {windows[0]['t_prime']})\n\n"
-                            + _md_table(sorted(windows, key=lambda r: (r["allocation"], r["budget"] or 0)),
+                            + markdown.table(sorted(windows, key=lambda r: (r["allocation"], r["budget"] or 0)),
                                         ["allocation", "budget", "refreshes", "refresh_rows", "exposure_mean",
                                          "exposure_lo", "exposure_hi", "exposure_min", "exposure_max",
                                          "prediction_mean", "evaluated_days", "stale_equals_exposure"],
@@ -149,7 +140,7 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                                          "evaluated days", "stale = exposure there"]))
         add("cost_frontier", plots.cost_frontier(frontier, folder / "cost_frontier.png",
                                                  f"Staleness against refresh cost at T = {t} alone (T' = T - 29)"))
-        sections.append(f"## Staleness against refresh cost at T = {t} alone\n\n" + _md_table(
+        sections.append(f"## Staleness against refresh cost at T = {t} alone\n\n" + markdown.table(
             frontier, ["allocation", "budget", "refreshes", "refresh_rows", "stale_answers", "exposure"]))
     if options.get("windows"):
         seeds = analysis.seeds_summary(single_day, options["windows"])
@@ -158,14 +149,15 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                      for w, d in seeds["differences"].items()]
         # World and label first, then the cells in the 2x2's reading order (the dict's own order is arrival order).
         columns = sorted({k for row in seeds["per_world"] for k in row} - {"world_id", "label"})
-        sections.append("## The 2x2 over seeds\n\n" + _md_table(seeds["per_world"], ["world_id", "label", *columns])
+        sections.append("## The 2x2 over seeds\n\n"
+                        + markdown.table(seeds["per_world"], ["world_id", "label", *columns])
                         + "\nOff minus tiered (stale answers), paired by seed, bootstrap 90% interval over seeds:\n\n"
-                        + _md_table(diff_rows, ["window", "seeds", "mean_off_minus_on", "interval_90"]))
+                        + markdown.table(diff_rows, ["window", "seeds", "mean_off_minus_on", "interval_90"]))
     if int(spec.get("repeats", 1)) > 1:
         repeats = analysis.repeats_table(record)
         data["repeats"] = repeats
         _write_csv(folder / "repeats.csv", repeats)
-        sections.append(f"## Repeats ({spec['repeats']} per cell)\n\n" + _md_table(
+        sections.append(f"## Repeats ({spec['repeats']} per cell)\n\n" + markdown.table(
             repeats, ["arm", "policy", "gap", "accuracy_mean", "accuracy_lo", "accuracy_hi", "pass_hat_k",
                       "pass_at_k", "stability", "stale_answers_mean", "median_tool_calls", "median_seconds",
                       "aware_share", "stale_revealed_share"],
@@ -179,7 +171,11 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
     add("stale_by_class", plots.stale_by_class(by_class, folder / "stale_by_class.png",
                                                "Stale answers attributed per entity class read stale"))
 
-    head = [f"# Sweep `{sweep_id}`", "", spec.get("description") or "", "",
+    grid_rows = SweepSpec.from_json(spec).grid()
+    data["grid"] = dict(grid_rows)
+    based_on = f" (a custom grid from the `{spec['preset']}` preset)" if spec.get("custom") else ""
+    head = [f"# Sweep `{sweep_id}`{based_on}", "", spec.get("description") or "", "",
+            "## Grid", "", markdown.table([{"what": k, "values": v} for k, v in grid_rows], ["what", "values"]), "",
             f"- cells evaluated: {len(done)} done ({reused} reused from earlier runs), {len(failed)} failed, "
             f"{len(skipped)} skipped (LLM budget cap), {len(evaluated) - len(done) - len(failed) - len(skipped)} "
             "pending",
@@ -187,14 +183,14 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
             f"- started {record.get('started') or '-'}, finished {record.get('finished') or '(running)'}",
             f"- files: `{folder}` (cells.csv, served_ages.csv, report.json, the PNGs below)", ""]
     if failed:
-        head += ["## Failed cells", "", _md_table(failed, ["arm", "policy", "t_prime", "world_id", "error"])]
+        head += ["## Failed cells", "", markdown.table(failed, ["arm", "policy", "t_prime", "world_id", "error"])]
     summary_cols = ["arm", "policy", "gap", "stale_answers", "exposure", "prediction", "accuracy", "reused"]
     if len(done) <= 40:
-        head += ["## Cells", "", _md_table(sorted(done, key=lambda c: (c["arm"], c["policy"], c["gap"])),
+        head += ["## Cells", "", markdown.table(sorted(done, key=lambda c: (c["arm"], c["policy"], c["gap"])),
                                            summary_cols)]
     figs = [f"![{name}]({path.name})\n" for name, path in figures.items()]
-    markdown = "\n".join(head) + "\n" + "\n".join(sections) + "\n## Plots\n\n" + "\n".join(figs)
-    (folder / "report.md").write_text(markdown)
+    text = "\n".join(head) + "\n" + "\n".join(sections) + "\n## Plots\n\n" + "\n".join(figs)
+    (folder / "report.md").write_text(text)
     data["figures"] = {k: str(v) for k, v in figures.items()}
     (folder / "report.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    return Report(folder, markdown, figures, data)
+    return Report(folder, text, figures, data)

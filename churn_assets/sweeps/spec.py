@@ -117,6 +117,9 @@ class SweepSpec:
     window_days: int = 0
     window_gaps: tuple[int, ...] = ()
     window_evaluate_every: int = 0  # 0: no window day evaluated
+    # A grid changed from the preset's own (arms, policies, T, T'/gaps, agent): its id is `custom-<hash>` and its
+    # description is its grid's (`presets.customize`). Stored only when True, so older sweeps keep their ids.
+    custom: bool = False
 
     def __post_init__(self) -> None:
         if not self.worlds:
@@ -185,6 +188,7 @@ class SweepSpec:
             # A spec without a window keeps the JSON (and the sweep id) it had before windows existed.
             **({"window_days": self.window_days, "window_gaps": list(self.window_gaps),
                 "window_evaluate_every": self.window_evaluate_every} if self.window_days else {}),
+            **({"custom": True} if self.custom else {}),
         }
 
     @classmethod
@@ -197,12 +201,67 @@ class SweepSpec:
                    tuple(int(i) for i in data.get("evaluate_worlds", [])),
                    tuple(int(g) for g in data.get("evaluate_gaps", [])), str(data.get("description") or ""),
                    dict(data.get("options") or {}), int(data.get("repeats", 1)), int(data.get("window_days") or 0),
-                   tuple(int(g) for g in data.get("window_gaps", [])), int(data.get("window_evaluate_every") or 0))
+                   tuple(int(g) for g in data.get("window_gaps", [])), int(data.get("window_evaluate_every") or 0),
+                   bool(data.get("custom")))
 
     @property
     def sweep_id(self) -> str:
-        """`<preset>-<hash8 of the spec>`: the same spec is the same sweep (its cells are reused)."""
-        return f"{self.preset}-{sha256_hex(canonical_json(self.to_json()))[:8]}"
+        """`<preset>-<hash8 of the spec>` (`custom-<hash8>` for a grid changed from its preset's): the same spec is
+        the same sweep (its cells are reused)."""
+        prefix = CUSTOM if self.custom else self.preset
+        return f"{prefix}-{sha256_hex(canonical_json(self.to_json()))[:8]}"
+
+    def grid(self) -> list[tuple[str, str]]:
+        """What the sweep runs, as (what, values) pairs a report prints: worlds, arms, policies, T, T' (the gaps
+        and the days they give), agent, SaaS profile, and which cells are exposure-only."""
+        def days(values: Sequence[Day]) -> str:
+            return ", ".join(d.isoformat() for d in values)
+
+        gaps = f"gaps T - T' of {_numbers(self.gaps)} day(s)" if self.gaps else ""
+        fixed = f"T' = {days(self.t_primes)}" if self.t_primes else ""
+        rows = [("worlds", "; ".join(_world_text(w) for w in self.worlds)),
+                ("arms", ", ".join(self.arms)),
+                ("policies", ", ".join(self.policies) + " (an arm with a fixed policy runs that one)"),
+                ("T", self.t.isoformat()),
+                ("T'", "; ".join(x for x in (gaps, fixed) if x) + f" (T' = {days(self.build_days())})"),
+                ("agent", self.agent), ("SaaS profile", self.saas_profile)]
+        if self.exposure_only:
+            full = ", ".join(_world_text(self.worlds[i]) for i in self.evaluate_worlds) or "none"
+            at = f" at gaps {_numbers(self.evaluate_gaps)}" if self.evaluate_gaps else ""
+            rows.append(("evaluated in full", f"{full}{at}; every other cell exposure-only (from the ledger)"))
+        if self.repeats != 1:
+            rows.append(("repeats", f"{self.repeats} per evaluated cell"))
+        if self.window_days:
+            every = (f", every {self.window_evaluate_every}th day evaluated" if self.window_evaluate_every else "")
+            rows.append(("window", f"{self.window_days} arrival days ending at T for gaps "
+                         f"{_numbers(self.window_gaps)}{every}"))
+        return rows
+
+    def grid_sentence(self) -> str:
+        """The grid in one sentence (a custom grid's description)."""
+        return f"a custom grid from the {self.preset} preset: " + "; ".join(f"{k} {v}" for k, v in self.grid())
+
+
+CUSTOM = "custom"  # the sweep id prefix of a grid changed from its preset's
+
+
+def _numbers(values: Sequence[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _world_text(world: WorldRef) -> str:
+    """A world of a spec as a person reads it: its id, or its recipe (its label, which a preset gives worlds it
+    derives, e.g. "seed 42, rates x2"; else seed, config and overrides), with its length in days."""
+    if not isinstance(world, WorldRecipe):
+        return world
+    parts = [world.label] if world.label else [f"seed {world.seed}"]
+    if not world.label and world.config_path:
+        parts.append(f"config {world.config_path}")
+    if not world.label and world.overrides:
+        parts.append("set " + " ".join(world.overrides))
+    if world.days:
+        parts.append(f"{world.days} days")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from churn_assets.services import free_port
 
 pytestmark = pytest.mark.integration
 
-STARTUP_TIMEOUT_S = 120  # `dagster dev` answers in ~7-16 s on these machines; more under load
+STARTUP_TIMEOUT_S = 300  # `dagster dev` answers in ~7-16 s idle; 86 s and over 120 s measured at load 12
 STOP_LIMIT_S = 20
 
 

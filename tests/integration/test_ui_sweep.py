@@ -17,6 +17,7 @@ import yaml
 
 from churn_assets.deployment import DEPLOYMENT_ENV
 from churn_assets.services import free_port
+from churn_assets.sweeps.markdown import parse_table
 from churn_assets.sweeps.regression import BASELINE_ENV
 
 from .test_ui import wait_for_asset_nodes, wait_until_answering
@@ -170,14 +171,33 @@ def test_the_regression_job_launches_from_the_ui(ui: int) -> None:
     assert "evaluated, stale" not in log  # nothing ran before the baseline was read
 
 
+SWEEP: dict[str, str] = {}  # the sweep test's sweep id and run, for the lineage test after it
+
+
+def _sweep_params(config: dict[str, Any]) -> dict[str, Any]:
+    return {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": "sweep"},
+            "runConfigData": {"ops": {"run_sweep_cells": {"config": config}}}}
+
+
+RUNS = """query($filter: RunsFilter) { runsOrError(filter: $filter) { ... on Runs { results {
+  runId jobName status creationTime tags { key value } } } } }"""
+ROOTS = """query($filter: RunsFilter) { runsFeedOrError(view: ROOTS, filter: $filter, limit: 50) {
+  ... on RunsFeedConnection { results { __typename id } } } }"""
+
+
+def runs_tagged(port: int, key: str, value: str) -> list[dict[str, Any]]:
+    found = gql(port, RUNS, {"filter": {"tags": [{"key": key, "value": value}]}})["runsOrError"]["results"]
+    for run in found:
+        run["tags"] = {t["key"]: t["value"] for t in run["tags"]}
+    return found
+
+
 def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui: int) -> None:
     # Two arms, two T' (the preset's), at gaps 1 and 2 instead of its 1 and 28: the Launchpad's `gaps` field is
-    # used, and the tiered arm's refreshes build 2 days of inputs, not 28.
+    # used, and the tiered arm's refreshes build 2 days of inputs, not 28. A grid changed from the preset's: a
+    # custom sweep, whose report names the grid that ran.
     config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"], "gaps": [1, 2]}
-    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
-                           "jobName": "sweep"},
-              "runConfigData": {"ops": {"run_sweep_cells": {"config": config}}}}
-    launched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    launched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
     run_id = launched["run"]["runId"]
     status = wait_for_run(ui, run_id)
@@ -186,12 +206,183 @@ def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui
     assert log.count("evaluated, stale") == 4
     cells = {p for p in materialized_partitions(ui, "eval_run") if WORLD_NAME in p}
     assert len(cells) == 4
-    reports = materialized_partitions(ui, "sweep_report")
-    assert any(r.startswith("smoke-") for r in reports)
+    [sweep_id] = [r for r in materialized_partitions(ui, "sweep_report") if r.startswith("custom-")]
+    SWEEP.update(sweep_id=sweep_id, run_id=run_id)
+    report = latest_metadata(ui, "sweep_report", sweep_id)["report"]
+    grid = {r["what"]: r["values"] for r in parse_table(report.split("## Grid", 1)[1])}
+    assert grid["arms"] == "grounding, naive" and grid["T"] == "2024-01-30", grid
+    assert grid["T'"].startswith("gaps T - T' of 1, 2 day(s)") and "a custom grid from the `smoke` preset" in report
 
-    relaunched = gql(ui, LAUNCH, {"params": params})["launchRun"]
+    # The Runs list shows the sweep as one entry, its own run; every run it started carries the sweep's id and
+    # launcher and is filed under the sweep-runs backfill, and nothing else ran meanwhile untagged.
+    roots = gql(ui, ROOTS, {"filter": {"tags": [{"key": "churnbench/sweep", "value": sweep_id}]}})
+    assert [(e["__typename"], e["id"]) for e in roots["runsFeedOrError"]["results"]] == [("Run", run_id)]
+    tagged = runs_tagged(ui, "churnbench/sweep", sweep_id)
+    started = [r for r in tagged if r["runId"] != run_id]
+    assert {r["tags"]["churnbench/launched_by"] for r in tagged} == {"ui"}
+    assert all(r["tags"].get("dagster/backfill") == "sweep-runs" and r["tags"]["churnbench/sweep_run"] == run_id
+               for r in started)
+    inputs = [r for r in started if r["tags"].get("churnbench/started_by") == "scenario_materializer"]
+    evaluations = [r for r in started if r["tags"].get("dagster/partition", "") in cells]
+    rest = sorted(r["tags"]["dagster/partition"] for r in started if r not in inputs and r not in evaluations)
+    world = next(iter(cells)).rsplit("__", 1)[1]
+    assert len(evaluations) == 4 and len(inputs) > 4 and rest == sorted([sweep_id, world]), rest  # report, ledger
+    since = min(r["creationTime"] for r in tagged)
+    everything = gql(ui, RUNS, {"filter": {"createdAfter": since - 0.001}})["runsOrError"]["results"]
+    assert {r["runId"] for r in everything} == {r["runId"] for r in tagged}, "a run of the sweep escaped its tags"
+
+    relaunched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
     assert wait_for_run(ui, relaunched["run"]["runId"]) == "SUCCESS"
     assert run_log(ui, relaunched["run"]["runId"]).count(": reused, stale") == 4
+
+
+def latest_metadata(port: int, asset: str, partition: str) -> dict[str, Any]:
+    """The metadata of the latest materialization of an asset's partition (text values as text, JSON parsed)."""
+    data = gql(port, """query($k: AssetKeyInput!, $p: [String!]) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
+        assetMaterializations(partitions: $p, limit: 1) { metadataEntries { label __typename
+          ... on MarkdownMetadataEntry { mdStr } ... on TextMetadataEntry { text }
+          ... on JsonMetadataEntry { jsonString } ... on UrlMetadataEntry { url } } } } } }""",
+               {"k": {"path": asset.split("/")}, "p": [partition]})
+    [event] = data["assetNodeOrError"]["assetMaterializations"]
+    out: dict[str, Any] = {}
+    for entry in event["metadataEntries"]:
+        value = entry.get("mdStr") or entry.get("text") or entry.get("url")
+        out[entry["label"]] = json.loads(entry["jsonString"]) if "jsonString" in entry else value
+    return out
+
+
+def test_the_launchpad_offers_the_enumerated_fields_and_refuses_an_unknown_arm(ui: int) -> None:
+    from churn_assets.arms.registry import arm_names
+    from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+    from churn_assets.sweeps.presets import PRESETS
+    from churn_assets.sweeps.spec import AGENTS
+
+    schema = gql(ui, """{ runConfigSchemaOrError(selector: {repositoryLocationName: "churnbench",
+        repositoryName: "__repository__", pipelineName: "sweep"}) { ... on RunConfigSchema { allConfigTypes {
+        ... on EnumConfigType { givenName values { value } } } } } }""")["runConfigSchemaOrError"]
+    enums = {t["givenName"]: [v["value"] for v in t["values"]] for t in schema["allConfigTypes"] if t.get("givenName")}
+    assert enums == {"Arm": list(arm_names()), "Preset": list(PRESETS), "Agent": list(AGENTS),
+                     "SaasProfile": list(SAAS_PROFILES)}
+    before = len(gql(ui, RUNS, {"filter": {"pipelineName": "sweep"}})["runsOrError"]["results"])
+    launched = gql(ui, LAUNCH, {"params": _sweep_params({"preset": "smoke", "arms": ["grounding", "oracle"]})})
+    refused = launched["launchRun"]
+    assert refused["__typename"] == "RunConfigValidationInvalid", refused
+    assert any("arms[1]" in e["message"] and "not in enum type Arm" in e["message"] for e in refused["errors"])
+    assert len(gql(ui, RUNS, {"filter": {"pipelineName": "sweep"}})["runsOrError"]["results"]) == before
+
+
+PARTITIONS = {"world": "ledger", "world_day": "task_set", "scenario": "eval_run", "sweep": "sweep_report"}
+
+
+def partition_lists(port: int) -> dict[str, set[str]]:
+    nodes = {"/".join(n["assetKey"]["path"]): n for n in gql(port, "{ assetNodes { assetKey { path } partitionKeys "
+                                                                  "} }")["assetNodes"]}
+    return {name: set(nodes[asset]["partitionKeys"]) for name, asset in PARTITIONS.items()}
+
+
+def test_a_t_outside_the_calendar_is_refused_naming_t_and_adding_no_partition(ui: int) -> None:
+    before = partition_lists(ui)
+    config = {"preset": "smoke", "overrides": ["name=uicalendar"], "t": "2024-03-01"}
+    launched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    assert wait_for_run(ui, launched["run"]["runId"]) == "FAILURE"
+    [failure] = step_failures(ui, launched["run"]["runId"])
+    assert failure.startswith("t: T = 2024-03-01 is outside the calendar of world uicalendar-s42-"), failure
+    assert failure.endswith("(2024-01-01..2024-01-30)") and "\n" not in failure, failure
+    assert partition_lists(ui) == before  # no world, day, scenario or sweep partition added
+
+
+def step_failures(port: int, run_id: str) -> list[str]:
+    data = gql(port, "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename "
+                     "... on ExecutionStepFailureEvent { failureMetadata { description } } } } } }", {"id": run_id})
+    return [(e.get("failureMetadata") or {}).get("description") or "" for e in data["logsForRun"]["events"]
+            if e["__typename"] == "ExecutionStepFailureEvent"]
+
+
+def _add_partition(port: int, partitions: str, key: str) -> None:
+    added = gql(port, """mutation($r: RepositorySelector!, $p: String!, $k: String!) {
+        addDynamicPartition(repositorySelector: $r, partitionsDefName: $p, partitionKey: $k) { __typename } }""",
+                {"r": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}, "p": partitions,
+                 "k": key})
+    assert added["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", added
+
+
+def _launch_partition(port: int, asset: str, key: str) -> str:
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
+                           "jobName": "__ASSET_JOB", "assetSelection": [{"path": asset.split("/")}]},
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": key}]}}
+    launched = gql(port, LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return str(launched["run"]["runId"])
+
+
+def test_a_hand_added_world_partition_is_refused_naming_the_command_and_removed(ui: int) -> None:
+    """A world id typed into "Add a partition" on `ledger`: its run fails in one line naming the command that
+    registers a world, and the key leaves the partition list."""
+    key = "handmade-s1-abcdef"
+    _add_partition(ui, "world", key)
+    run_id = _launch_partition(ui, "ledger", key)
+    assert wait_for_run(ui, run_id) == "FAILURE"
+    [failure] = step_failures(ui, run_id)
+    assert "world handmade-s1-abcdef is not registered" in failure and "churnbench worlds add" in failure, failure
+    assert "\n" not in failure, failure
+    assert key not in partition_lists(ui)["world"]  # the run's step removed it
+
+
+def test_an_evaluation_is_marked_when_an_input_it_read_changes_and_another_is_not(ui: int, state_dir: Path) -> None:
+    """One staged partition that the gap-1 grounding cell read and the gap-2 one did not is rematerialized from the
+    UI with other content: the `evaluation_inputs` sensor runs the gap-1 cell's `inputs_as_read` check, which fails
+    naming the partition; the gap-2 cell's is not run again and stays passed. Putting the content back passes it
+    again (the check compares data versions: the same rows are the same version)."""
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.services import ensure_services
+    from churn_assets.state import StatePaths
+
+    assert SWEEP, "the sweep test (earlier in this module) makes the evaluations this test reads"
+    cells = sorted(p for p in materialized_partitions(ui, "eval_run") if WORLD_NAME in p and p.startswith("grounding"))
+    gap1, gap2 = (next(c for c in cells if f"__tp{d}__" in c) for d in ("20240129", "20240128"))
+    read1, read2 = (latest_metadata(ui, "eval_run", c)["input_versions"] for c in (gap1, gap2))
+    only1 = sorted(k for k in read1 if k.startswith("staged_prices[") and k not in read2)
+    assert only1, (read1, read2)
+    partition = only1[0][len("staged_prices["):-1]
+    day, world = partition.split("|")
+    urls = ensure_services(StatePaths.resolve(state_dir))
+    table = f"{world.replace('-', '_')}_analytics.fct_price"
+    with connection(urls.warehouse, autocommit=True) as conn:
+        [price_key] = conn.execute(f"SELECT price_key FROM {table} WHERE valid_from <= %s AND valid_to IS NULL "
+                                   "ORDER BY price_key LIMIT 1", (day,)).fetchone()
+        conn.execute(f"UPDATE {table} SET price_change_reason = price_change_reason || ' (edited)' "
+                     "WHERE price_key = %s", (price_key,))
+    try:
+        assert wait_for_run(ui, _launch_partition(ui, "staged_prices", partition)) == "SUCCESS"
+        marked = wait_for_check(ui, gap1, passed=False)
+        assert f"staged_prices[{partition}]: read at version" in marked["evaluation"]["description"], marked
+        assert latest_check(ui, gap2)["evaluation"]["success"] is True
+    finally:
+        with connection(urls.warehouse, autocommit=True) as conn:
+            conn.execute(f"UPDATE {table} SET price_change_reason = replace(price_change_reason, ' (edited)', '') "
+                         "WHERE price_key = %s", (price_key,))
+        assert wait_for_run(ui, _launch_partition(ui, "staged_prices", partition)) == "SUCCESS"
+    assert wait_for_check(ui, gap1, passed=True)["evaluation"]["success"] is True
+
+
+CHECKS = """query($p: String) { assetCheckExecutions(assetKey: {path: ["eval_run"]}, checkName: "inputs_as_read",
+  partition: $p, limit: 1) { runId status timestamp evaluation { success description } } }"""
+
+
+def latest_check(port: int, partition: str) -> dict[str, Any]:
+    [found] = gql(port, CHECKS, {"p": partition})["assetCheckExecutions"]
+    return found
+
+
+def wait_for_check(port: int, partition: str, *, passed: bool) -> dict[str, Any]:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        found = latest_check(port, partition)
+        if (found.get("evaluation") or {}).get("success") is passed:
+            return found
+        time.sleep(3)
+    raise AssertionError(f"inputs_as_read of {partition} did not become {passed}: {latest_check(port, partition)}")
 
 
 def test_an_eval_run_launched_with_missing_inputs_gets_them(ui: int, state_dir: Path) -> None:
@@ -259,3 +450,4 @@ def test_a_malformed_partition_key_added_in_the_ui_fails_in_one_line(ui: int) ->
     # Issue 35: the line is the failure's metadata too (`error`), as the CLI would print it; the trace stays in the log.
     entries = {e["label"]: e.get("text") for e in failure["failureMetadata"]["metadataEntries"]}
     assert entries.get("error") == description.strip(), failure
+    assert bad not in partition_lists(ui)["scenario"]  # and the key no longer stays in the list

@@ -6,10 +6,11 @@ a partition's world (and day) with its stored config, and read the world's verif
   metadata `error` are the one line the CLI prints for it (what a run launched from the UI shows as its failure;
   the trace stays in the step's log).
 - `require_world(state, world_id)`: the stored config of a registered world, or such a failure (a world key
-  added by hand in the UI, without a stored config, fails clearly, never by guessing).
+  added by hand in the UI, without a stored config, fails clearly, never by guessing, naming the command that
+  registers a world, and is removed from the partition list: `orchestration/unbacked.py`).
 - `require_world_day(state, partition_key)`: the world, day and config of a world-day partition: a key that does
   not parse, of a world without a stored config, or of a day outside the world's calendar (all of which can be
-  typed into the UI's "add partition" dialog) fails the step in one line.
+  typed into the UI's "add partition" dialog) fails the step in one line and is removed from the list.
 - `world_ledger(state, world_id)`: the world's `LoadedLedger`, verified by the loader, kept per process while
   the files are unchanged (size and mtime of the ledger, mtime of the manifest): loading and verifying a
   180-day ledger costs more than folding and writing a day, so a backfill of many days, or the checks right
@@ -29,8 +30,14 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.errors import UserFacingError, one_line
-from churn_assets.orchestration.partitions import world_and_day
+from churn_assets.orchestration.partitions import (
+    WORLD_DAY_PARTITIONS_NAME,
+    WORLD_PARTITIONS_NAME,
+    PartitionKeyError,
+    world_and_day,
+)
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.unbacked import Unbacked, refusal, world_problem
 from churn_assets.world.calendar import Day, outside_calendar
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.fold import fold_ledger
@@ -57,24 +64,30 @@ def user_errors(prefix: str = "") -> Iterator[None]:
         raise step_failure(f"{prefix}{e}") from None
 
 
-def require_world(state: StateResource, world_id: str) -> WorldConfig:
-    """The stored config of `world_id`; a step failure naming the fix when there is none."""
-    with user_errors():
+def require_world(state: StateResource, world_id: str, partitions: str = WORLD_PARTITIONS_NAME,
+                  key: str | None = None) -> WorldConfig:
+    """The stored config of `world_id`; when there is none (a key typed into the UI's "Add a partition"), a step
+    failure naming the command that registers a world, the partition (`partitions`, `key`: the world's by default)
+    removed from the list (`unbacked.refusal`)."""
+    problem = world_problem(state.paths, world_id)
+    if problem is not None and not state.paths.world_config_file(world_id).exists():
+        raise refusal(Unbacked(partitions, key or world_id, problem))
+    with user_errors():  # a stored config that no longer matches its id: refused, never removed
         return state.world_config(world_id)
 
 
-def require_day_in_world(config: WorldConfig, day: Day) -> None:
-    """Refuse a day outside the world's calendar (the stores hold nothing after the world's last day)."""
-    if not config.start <= day <= config.end:
-        raise step_failure(outside_calendar("the day", day, config.start, config.end, f"world {config.world_id}"))
-
-
 def require_world_day(state: StateResource, partition_key: str) -> tuple[str, Day, WorldConfig]:
-    """(world, day, the world's stored config) of a world-day partition, or a one-line step failure."""
-    with user_errors():
+    """(world, day, the world's stored config) of a world-day partition, or a one-line step failure; a key that
+    does not parse, of an unregistered world or of a day outside its calendar (typed into "Add a partition") is
+    removed from the list too."""
+    try:
         world_id, day = world_and_day(partition_key)
-    config = require_world(state, world_id)
-    require_day_in_world(config, day)
+    except PartitionKeyError as e:
+        raise refusal(Unbacked(WORLD_DAY_PARTITIONS_NAME, partition_key, str(e))) from None
+    config = require_world(state, world_id, WORLD_DAY_PARTITIONS_NAME, partition_key)
+    if not config.start <= day <= config.end:
+        raise refusal(Unbacked(WORLD_DAY_PARTITIONS_NAME, partition_key, str(outside_calendar(
+            "the day", day, config.start, config.end, f"world {config.world_id}"))))
     return world_id, day, config
 
 
@@ -142,3 +155,4 @@ def problems_description(problems: list[str], shown: int = 3) -> str | None:
         return None
     more = f" (and {len(problems) - shown} more)" if len(problems) > shown else ""
     return "; ".join(problems[:shown]) + more
+

@@ -21,8 +21,10 @@ The deterministic agent's repeats must answer alike: a difference fails the run,
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
+import dataclasses
 import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -45,10 +47,11 @@ from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
 from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
 from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session, repeats_of
-from churn_assets.orchestration.partitions import ANY_PARTITION, scenario_partitions
+from churn_assets.orchestration.partitions import ANY_PARTITION, SCENARIO_PARTITIONS_NAME, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
 from churn_assets.orchestration.scenarios import load_scenario
+from churn_assets.orchestration.unbacked import Unbacked, refusal, scenario_problem
 from churn_assets.orchestration.world_registry import using_world
 from churn_assets.tasks.gold import shared_resolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
@@ -73,6 +76,9 @@ def results_store(state: StateResource) -> ResultsStore:
 def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     if PID_TAG not in context.run.tags:  # launched from the UI: record which process runs it (dead_runs)
         context.instance.add_run_tags(context.run_id, process_tags())
+    problem = scenario_problem(state.paths, context.partition_key)
+    if problem is not None:  # a key typed into "Add a partition": refused, and removed from the list
+        raise refusal(Unbacked(SCENARIO_PARTITIONS_NAME, context.partition_key, problem))
     with user_errors():
         world = load_scenario(state.paths, context.partition_key).world_id
     # Also when the daemon launched it (no `run_scenario` around it): `worlds rm` refuses while this runs.
@@ -123,7 +129,8 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         return dg.MaterializeResult(metadata={
             **_metadata(store.read_summary(keys[0]), plan.served_vintage, str(run_dir),
                         (run_dir / "timings.json").read_text()),
-            **_experiment_metadata(experiment), **_seal_metadata(urls.warehouse, store, keys), "reused": True})
+            **_experiment_metadata(experiment), **_seal_metadata(urls.warehouse, store, keys),
+            **_lineage(context, scenario, run_dir, keys[0].experiment_hash), "reused": True})
     # An input whose latest blocking check failed counts as missing: never evaluated against (issue 22).
     missing = missing_inputs(session, plan, checks=blocking_checks(job_asset_graph(context.job_def)))
     if missing:
@@ -213,7 +220,8 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     timings = (run_dir / "timings.json").read_text()
     return dg.MaterializeResult(metadata={**_metadata(result.summaries[0], plan.served_vintage, str(run_dir), timings),
                                           **_experiment_metadata(result.experiment),
-                                          **_seal_metadata(urls.warehouse, store, result.keys), "reused": False})
+                                          **_seal_metadata(urls.warehouse, store, result.keys),
+                                          **_lineage(context, scenario, run_dir, None), "reused": False})
 
 
 def _seal_metadata(catalog_url: str, store: ResultsStore, keys: list) -> dict:
@@ -251,6 +259,27 @@ def _with_llm_server_state(paths, agent, error: Exception) -> str:
         return str(error)
     return (f"{failure}; the answers so far are checkpointed, and the run resumes (the server started again) "
             f"when run again")
+
+
+def _lineage(context: dg.AssetExecutionContext, scenario, run_dir: Path, reused_hash: str | None) -> dict:
+    """What the evaluation read (`orchestration/lineage.py`), with the version of each input partition: now, for
+    an evaluation that just ran; for a reused result, the versions its first materialization recorded (when the
+    latest one holds them for the same experiment), so a reuse does not hide a rematerialized input."""
+    import json
+
+    from churn_assets.orchestration import lineage
+
+    rows = [json.loads(line) for line in (run_dir / "tasks.jsonl").read_text().splitlines() if line.strip()]
+    read = lineage.with_versions(context.instance, lineage.read_rows(rows, scenario.world_id, scenario.t.isoformat()))
+    if reused_hash is not None:
+        before = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[context.partition_key]), limit=1)
+        record = before.records[0] if before.records else None
+        recorded = lineage.recorded_versions(record)
+        experiment = (record.asset_materialization.metadata.get("experiment_hash") if record is not None else None)
+        if recorded is not None and experiment is not None and str(experiment.value) == reused_hash:
+            read = [dataclasses.replace(r, data_version=recorded.get(str(r.input), r.data_version)) for r in read]
+    return lineage.metadata(read)
 
 
 class _ServiceGuard:

@@ -87,3 +87,28 @@ with warnings.catch_warnings():
         description="Per cached class: the served age at T, from the observed data days of the run's reads, "
                     "within the class's effective TTL.",
     )(_served_age_checks)
+
+
+def _inputs_as_read(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    from churn_assets.orchestration import lineage
+
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=eval_run.key, asset_partitions=[context.partition_key]), limit=1)
+    record = records.records[0] if records.records else None
+    found = lineage.judge_record(context.instance, record) if record is not None else None
+    if found is None:
+        return dg.AssetCheckResult(passed=True, description="this evaluation recorded no input versions (made "
+                                                            "before they were recorded): not judged")
+    return dg.AssetCheckResult(passed=found.passed, description=found.description,
+                               metadata={"changed": dg.MetadataValue.json(found.changed), "inputs": found.inputs})
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+    inputs_as_read = dg.asset_check(
+        asset=eval_run, name="inputs_as_read", partitions_def=scenario_partitions, blocking=False,
+        description="Every input partition this evaluation read (its traces: store, table, observed day; and the "
+                    "ledger and task set) is still at the data version it read: fails naming each one "
+                    "rematerialized since. Judged again when one of them is rematerialized (by the CLI, the jobs, "
+                    "or the evaluation_inputs sensor for runs launched from the UI).",
+    )(_inputs_as_read)

@@ -37,7 +37,9 @@ def ledger(context: dg.AssetExecutionContext, state: StateResource) -> dg.Materi
     out_dir = state.ledger_dir(world_id)
     manifest = generate_ledger(config, out_dir)
     context.log.info(f"{world_id}: {manifest.count} events {manifest.first_day}..{manifest.last_day}")
-    return dg.MaterializeResult(metadata=ledger_metadata(config, manifest, out_dir))
+    # Its head hash is its content (the hash chain): a regeneration that wrote the same events is the same data.
+    return dg.MaterializeResult(metadata=ledger_metadata(config, manifest, out_dir),
+                                data_version=dg.DataVersion(manifest.head_hash or ""))
 
 
 def ledger_metadata(config: WorldConfig, manifest: LedgerManifest, out_dir: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import dagster as dg
 
 from churn_assets.orchestration.assets.common import user_errors
 from churn_assets.orchestration.assets.evaluation import eval_run
+from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.partitions import ANY_PARTITION, sweep_partitions
 from churn_assets.orchestration.resources import StateResource
 
@@ -47,8 +48,10 @@ def regression_report(context: dg.AssetExecutionContext, state: StateResource) -
     from churn_assets.orchestration.sweep_records import load_sweep
     from churn_assets.state import atomic_write_text
     from churn_assets.sweeps.regression import (
+        FIGURE_COLUMNS,
         baseline_path,
         current_hashes,
+        figure_rows,
         figures_of,
         gate,
         load_baseline,
@@ -73,6 +76,7 @@ def regression_report(context: dg.AssetExecutionContext, state: StateResource) -
         context.log.info(line)
     return dg.MaterializeResult(metadata={
         "report": dg.MetadataValue.md(markdown),
+        "figures": table_metadata(figure_rows(figures), FIGURE_COLUMNS),
         "gate_passed": result.passed,
         "figures_moved": len(result.moved),
         "hashes_changed": len(result.hash_changes),

@@ -50,4 +50,4 @@ def task_set(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         "task_seed": settings.seed,
         "seed": dg.MetadataValue.text(str(generated.seed)),
         "path": dg.MetadataValue.path(str(path)),
-    })
+    }, data_version=dg.DataVersion(digest))  # the task set's content hash: the same questions are the same data

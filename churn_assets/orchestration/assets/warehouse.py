@@ -62,7 +62,7 @@ def warehouse_truth(context: dg.AssetExecutionContext, state: StateResource) -> 
         result = load_truth(conn, world_id, loaded)
     context.log.info(f"{result.schema}: {'unchanged' if result.skipped else 'loaded'} "
                      f"{result.row_counts.get('events', 0)} events in {result.seconds:.1f}s")
-    return dg.MaterializeResult(metadata=load_metadata(result, loaded))
+    return dg.MaterializeResult(metadata=load_metadata(result, loaded), data_version=dg.DataVersion(result.load_key))
 
 
 @dg.asset(
@@ -90,4 +90,5 @@ def warehouse_raw(context: dg.AssetExecutionContext, state: StateResource) -> dg
     metadata = load_metadata(result, loaded)
     metadata["calendar"] = dg.MetadataValue.text(f"{info.calendar_start}..{info.calendar_end}")
     metadata["dates_through"] = dg.MetadataValue.text((info.dates_through or info.calendar_end).isoformat())
-    return dg.MaterializeResult(metadata=metadata)
+    # The load key names what the tables were made from (the ledger's head, the projection's format): its content.
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(result.load_key))

@@ -1,0 +1,179 @@
+"""Evaluation cells on Dagster's own machinery against the hand-written cell pool, cells only (issue 36, item 5;
+decision 270).
+
+    python bench/bench_cell_executor.py --preset cache-age --saas-profile unlimited --rounds 2 --out cells.json
+
+Both paths evaluate the same cells of a sweep preset on one state folder whose inputs are built already (run the
+sweep once first: `churnbench sweep --preset cache-age --saas-profile unlimited --workers 2`); before each run the
+cells' results folders and catalog rows are removed, so every run evaluates every cell:
+
+- `pool`: `orchestration/cells.run_cells(..., workers=2)`, what `churnbench sweep` uses: two worker processes forked
+  from a fork server that imported the code location once, each keeping its session, definitions and gold
+  resolver for all the cells it runs;
+- `dagster`: one run of the `cells_on_dagster` job below, `execute_job` on the state folder's instance: a step per
+  cell (a dynamic output), on `multiprocess_executor` with the `forkserver` start method and the code location in
+  `preload_modules`, `max_concurrent` 2, each step in the concurrency pool `churnbench_cells` (2 slots); a step opens
+  its session and definitions and evaluates its cell through `run_scenario`, as a pool worker does for each job.
+
+Rounds alternate the two (pool, dagster, pool, dagster, ...). Prints each run's wall time and the load average,
+the medians and their ratio, and checks that every run gave every cell the same figures (verdict counts, stale
+answers, exposure, prediction, experiment hash); exit 1 when they differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+POOL = "churnbench_cells"
+PRELOAD = ["churn_assets.orchestration.definitions", "churn_assets.orchestration.scenario_runs"]
+FIGURES = ("verdicts", "stale_answers", "exposure", "prediction", "experiment_hash", "tasks")
+
+
+class CellList(dg.Config):
+    cells: list[str]  # JSON of (world, arm, policy, t_prime, t, saas_profile)
+
+
+@dg.op(out=dg.DynamicOut(str))
+def plan_cells(config: CellList) -> Any:
+    for i, cell in enumerate(config.cells):
+        yield dg.DynamicOutput(cell, mapping_key=f"cell_{i}")
+
+
+@dg.op(pool=POOL)
+def evaluate_cell(context: dg.OpExecutionContext, cell: str) -> dict:
+    import datetime as dt
+
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.scenario_runs import run_scenario
+    from churn_assets.state import StatePaths
+
+    world, arm, policy, t_prime, t, profile = json.loads(cell)
+    with open_session(StatePaths.resolve()) as session:
+        summary = run_scenario(session, defs_for(str(session.paths.root)), world, arm, dt.date.fromisoformat(t_prime),
+                               dt.date.fromisoformat(t), policy, profile, lambda _line: None)
+    return {"key": summary["scenario_key"], **{k: summary.get(k) for k in FIGURES}}
+
+
+@dg.op
+def gather(results: list[dict]) -> list[dict]:
+    return results
+
+
+@dg.job(executor_def=dg.multiprocess_executor.configured(
+    {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": PRELOAD}}}))
+def cells_on_dagster() -> None:
+    gather(plan_cells().map(evaluate_cell).collect())
+
+
+def _cells(preset: str, saas_profile: str) -> list[Any]:
+    from churn_assets.orchestration.requests import check_sweep_request
+    from churn_assets.state import StatePaths
+    from churn_assets.sweeps.presets import customize, preset_spec
+
+    spec = customize(preset_spec(preset), saas_profile=saas_profile)
+    evaluated, _ = check_sweep_request(StatePaths.resolve(), spec)
+    return evaluated
+
+
+def _clear(session: Any, cells: list[Any]) -> int:
+    """Remove the cells' results folders and catalog rows: the next run evaluates every one."""
+    from churn_assets.evaluation.catalog import delete_scenario_runs
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.orchestration.sweep_records import scenario_key_of
+
+    keys = [scenario_key_of(c) for c in cells]
+    removed = 0
+    for c, key in zip(cells, keys, strict=True):
+        folder = session.paths.results_dir(c.world_id) / key
+        if folder.exists():
+            shutil.rmtree(folder)
+            removed += 1
+    with connection(session.urls.warehouse, autocommit=True) as conn:
+        delete_scenario_runs(conn, keys)
+    return removed
+
+
+def run_pool(cells: list[Any]) -> list[dict]:
+    from churn_assets.orchestration import cells as parallel
+    from churn_assets.state import StatePaths
+
+    results = parallel.run_cells(StatePaths.resolve(), [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
+                                                                      c.saas_profile) for c in cells], workers=2)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise SystemExit(f"pool: {len(failed)} cell(s) failed, e.g. {failed[0].error}")
+    return [{"key": r.summary["scenario_key"], **{k: r.summary.get(k) for k in FIGURES}} for r in results]
+
+
+def run_dagster(session: Any, cells: list[Any]) -> list[dict]:
+    as_json = [json.dumps([c.world_id, c.arm, c.policy, c.t_prime.isoformat(), c.t.isoformat(), c.saas_profile])
+               for c in cells]
+    session.instance.event_log_storage.set_concurrency_slots(POOL, 2)
+    with dg.execute_job(dg.reconstructable(cells_on_dagster), instance=session.instance,
+                        run_config={"ops": {"plan_cells": {"config": {"cells": as_json}}}}) as result:
+        if not result.success:
+            raise SystemExit(f"dagster: the run {result.run_id} failed")
+        return list(result.output_for_node("gather"))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="cache-age")
+    parser.add_argument("--saas-profile", default="unlimited")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", choices=("pool", "dagster"), default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.state import StatePaths
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    cells = _cells(args.preset, args.saas_profile)
+    runs: list[dict[str, Any]] = []
+    figures: dict[str, dict[str, Any]] = {}
+    differences: list[str] = []
+    variants = [args.only] if args.only else ["pool", "dagster"]
+    for round_ in range(1, args.rounds + 1):
+        for variant in variants:
+            with open_session(StatePaths.resolve()) as session:
+                cleared = _clear(session, cells)
+                load_before = os.getloadavg()
+                started = time.perf_counter()
+                found = run_pool(cells) if variant == "pool" else run_dagster(session, cells)
+                seconds = time.perf_counter() - started
+            load_after = os.getloadavg()
+            runs.append({"variant": variant, "round": round_, "seconds": round(seconds, 1), "cells": len(found),
+                         "cleared": cleared, "load_before": [round(x, 2) for x in load_before],
+                         "load_after": [round(x, 2) for x in load_after]})
+            print(f"round {round_} {variant}: {len(found)} cells in {seconds:.1f} s (load {load_before[0]:.1f} -> "
+                  f"{load_after[0]:.1f})", flush=True)
+            for row in found:
+                before = figures.setdefault(row["key"], row)
+                if before != row:
+                    differences.append(f"{variant} round {round_}: {row['key']}: {before} -> {row}")
+    medians = {v: statistics.median(r["seconds"] for r in runs if r["variant"] == v) for v in variants}
+    summary = {"preset": args.preset, "saas_profile": args.saas_profile, "cells": len(cells), "commit": commit,
+               "runs": runs, "medians_s": medians, "same_figures": not differences, "differences": differences[:20]}
+    if len(medians) == 2:
+        summary["dagster_over_pool"] = round(medians["dagster"] / medians["pool"], 3)
+    print(json.dumps(summary, indent=1))
+    if args.out is not None:
+        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
