@@ -135,6 +135,7 @@ def test_ledger_of_a_world_without_stored_config_fails_clearly(tmp_path: Path) -
     result = _materialize("ghost-s1-abcdef", tmp_path, instance)
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
-    assert "world ghost-s1-abcdef has no stored config" in failure.step_failure_data.user_failure_data.description
+    assert ("world ghost-s1-abcdef is not registered in this state folder (it has no stored config)"
+            in failure.step_failure_data.user_failure_data.description)
     with pytest.raises(WorldNotFoundError):
         load_world_config(StatePaths.resolve(tmp_path), "ghost-s1-abcdef")
