@@ -133,11 +133,11 @@ def test_runs_are_grouped_and_ordered_after_what_they_read(monkeypatch: pytest.M
     assert steps[2].assets == ("analytics/dim_vendor", "analytics/fct_price")
     assert sorted(labels) == sorted(set(labels)) and len(steps) == 8  # the warehouse pair is one run
     position = {s.label: n for n, s in enumerate(steps)}
-    assert position[f"contract_documents [{T}]"] < position[f"vector_index [{T}]"]
+    assert position[f"contract_documents [{WORLD} {T}]"] < position[f"vector_index [{WORLD} {T}]"]
     # A day-level failure blocks only that day's dependents; a world-level one blocks everything downstream.
-    docs_t = next(s for s in steps if s.label == f"contract_documents [{T}]")
-    index_t = next(s for s in steps if s.label == f"vector_index [{T}]")
-    docs_d28 = next(s for s in steps if s.label == f"contract_documents [{D28}]")
+    docs_t = next(s for s in steps if s.label == f"contract_documents [{WORLD} {T}]")
+    index_t = next(s for s in steps if s.label == f"vector_index [{WORLD} {T}]")
+    docs_d28 = next(s for s in steps if s.label == f"contract_documents [{WORLD} {D28}]")
     assert depends_on(index_t, docs_t, ANCESTORS.__getitem__)
     assert not depends_on(index_t, docs_d28, ANCESTORS.__getitem__)
     ledger = steps[0]

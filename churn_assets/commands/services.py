@@ -91,7 +91,8 @@ def gc(yes: bool) -> None:
     """List the embedded Postgres clusters of this machine whose state folder is gone; --yes removes them.
 
     Each state folder's cluster is /var/tmp/churnbench-pg-<hash of its path> (or under CHURNBENCH_PG_ROOT); a
-    state folder deleted or moved by hand leaves its cluster behind.
+    state folder deleted or moved by hand leaves its cluster behind. Artefacts of unregistered worlds inside a
+    state folder: `churnbench gc`.
     """
     from churn_assets.services.cleanup import find_clusters, human_size, remove_cluster
 

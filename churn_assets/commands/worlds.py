@@ -166,7 +166,8 @@ def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]
 
 @click.command("gc")
 def gc() -> None:
-    """Remove the artefacts of worlds that are no longer registered."""
+    """Remove the artefacts of worlds that are no longer registered (files, schemas, databases of this state
+    folder). Clusters of state folders deleted by hand: `churnbench services gc`."""
     from churn_assets.orchestration.materialize import open_session
     from churn_assets.orchestration.world_registry import collect_garbage
 

@@ -80,7 +80,8 @@ class Step:
     def label(self) -> str:
         names = sorted({i.asset for i in self.inputs})
         what = " + ".join(names)
-        return f"{what} [{self.world}]" if self.day is None else f"{what} [{self.day}]"
+        # a day's partition names its world too: a sweep builds days of several worlds at once
+        return f"{what} [{self.world}]" if self.day is None else f"{what} [{self.world} {self.day}]"
 
     @property
     def partition_key(self) -> str:

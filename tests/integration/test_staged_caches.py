@@ -387,8 +387,8 @@ def test_a_failed_input_is_listed_with_what_depends_on_it(session: Session, sess
         materialize_scenario(session, session_defs, off)
     message = str(raised.value)
     assert "1 run(s) failed, 1 skipped" in message
-    assert f"failed  contract_documents [{t_prime}]: contract_documents broke on purpose" in message
-    assert f"skipped vector_index [{t_prime}]" in message
+    assert f"failed  contract_documents [{world} {t_prime}]: contract_documents broke on purpose" in message
+    assert f"skipped vector_index [{world} {t_prime}]" in message
     # Independent inputs were built all the same.
     plan = scenario_plan(session, off)
     existing, _ = existing_inputs(session, plan.inputs, checks=checks_of(session_defs))
