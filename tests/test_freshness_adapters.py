@@ -128,4 +128,5 @@ def test_the_staged_caches_show_their_tier_without_a_wall_clock_policy() -> None
         assert (spec.tags["churnbench/entity_class"], spec.tags["churnbench/freshness_tier"],
                 spec.tags["churnbench/ttl_days"]) == (c.name, c.freshness_tier, str(c.ttl_days)), name
         assert f"TTL {c.ttl_days} day(s)" in (spec.description or "")
-        assert spec.freshness_policy is None and spec.automation_condition is None  # section 10
+        # docs/rules.md, "No wall clock"
+        assert spec.freshness_policy is None and spec.automation_condition is None

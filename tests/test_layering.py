@@ -1,4 +1,4 @@
-"""Imports point down the layers of ARCHITECTURE.md section 2, never up, and arms stay isolated.
+"""Imports point down the layers (docs/architecture.md, "Layers"), never up, and arms stay isolated.
 
 The scan reads every module's imports with `ast` (no import side effects), so a violation anywhere
 fails here with the module and the offending import named.

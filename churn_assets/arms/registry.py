@@ -97,7 +97,7 @@ ARMS: dict[str, ArmSpec] = {spec.name: spec for spec in (
             lambda c: NoSourceRoutingArm(c.scenario, c.sources, c.encoder), CORPUS_READS),
 )}
 
-# The paper's 2x2 (section 10, "The paper's windows"): the grounding arm, tiered, against its off ablation.
+# The paper's 2x2 (docs/rules.md, "The paper's windows"): the grounding arm, tiered, against its off ablation.
 TIERED_ARM = GroundingArm.name
 UNTIERED_ARM = NoFreshnessTiersArm.name
 

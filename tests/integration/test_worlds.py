@@ -41,7 +41,7 @@ from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 
 pytestmark = pytest.mark.integration
 
-DAYS = 30  # test budget (ARCHITECTURE.md section 10)
+DAYS = 30  # (docs/rules.md, "Test budget")
 
 
 def cli(*args: str) -> Result:
