@@ -27,7 +27,7 @@ budget spent exactly, `rate-matched:N` the `rate` policy's whole-day TTLs scaled
 
 Adding a policy: a class here with `policy_id`, `needs_rates` and `refresh_days` (which must not look at T
 beyond cutting the schedule off: tests/test_refresh_planning.py checks every spelling), and its spelling in
-`parse_policy` (docs/architecture.md, "How to add a refresh policy").
+`parse_policy` (docs/architecture.md, "How to add ...": a refresh policy).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ COORDINATOR = "coordinator"
 # The stores a read can touch, with their price list: units per access of a store, plus `PER_ROW` per row
 # returned. A SaaS call is the dearest (an HTTP round trip to a rate-limited vendor), a live warehouse query
 # over SCD2 history costs more than a read of one staged partition, a document read parses a whole file.
-# A new data source starts here (docs/architecture.md, "How to add a data source").
+# A new data source starts here (docs/architecture.md, "How to add ...": a data source).
 COST_UNITS: dict[str, float] = {
     "staging": 1.0,
     "warehouse": 2.0,
