@@ -5,8 +5,8 @@ Three scans over the text files `git ls-files` lists (issue 37):
 - outside citations: the outside design document and its siblings by name, a parent folder beside the clone,
   or a numbered section of a document the line does not name as one of this repository's files;
 - citations of a heading, `(docs/X.md, "Heading")`: the page exists and has that heading;
-- paths: every repository path a file names (`churn_assets/.../x.py`, `docs/x.md`, `dbt_project/...`, and
-  paths relative to a package such as `grounding/router.py`) exists in the tree.
+- paths: every repository path a file names (`churn_assets/.../x.py`, `docs/x.md`, `dbt_project/...`, paths
+  relative to a package such as `grounding/router.py`, dotted module names) exists in the tree.
 
 What they prove: no such string is left in a tracked text file. What they do not: that a citation points to the
 right rule (only that its target exists), nor paths spelled without a folder (`router.py`) or built at run time.
@@ -27,7 +27,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Built from parts so that this file does not cite them itself.
-_OUTSIDE_NAMES = ("ARCHITECTURE" + r"\.md", "ENVIRONMENT" + r"\.md", "reference-facts" + r"(?:\.md)?", r"\.\./" + "shared")
+_OUTSIDE_NAMES = ("ARCHITECTURE" + r"\.md", "ENVIRONMENT" + r"\.md", "reference-facts" + r"(?:\.md)?",
+                  r"\.\./" + "shared")
 OUTSIDE = re.compile("|".join(_OUTSIDE_NAMES))
 SECTION = re.compile(r"\b[Ss]ections?\s+\d+|§\s*\d+")
 
@@ -38,6 +39,8 @@ PATH = re.compile(r"(?<![\w./<>{}:$-])((?:[\w.-]+/)+[\w.-]+\." + _EXT + r")(?![\
 TOP_DIRS = ("churn_assets", "saas_mock", "contracts", "tests", "docs", "bench", "scripts", "dbt_project",
             "examples", "docker", "baselines")
 DIR = re.compile(r"(?<![\w./<>{}:$-])((?:" + "|".join(TOP_DIRS) + r")/(?:[\w.-]+/)*)(?![\w.-])")
+# A module by its dotted name (`churn_assets.orchestration.world_registry`, maybe followed by an attribute).
+MODULE = re.compile(r"(?<![\w./-])((?:churn_assets|saas_mock)(?:\.\w+)+)")
 # `(docs/X.md, "Heading")`, the heading possibly wrapped onto a comment's next line.
 HEADING_CITATION = re.compile(r"(docs/[\w/-]+\.md),\s*\\?\"([^\"\\\n]+(?:\n[\s#*-]*[^\"\\\n]+)?)\\?\"")
 
@@ -146,11 +149,30 @@ def path_exists(path: str, rel: str) -> bool:
     return any(t.endswith("/" + p) for t in tree())
 
 
+def module_exists(dotted: str) -> bool:
+    """Its longest prefix that is a package or module is followed by at most two names (a class and its
+    attribute), the first of which that module's source names."""
+    parts = dotted.split(".")
+    found, k = parts[0], 1
+    while k < len(parts) and (f"{found}/{parts[k]}.py" in tree() or f"{found}/{parts[k]}" in tree()):
+        found, k = f"{found}/{parts[k]}", k + 1
+    rest = parts[k:]
+    if not rest:
+        return True
+    source = next((s for s in (found + ".py", found + "/__init__.py") if s in tree()), None)
+    if source is None or len(rest) > 2:
+        return False
+    return re.search(rf"\b{rest[0]}\b", (ROOT / source).read_text()) is not None
+
+
 def stale_paths(rel: str, text: str) -> Iterator[str]:
     for n, line in enumerate(text.splitlines(), 1):
         for m in (*PATH.finditer(line), *DIR.finditer(line)):
             if not path_exists(m.group(1), rel):
                 yield f"{rel}:{n}: names {m.group(1)}, which is not in the tree"
+        for m in MODULE.finditer(line):
+            if not module_exists(m.group(1)):
+                yield f"{rel}:{n}: names the module {m.group(1)}, which is not in the tree"
 
 
 def report(found: Iterable[str]) -> str:
@@ -224,6 +246,8 @@ def test_a_heading_citation_is_checked(text: str, found: int) -> None:
     ("`churn_assets/world_registry.py`", 1),
     ("the macro in macros/generate_schema_name.sql", 1),
     ("churn_assets/assets/", 1),
+    ("`churn_assets.orchestration.world_registry.using_world`", 0),
+    ("`churn_assets.world_registry`", 1),
 ])
 def test_a_stale_path_is_found(line: str, found: int) -> None:
     assert len(list(stale_paths("x.py", line))) == found

@@ -2,7 +2,7 @@
 every artefact (`worlds rm`, `gc`), refuse unknown keys and worlds outside the calendar.
 
 Later issues that create a per-world artefact: add it to `WORLD_ARTEFACTS` in
-`churn_assets/world_registry.py` and make `populate_world` below create it; the removal tests then
+`churn_assets/orchestration/world_registry.py` and make `populate_world` below create it; the removal tests then
 check it too (they require every registered artefact kind to exist before removal).
 """
 
