@@ -39,7 +39,7 @@ def _defs() -> dg.Definitions:
                        load_registry())
 
 
-def test_policies_follow_section_10_mapping() -> None:
+def test_policies_follow_the_staleness_rule_mapping() -> None:
     specs = {s.key.to_user_string(): s for s in _defs().resolve_all_asset_specs()}
     prices = specs["vendor_price_list"].freshness_policy
     assert prices.warn_window.to_timedelta() == dt.timedelta(days=7)
