@@ -30,7 +30,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--days", type=int, default=30, help="world length (section 10's test world: 30)")
+    parser.add_argument("--days", type=int, default=30, help="world length (30: docs/rules.md, Test budget)")
     parser.add_argument("--tasks", type=int, default=20, help="tasks per task set")
     parser.add_argument("--gaps", default="1,4,7,14,21,28", help="T - T' in days, comma-separated")
     parser.add_argument("--runs", type=int, default=2, help="runs per worker count (the median is reported)")

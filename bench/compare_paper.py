@@ -5,7 +5,8 @@
 What is compared, per run (matched by arm, policy, T' and T): every verdict count, stale answers, exposure,
 prediction, accuracy, mean cost and the route mix, plus the world, T and the SaaS profile of the whole
 output. What is ignored: wall-clock figures (`seconds`, `mean_latency_ms`), SaaS calls and 429s absorbed
-(section 10: they may differ between identical runs) and the results folder (it names the code version).
+(docs/rules.md, "Scenario key and hashes": they may differ between identical runs) and the results folder (it
+names the code version).
 
 A restructuring that must change no figure (issue 17) is checked with it: `paper --json` before and after. A field
 that only AFTER has (a figure the change adds, such as issue 34's `window`) is named, not compared: "equal on

@@ -1,7 +1,7 @@
 """Canonical JSON: the one serialization behind every hash and every byte-compared file.
 
-UTF-8 text, keys sorted, no whitespace (`","` and `":"`), non-ASCII kept as is (ARCHITECTURE.md section 10,
-"Ledger format v2"). The ledger's hash chain, world ids, policy ids, task-set hashes, experiment hashes and
+UTF-8 text, keys sorted, no whitespace (`","` and `":"`), non-ASCII kept as is (docs/rules.md,
+"Canonical JSON and hashes"). The ledger's hash chain, world ids, policy ids, task-set hashes, experiment hashes and
 the model-settings hash of an LLM agent are all computed over this text, so two of them can never disagree
 about what "the same object" means. Floats are written as Python writes them; callers round a field to its
 declared precision before (the ledger does).

@@ -1,7 +1,7 @@
 """The state folder: where one deployment keeps its worlds, its Dagster home and its service records.
 
 Default `.churnbench/` in the working directory; `CHURNBENCH_STATE_DIR` overrides it. Everything a
-command needs is found through this folder only (ARCHITECTURE.md section 10, "State folder"), so two
+command needs is found through this folder only (docs/rules.md, "State folder"), so two
 clones never touch each other's services or data.
 
 Layout::
@@ -88,7 +88,7 @@ def validate_world_id(world_id: str) -> str:
 
 
 def sql_identifier(world_id: str) -> str:
-    """The world id as a SQL identifier prefix (section 10: `default-s42-3f9a1c` -> `default_s42_3f9a1c`)."""
+    """The world id as a SQL identifier prefix (`default-s42-3f9a1c` -> `default_s42_3f9a1c`)."""
     return validate_world_id(world_id).replace("-", "_")
 
 

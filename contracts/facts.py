@@ -1,14 +1,14 @@
 """The contract facts a document shows, taken from a fold state as of a day.
 
-Contract documents are the contract system of record (ARCHITECTURE.md section 6): the terms below
+Contract documents are the contract system of record (docs/rules.md, "Contract documents"): the terms below
 (vendor, term, expiry, annual value, committed seats, renewal clauses) are loaded into no other store.
-Every fact comes from the sub-state of the class that owns it (section 10): terms, renewals and expiries
-from `contract_terms`, the vendor's name and tier from `vendor_dims`, the vendor's products from `prices`
-(where products are listed).
+Every fact comes from the sub-state of the class that owns it (docs/rules.md, "Which class owns which fact"): terms,
+renewals and expiries from `contract_terms`, the vendor's name and tier from `vendor_dims`, the vendor's products from
+`prices` (where products are listed).
 
 The status is derived from the term dates at the document's day with the fold's own rule
 (`Contract.status_on`). It is informative only: gold and agents derive a status at the question's
-anchor from the dates (section 10, "Gold"), never from a rendered status line.
+anchor from the dates (docs/rules.md, "Gold"), never from a rendered status line.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from churn_assets.world.state import Contract, WorldState
 from contracts.model import ContractFacts, ProductRef, TermFacts
 
 # The classes a document reads. Folding only their events gives the same contract facts as folding the
-# whole ledger (a class's facts depend on its own events only, section 10), at a fraction of the cost:
-# a 180-day ledger has ~57k events, of which ~200 touch these classes.
+# whole ledger (a class's facts depend on its own events only: docs/rules.md, "Which class owns which fact"), at a
+# fraction of the cost: a 180-day ledger has ~57k events, of which ~200 touch these classes.
 DOCUMENT_CLASSES: frozenset[str] = frozenset({"contract_terms", "vendor_dims", "prices"})
 
 

@@ -1,6 +1,6 @@
 """The facts a contract document states: plain types, shared by rendering, parsing and the agents that read
 documents. No fold here: arms parse documents through `contracts.parse`, which must not reach the ledger's
-fold (section 10, "Arm isolation"); `contracts.facts` builds these facts from the fold.
+fold (docs/rules.md, "Arm isolation"); `contracts.facts` builds these facts from the fold.
 """
 
 from __future__ import annotations

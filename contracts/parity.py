@@ -1,7 +1,7 @@
 """Parity of a stored day with the ledger: the facts parsed back from the Markdown on disk must equal the
 fold as of the day, and every file must still match its manifest hash.
 
-The documents are the only store of contract terms (ARCHITECTURE.md section 6), so nothing downstream
+The documents are the only store of contract terms (docs/rules.md, "Contract documents"), so nothing downstream
 can notice a wrong or edited document by comparing with another store: this check is where it is caught.
 Every problem names the contract and the day.
 """

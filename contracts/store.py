@@ -33,7 +33,7 @@ from churn_assets.files import file_lock, fsync_dir, other_process_alive
 if TYPE_CHECKING:  # only for annotations: `worlds rm` imports this module and needs no PDF library
     from contracts.render import RenderedContract
 
-CONTRACTS_DIRNAME = "contracts"  # under <state>/worlds/<world>/ (ARCHITECTURE.md section 10)
+CONTRACTS_DIRNAME = "contracts"  # under <state>/worlds/<world>/ (docs/rules.md, "Per-world namespaces")
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1
 MARKDOWN_SUFFIX = ".md"

@@ -1,6 +1,6 @@
 """Plans, profiles and API keys of the SaaS API.
 
-A *profile* is a named plan: requests per minute per key and injected latency (ARCHITECTURE.md section 10,
+A *profile* is a named plan: requests per minute per key and injected latency (docs/rules.md,
 "SaaS mock"): `default` 600/min and 50 ms for local runs, `reference` 60/min and 350 ms (the ChurnBench
 reference's SaaS), `unlimited` no limit and no latency (benchmarks). Each API key is issued on a profile,
 as vendors issue keys on plans: one running server serves a `default` and a `reference` caller at once, and

@@ -1,7 +1,7 @@
 """The SaaS API's own in-memory projection of each tenant, read from the tenant's truth schema.
 
-The SaaS vendor's database is the world's truth schema `<world>_truth` in Postgres (ARCHITECTURE.md
-section 10: the SaaS mock is one of its readers). For a request about world `w` as of day `d` the API
+The SaaS vendor's database is the world's truth schema `<world>_truth` in Postgres (docs/rules.md,
+"Arm isolation": the SaaS mock is one of its readers). For a request about world `w` as of day `d` the API
 serves `fold_ledger(events of w, d)`, turned into the views its endpoints answer from (`TenantView`).
 
 Caching (per process): a tenant's events are read once per ledger head; a view is built once per
@@ -76,7 +76,7 @@ class TruthSource(Protocol):
 
 
 def truth_schema(world_id: str) -> str:
-    """`default-s42-3f9a1c` -> `default_s42_3f9a1c_truth` (the warehouse's naming, section 10)."""
+    """`default-s42-3f9a1c` -> `default_s42_3f9a1c_truth` (docs/rules.md, "Per-world namespaces")."""
     return world_id.replace("-", "_") + "_truth"
 
 

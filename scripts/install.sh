@@ -47,7 +47,7 @@ if [ -n "$LLM" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $REQUIREMENTS
   .venv/bin/churnbench llm prepare "$LLM"
 fi
-# The dbt manifest that Dagster reads when the code location loads (`@dbt_assets`, churn_assets/assets/dbt.py).
+# The dbt manifest Dagster reads when the code location loads (`@dbt_assets`, churn_assets/orchestration/assets/dbt.py).
 # `dbt parse` needs no database (profiles.yml defaults every connection variable); partial parsing keeps a
 # second run to a few seconds.
 (cd dbt_project && DBT_SEND_ANONYMOUS_USAGE_STATS=false ../.venv/bin/dbt parse --profiles-dir . --quiet)

@@ -5,7 +5,7 @@ Integration tests (marked `integration`) ask for `services`, `session`, `dagster
 tests fail. Unit tests that ask for none of these start nothing.
 
 Later issues build on these: `small_world` is a registered 30-day world (the test budget of
-ARCHITECTURE.md section 10) with its ledger materialized; `session_defs` are the definitions bound
+docs/rules.md, "Test budget") with its ledger materialized; `session_defs` are the definitions bound
 to the session's state folder, for `churn_assets.orchestration.materialize.materialize`.
 """
 

@@ -1,5 +1,5 @@
-"""The code location loads; partitions, calendar and state paths are what section 10 says; the ledger
-asset and its check work on an ephemeral instance (no services needed)."""
+"""The code location loads; partitions, calendar and state paths are what docs/rules.md says ("Calendar",
+"Partitions", "State folder"); the ledger asset and its check work on an ephemeral instance (no services needed)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def _defs() -> dg.Definitions:
                        load_registry())
 
 
-def test_policies_follow_section_10_mapping() -> None:
+def test_policies_follow_the_staleness_rule_mapping() -> None:
     specs = {s.key.to_user_string(): s for s in _defs().resolve_all_asset_specs()}
     prices = specs["vendor_price_list"].freshness_policy
     assert prices.warn_window.to_timedelta() == dt.timedelta(days=7)
@@ -128,4 +128,5 @@ def test_the_staged_caches_show_their_tier_without_a_wall_clock_policy() -> None
         assert (spec.tags["churnbench/entity_class"], spec.tags["churnbench/freshness_tier"],
                 spec.tags["churnbench/ttl_days"]) == (c.name, c.freshness_tier, str(c.ttl_days)), name
         assert f"TTL {c.ttl_days} day(s)" in (spec.description or "")
-        assert spec.freshness_policy is None and spec.automation_condition is None  # section 10
+        # docs/rules.md, "No wall clock"
+        assert spec.freshness_policy is None and spec.automation_condition is None

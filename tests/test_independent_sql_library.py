@@ -25,7 +25,8 @@ def test_every_template_has_one_query_and_no_query_is_left_over() -> None:
 @pytest.mark.parametrize("t", TEMPLATES, ids=lambda t: t.template_id)
 def test_a_query_reads_exactly_the_classes_its_template_declares(t) -> None:
     """The classes read are the ledger fragments a query pulls in, so this is the SQL side of the rule that
-    gold reads only its template's classes (section 10; tests/test_gold.py checks the Python side)."""
+    gold reads only its template's classes (docs/rules.md, "Which class owns which fact"; tests/test_gold.py checks
+    the Python side)."""
     assert library().classes_read(t.template_id) == frozenset(t.classes)
 
 
@@ -41,8 +42,9 @@ def test_a_query_needs_only_placeholders_the_sql_gold_fills(t) -> None:
 
 
 def test_each_class_fragment_keeps_the_kinds_its_class_owns() -> None:
-    """Written by hand from section 10; held against the ownership events.py declares (utilization reads the
-    consumption records per license, decision 18, so it owns `consumption_logged` beside `consumption`)."""
+    """Written by hand from docs/rules.md, "Which class owns which fact"; held against the ownership events.py
+    declares (utilization reads the consumption records per license, decision 18, so it owns `consumption_logged`
+    beside `consumption`)."""
     lib = library()
     fragments = {f.entity_class: f for f in lib.states.values() if f.entity_class}
     assert set(fragments) == set(ENTITY_CLASSES)

@@ -1,4 +1,4 @@
-"""One policy, two clocks, the same refresh days (ARCHITECTURE.md section 10, amendment "Production and simulated
+"""One policy, two clocks, the same refresh days (docs/rules.md, "Production and simulated
 refresh days agree"): for every TTL k in 0..30, over 90 days, the days Dagster re-materializes a wall-clock cache
 carrying the production adapter's policy (warn k days, fail k + 1 days) and automation (re-materialize when the
 policy fails) are the simulated planner's refresh days (`freshness.schedule.ttl_schedule`: refresh when age > k).

@@ -15,7 +15,7 @@ from churn_assets.world.events import ENTITY_CLASSES
 from churn_assets.world.validation import leaf_fields
 
 
-def test_packaged_registry_has_every_class_with_section_10_tiers() -> None:
+def test_packaged_registry_has_every_class_with_its_fixed_tiers() -> None:
     reg = load_registry()
     assert list(reg.classes) == list(ENTITY_CLASSES)
     tiers = {name: (c.freshness_tier, c.ttl_days) for name, c in reg.classes.items()}

@@ -1,5 +1,5 @@
 """What a scenario needs built (freshness/scenario.py) and the order the materializer builds it in, on the
-paper's dates (ARCHITECTURE.md section 10): T = 2024-04-27, D+1 T' = 2024-04-26, D+28 T' = 2024-03-29."""
+paper's dates (docs/rules.md, "The paper's windows"): T = 2024-04-27, D+1 T' = 2024-04-26, D+28 T' = 2024-03-29."""
 
 from __future__ import annotations
 

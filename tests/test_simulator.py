@@ -196,7 +196,7 @@ def test_vendor_changes_happen_rarely(records: list[dict[str, Any]]) -> None:
 
 
 def test_a_price_change_moves_a_spend_total(records: list[dict[str, Any]]) -> None:
-    """Spend (section 10) follows the current list price, so a price change moves it."""
+    """Spend (docs/rules.md, "Spend") follows the current list price, so a price change moves it."""
     fold = _MiniFold()
     moved = 0
     for _day, events in sorted(_by_day(records).items()):

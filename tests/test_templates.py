@@ -79,7 +79,7 @@ def test_reference_families_and_additions_are_covered() -> None:
 
 
 def test_spend_families_read_the_classes_of_the_spend_definition() -> None:
-    # Section 10: spend = licenses assigned to active users (assignments, user_status) whose cost center
+    # docs/rules.md, "Spend": spend = licenses assigned to active users (assignments, user_status) whose cost center
     # (cost_center_membership) pays the current list price (prices). A total counts every license.
     per_cost_center = {"assignments", "user_status", "cost_center_membership", "prices"}
     for tid in ("t2_cost_center_spend", "t2_top_cost_center", "t2_top_cost_center_in_unit",

@@ -1,4 +1,4 @@
-"""Arms: architectures that answer tasks (ARCHITECTURE.md section 8).
+"""Arms: architectures that answer tasks (docs/arms.md).
 
 An arm declares the vintage map it will serve before answering (`Arm.planned_vintage`), answers one task
 at a time through an agent, and returns the answer with its retrieval traces, cost units and timings.

@@ -120,7 +120,8 @@ class Arm(abc.ABC):
     @property
     @abc.abstractmethod
     def planned_vintage(self) -> dict[str, Day]:
-        """Class -> the data day this arm serves, declared before answering (section 10)."""
+        """Class -> the data day this arm serves, declared before answering (docs/rules.md, "Planned vintage
+        per arm")."""
 
     def prepare(self, tasks: Sequence[Task]) -> None:
         """Work done once for all the questions of a run before the first answer (the corpus arms encode

@@ -10,7 +10,7 @@ SaaS API.
 Planned vintage: every class at T' (the corpus's build day). Traces: one `rag_lookup` entry per question,
 the corpus's data time attributed to every class its records state (`arms/corpus.py`). So point lookups
 come out right when their record is among the K retrieved, aggregates over more than K records come out
-wrong, and every answer is as of T' (section 10, "Arm correctness").
+wrong, and every answer is as of T' (docs/rules.md, "Arm correctness").
 """
 
 from __future__ import annotations

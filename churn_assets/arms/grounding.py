@@ -4,7 +4,7 @@
   partition of the scenario's served-vintage map (the refresh policy's, computed by `freshness/`), live
   classes at T from their source (the SaaS API for utilization and tickets, the warehouse for consumption).
   The agent's plan follows the template's registered measure: it reads every class the measure's definition
-  needs (section 10, "Registry coverage").
+  needs (docs/rules.md, "Registry coverage").
 - `grounding_no_freshness_tiers`: the same arm under policy `off`: every staged class served as of T'
   (live classes still at T).
 - `grounding_no_semantic_model`: no registry measures. The classes an answer may read come from a fixed
@@ -17,7 +17,8 @@
   is every class at T'.
 
 With the deterministic agent, `grounding` and `grounding_no_freshness_tiers` answer every task equal to gold
-at their planned vintage, so their stale answers equal the exposure oracle exactly (section 10).
+at their planned vintage, so their stale answers equal the exposure oracle exactly (docs/rules.md, "Exposure and
+prediction").
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ asked (no reads: no data time, no cost). Workers never see each other's rows; jo
 in the agent's computation over the merged rows.
 
 Planned vintage: every class at T except `contract_terms` at T' (`hierarchical_vintage`, from the workers'
-data times; section 10, "Planned vintage per arm"). With the deterministic agent it answers every task equal
+data times; docs/rules.md, "Planned vintage per arm"). With the deterministic agent it answers every task equal
 to gold at that vintage; single-source tasks (no contract terms) equal gold at T.
 """
 

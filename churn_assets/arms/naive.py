@@ -4,7 +4,7 @@ Current users and licenses come from the Mongo partition of day T, history (hold
 vendors) from the dbt as-of views at T, contracts from the documents of day T, consumption from the
 warehouse at T, utilization and tickets from the SaaS API at T (the router's `RoutingMode.LIVE` rules).
 Its planned vintage is every class at T, so with the deterministic agent it answers every task equal to
-gold at T (section 10, "Arm correctness"), at the price of a live read per question.
+gold at T (docs/rules.md, "Arm correctness"), at the price of a live read per question.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ An `ArmSpec` says what the rest of churnbench needs of an arm:
 - `description`: one line for the CLI's help and the docs.
 
 The CLI's `--arm` choices and help, the paper's cells, scenario validation, the materializer and the tests all
-read `ARMS`; adding an arm is its module, one entry here, and its tests (docs/architecture.md, "How to add an
-arm"). The names are the arm classes' own (`NaiveArm.name`, ...): each is written once, on its class.
+read `ARMS`; adding an arm is its module, one entry here, and its tests (docs/architecture.md, "How to add ...":
+an arm). The names are the arm classes' own (`NaiveArm.name`, ...): each is written once, on its class.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ ARMS: dict[str, ArmSpec] = {spec.name: spec for spec in (
             lambda c: NoSourceRoutingArm(c.scenario, c.sources, c.encoder), CORPUS_READS),
 )}
 
-# The paper's 2x2 (section 10, "The paper's windows"): the grounding arm, tiered, against its off ablation.
+# The paper's 2x2 (docs/rules.md, "The paper's windows"): the grounding arm, tiered, against its off ablation.
 TIERED_ARM = GroundingArm.name
 UNTIERED_ARM = NoFreshnessTiersArm.name
 

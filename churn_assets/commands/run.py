@@ -175,7 +175,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         with open_session(paths) as session:
             if not is_registered(session.instance, world_id):
                 raise UserFacingError(f"world {world_id!r} is not registered (churnbench worlds add)")
-        # section 10's fixed dates: a world without them is refused before any cell starts
+        # the paper's fixed dates (docs/rules.md, "The paper's windows"): a world without them is refused first
         from churn_assets.orchestration.world_registry import load_world_config
         from churn_assets.world.calendar import require_in_calendar
 

@@ -1,5 +1,5 @@
-"""The paper's windows and the reference's figures (ARCHITECTURE.md section 10, "The paper's windows";
-reference-facts.md): defined once for `churnbench paper`, the exposure command's defaults and the
+"""The paper's windows and the reference's figures (docs/rules.md, "The paper's windows";
+docs/reference.md): defined once for `churnbench paper`, the exposure command's defaults and the
 warehouse's parity checks.
 
 T = 2024-04-27. D+1: T' = T - 1 day (2024-04-26). D+28: T' = T - 29 days (2024-03-29, the reference's naming).
@@ -20,6 +20,7 @@ WINDOWS: dict[str, Day] = {"D+1": D1, "D+28": D28}  # the 2x2's columns: window 
 PAPER_DAYS: tuple[Day, ...] = (D28, D1, T)
 WINDOW_DAYS = 28  # the D+28 window's arrival days, ending at T
 
-# The reference's stale answers (freshness errors) of its 2x2, grounding arm, one LLM (reference-facts.md).
+# The reference's stale answers (freshness errors) of its 2x2, grounding arm, one LLM (docs/reference.md,
+# "Its headline").
 REFERENCE_STALE: dict[tuple[str, str], int] = {("tiered", "D+1"): 7, ("tiered", "D+28"): 4, ("off", "D+1"): 7,
                                                ("off", "D+28"): 45}

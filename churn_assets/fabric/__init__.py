@@ -1,4 +1,4 @@
-"""The fabric: projections of a world's ledger into the stores arms read (ARCHITECTURE.md section 6).
+"""The fabric: projections of a world's ledger into the stores arms read (docs/architecture.md, "Module map").
 
 Warehouse (issue 5): `postgres` (per-world schema names, transactional COPY loads), `truth` (the ledger in
 `<world>_truth`), `warehouse_raw` (the raw projection with validity intervals), `roles` (the read-only arm

@@ -5,7 +5,7 @@ The embedded server (nx-27017) implements no authentication: its command handler
 loopback port may read and write every database. What can be enforced is enforced here, in the process: an
 arm gets this facade instead of the pymongo client, and it opens only the databases of its world
 (`<world>_<yyyymmdd>`) and offers only reads (`find`, `find_one`, `count_documents`, `distinct`). That is an
-application check, not a server one (docs/decisions.md, "Issue 22 security"); against a real MongoDB with
+application check, not a server one (docs/decisions.md, "Security and the cluster path"); against a real MongoDB with
 authentication, give arms a user with the `read` role on their world's databases instead (MONGODB_URI).
 """
 

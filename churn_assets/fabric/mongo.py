@@ -1,6 +1,6 @@
 """Writing and reading the operational store: one MongoDB database per world and as-of day.
 
-Names (ARCHITECTURE.md section 10, "Per-world namespaces"): the database of world `w` as of day `d` is
+Names (docs/rules.md, "Per-world namespaces"): the database of world `w` as of day `d` is
 `<w as identifier>_<yyyymmdd>`, e.g. `default_s42_3f9a1c_20240427`: the world id with `-` replaced by
 `_`, as for the Postgres schemas (MongoDB shells need no quoting for it, and the mapping stays reversible
 because world names never contain `-`). MongoDB limits database names to 63 bytes; longer ones are refused.

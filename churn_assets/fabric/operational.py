@@ -14,7 +14,7 @@ Collections (every one "as of `day`", i.e. after all events with `at <= day`):
 - `users`: every user hired on or before the day; `status` active/offboarded, the cost center on the day.
 - `licenses`: every license purchased on or before the day, with its holder on the day (if any).
 - `assignments`: one document per license held on the day (the current holding), whatever the holder's
-  status; `holder_active` says whether the holder is an active user (section 10: a license held by an
+  status; `holder_active` says whether the holder is an active user (docs/rules.md, "Spend": a license held by an
   offboarded user counts in nobody's spend).
 - `entitlements`: what active users may use: one document per (active user, product) over the licenses
   the user holds on the day (`fold.assigned_licenses`).

@@ -1,6 +1,6 @@
 """Postgres plumbing of the fabric: per-world schema names, connections, and all-or-nothing bulk loads.
 
-Schema names (ARCHITECTURE.md section 10, "Per-world namespaces"): a world id becomes a SQL identifier by
+Schema names (docs/rules.md, "Per-world namespaces"): a world id becomes a SQL identifier by
 replacing `-` with `_` (`default-s42-3f9a1c` -> `default_s42_3f9a1c`), and each layer is a schema
 `<prefix>_<layer>`: `_truth` (the ledger), `_raw` (the raw projection), `_analytics` (dbt), `_staging`
 (staged caches). The mapping is reversible because world names never contain `-`.

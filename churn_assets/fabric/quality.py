@@ -6,7 +6,7 @@
   pandas). GX is imported inside the function (its import takes seconds) with `GX_ANALYTICS_ENABLED=false`.
 - `parity`: the as-of views of `<world>_analytics` against the fold (the truth) on several days: active
   users, assigned licenses (held by active users), open tickets, and monthly spend per cost center plus
-  unallocated spend (section 10's single Spend definition).
+  unallocated spend (the single definition of docs/rules.md, "Spend").
 
 Every problem names the entity and the day, so a failed check says what to look at.
 """

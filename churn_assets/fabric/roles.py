@@ -1,4 +1,4 @@
-"""The read-only roles arms connect with, one per world (ARCHITECTURE.md section 10, "Arm isolation").
+"""The read-only roles arms connect with, one per world (docs/rules.md, "Arm isolation").
 
 World `default-s42-3f9a1c` has the role `default_s42_3f9a1c_arm` (`arm_role`), which may read:
 

@@ -11,7 +11,7 @@ Retried: 429 and 503 (after `Retry-After` when the server sends it, else the bac
 and connection errors, up to `max_retries` retries per call with waits `backoff_base * 2**n` (capped at
 `backoff_max`, optionally jittered). A server asking to wait longer than `MAX_RETRY_AFTER_S` is treated as
 down: the call fails at once. After the last retry the call raises `TransportError`: the evaluation scores
-that as a `transport_failure`, never as a wrong answer (ARCHITECTURE.md section 6). Not retried: 401/403
+that as a `transport_failure`, never as a wrong answer (docs/rules.md, "Transport failures"). Not retried: 401/403
 (`SaasAuthError`), 404 (`SaasNotFound`: the tenant, user or product does not exist as of the day; its
 `missing` says which, from the body's machine-readable field) and other 4xx (`SaasRequestError`, a bug in
 the caller). Only a missing user or product is an answer ("the vendor does not know it today"); a missing
@@ -21,7 +21,7 @@ The retry loop is tenacity's (`Retrying`: stop, wait, sleep and the hooks below)
 what is retryable (`_Retryable`), the wait (`Retry-After`, else `backoff`, seeded so reruns wait alike), the
 cap, the counters and the error raised when retries run out. The sleep is injected (tests record it).
 
-Counters (`SaasStats`), which results report (section 10, "SaaS mock"): `calls` (API calls made),
+Counters (`SaasStats`), which results report (docs/rules.md, "SaaS mock"): `calls` (API calls made),
 `requests` (HTTP attempts), `retries`, `throttled` (429s absorbed, i.e. followed by a retry),
 `errors_retried` (5xx, timeouts and connection errors followed by a retry), `failures` (calls that raised
 `TransportError`), `wait_seconds` (time spent waiting between attempts). They add up:

@@ -1,6 +1,6 @@
 """The truth layer: a world's ledger, event for event, in `<world>_truth` (SQL access to the ledger).
 
-Readers (section 10, "Arm isolation"): the gold resolver, checks, and the SaaS mock. Arms never read it;
+Readers (docs/rules.md, "Arm isolation"): the gold resolver, checks, and the SaaS mock. Arms never read it;
 the read-only arm role has no privilege on it (`fabric/roles.py`).
 
 - `events`: one row per ledger record, its fields as columns (`payload` as jsonb). `read_truth_records`

@@ -7,8 +7,8 @@ Any day d is read with `valid_from <= d AND (valid_to IS NULL OR d < valid_to)`,
 Two changes of one entity on one day leave a zero-length row (`valid_from = valid_to`): it holds on no
 day but keeps the change countable, as in the fold.
 
-Section 6: contract terms never enter the warehouse. `contracts` holds contract ids only (from the day
-the ledger records the contract); vendor, term, dates, value, seats and renewal terms live only in the
+Contract terms never enter the warehouse (docs/rules.md, "Contract documents"). `contracts` holds contract ids only
+(from the day the ledger records the contract); vendor, term, dates, value, seats and renewal terms live only in the
 contract documents, and `contract_renewed` / `contract_expired` events are not projected at all.
 
 Every row carries `source_seq`, the ledger `seq` of the event that started it (lineage back to the
@@ -110,7 +110,7 @@ RAW_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
         "One row: the world, its calendar, the ledger head this layer was projected from, and the load key."),
 )}
 
-# Payload fields of contract events that must never reach the warehouse (section 6).
+# Payload fields of contract events that must never reach the warehouse (see the module docstring).
 CONTRACT_TERM_FIELDS = frozenset({
     "vendor_id", "term_months", "signed_on", "effective_on", "expires_on", "annual_value_usd",
     "committed_seats", "auto_renew", "renewal_notice_days", "previous_expires_on", "expired_on",
@@ -305,7 +305,7 @@ def project_raw(records: Iterable[Record], world: WorldInfo) -> RawProjection:
             seen_contracts.add(eid)
             contracts.append([eid, day, None, seq])  # the id only: terms live in the documents
         elif kind in ("contract_renewed", "contract_expired"):
-            pass  # contract terms are the documents' (section 6)
+            pass  # contract terms are the documents'
         else:
             raise fail("unknown event kind for ledger format 2")
 

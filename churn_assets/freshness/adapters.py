@@ -11,9 +11,9 @@ serves a data engineer's own *wall-clock* assets: tag an asset with the entity c
 and it gets the class's TTL as a `FreshnessPolicy` plus an automation condition that re-materializes
 it when the policy fails or it is missing, evaluated by one automation sensor.
 
-The mapping is section 10's: TTL k days -> `time_window(warn_window=k days, fail_window=k days + 1 day)`, and
-the trigger is the *fail* state. Dagster's evaluator compares the age with `>=`: the policy warns once the age
-reaches k days (the TTL is used up: the simulated rule still serves it, age <= k) and fails once it reaches
+The mapping (docs/rules.md, "Staleness rule"): TTL k days -> `time_window(warn_window=k days, fail_window=k days + 1
+day)`, and the trigger is the *fail* state. Dagster's evaluator compares the age with `>=`: the policy warns once the
+age reaches k days (the TTL is used up: the simulated rule still serves it, age <= k) and fails once it reaches
 k + 1 days (the simulated rule calls it stale, age > k, and refreshes). Refreshing on fail therefore refreshes
 every k + 1 days, on the simulated planner's days (`freshness/schedule.py`); refreshing on warn would refresh
 every k days. `tests/test_production_refresh_days.py` proves it with Dagster's own freshness daemon for TTL

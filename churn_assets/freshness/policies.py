@@ -6,7 +6,7 @@ refreshed after the cache build on T'. Policies are plain values; each knows its
 measured on the ledger (`needs_rates`). `planning.refresh_days` runs them.
 
 - `Tiered(ttl_overrides)`: the registry's TTLs (optionally overridden per class): refresh class C on day
-  d when d - last_refresh(C) > TTL(C) (the staleness rule of ARCHITECTURE.md section 10).
+  d when d - last_refresh(C) > TTL(C) (docs/rules.md, "Staleness rule").
 - `Off`: nothing is refreshed after T'.
 - `RateMatched(changes_per_ttl)`: TTL(C) = floor(changes_per_ttl / lambda_C), lambda_C the class's change
   rate measured on the ledger over [start, T'] only; a class that never changed gets a TTL longer than
@@ -27,7 +27,7 @@ budget spent exactly, `rate-matched:N` the `rate` policy's whole-day TTLs scaled
 
 Adding a policy: a class here with `policy_id`, `needs_rates` and `refresh_days` (which must not look at T
 beyond cutting the schedule off: tests/test_refresh_planning.py checks every spelling), and its spelling in
-`parse_policy` (docs/architecture.md, "How to add a refresh policy").
+`parse_policy` (docs/architecture.md, "How to add ...": a refresh policy).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A scenario (one value), and its plan: the partitions it needs built and the vintage it serves.
 
 A **scenario** is world, arm, refresh policy, T', T, agent and SaaS profile (`Scenario`); its key names its
-`eval_run` partition (section 10, "Scenario key", as amended: issue 20 put the world last):
+`eval_run` partition (docs/rules.md, "Scenario key and hashes"; decision 119 put the world last):
 
     <arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>__<world>
 
@@ -22,7 +22,7 @@ together with the hash of the registry it came from (`orchestration/scenarios.py
   arms declare theirs (`ArmReads.vintage`).
 - `refresh_days`: for each cached class the policy's refresh days in [T', T] (none for arms that serve no
   staged cache).
-- `inputs`: every partition the evaluation reads or that those partitions are built from (section 10,
+- `inputs`: every partition the evaluation reads or that those partitions are built from (docs/rules.md,
   "Evaluation wiring"), in dependency order:
   - per world: `ledger`, `warehouse_truth` + `warehouse_raw` (the SaaS mock reads truth), the dbt build (the
     as-of views, and the arm role's grants on `_staging`);
@@ -64,7 +64,7 @@ RAG_INDEX = "rag_index"
 TASK_SET = "task_set"
 
 DETERMINISTIC_AGENT = "det"
-LLM_AGENT_ID_RE = re.compile(r"llm-[0-9a-f]{6}")  # `llm-<hash6 of model settings>` (section 10)
+LLM_AGENT_ID_RE = re.compile(r"llm-[0-9a-f]{6}")  # `llm-<hash6 of model settings>`
 
 KEY_SEPARATOR = "__"
 SCENARIO_KEY_FORM = "<arm>__<policy-id>__tp<YYYYMMDD>__t<YYYYMMDD>__<agent-id>__<saas-profile>__<world>"
@@ -94,7 +94,7 @@ class Scenario:
     policy: str  # as written for `parse_policy` (tiered, off, ttl:..., rate:..., uniform:N ...)
     t_prime: Day
     t: Day
-    agent_id: str = DETERMINISTIC_AGENT  # or `llm-<hash6 of model_settings>` (section 10)
+    agent_id: str = DETERMINISTIC_AGENT  # or `llm-<hash6 of model_settings>`
     saas_profile: str = "default"
     # An LLM agent's settings (arms/agents/llm.py `LlmSettings.to_json()`: no API key); None for `det`.
     model_settings: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)

@@ -1,6 +1,6 @@
 """Schedules on the simulated clock: the staleness rule and the two ways refresh days are laid out.
 
-- `is_stale(d, last, k)`: the staleness rule of ARCHITECTURE.md section 10: stale when the cache's age
+- `is_stale(d, last, k)`: docs/rules.md, "Staleness rule": stale when the cache's age
   exceeds its TTL (`d - last > k`, not `>=`); a refresh on d happens before answers on d, so the served age
   is at most k and the refresh period is k + 1 days.
 - `ttl_schedule(T', T, k)`: the days in (T', T] on which a cache built on T' is refreshed under TTL k.
@@ -21,7 +21,7 @@ from churn_assets.world.calendar import Day
 
 
 def is_stale(day: Day, last_refresh: Day, ttl_days: int) -> bool:
-    """The staleness rule (section 10): stale when the cache's age exceeds its TTL (> k, not >= k)."""
+    """docs/rules.md, "Staleness rule": stale when the cache's age exceeds its TTL (> k, not >= k)."""
     return (day - last_refresh).days > ttl_days
 
 

@@ -11,7 +11,7 @@ deterministic fake while integration tests and the product use `MiniLMEncoder`.
 - Hugging Face is switched to offline mode before the import (`HF_HUB_OFFLINE=1`; the weights are on
   disk, nothing may reach the network);
 - torch runs on 2 threads (1 on a single allowed core) with OpenMP's *passive* wait policy:
-  ENVIRONMENT.md measured two threads up to 5x slower under load, which is OpenMP's default spin-wait
+  two threads were measured up to 5x slower under load, which is OpenMP's default spin-wait
   fighting other processes for the cores; with `OMP_WAIT_POLICY=PASSIVE` two threads were measured no
   slower than one with one or both cores busy, and 1.8x faster on an idle machine (docs/decisions.md 52).
   The vectors are bitwise the same on 1 and 2 threads (checked), so results do not depend on it.

@@ -1,7 +1,7 @@
 """The RAG corpus: everything the classic-RAG arms may see as of a day, as short embedded fact records.
 
 The corpus is the classic-RAG arms' own store, outside the registry; everything in it has data time =
-its build day (ARCHITECTURE.md section 10, "Registry coverage"). One record per:
+its build day (docs/rules.md, "Registry coverage"). One record per:
 
 - user (status, hire/offboard dates, cost center), license (product, purchase, contract, holder),
   product (vendor, licence model, list price), vendor (name, tier, changes), cost center (name,
@@ -13,7 +13,7 @@ its build day (ARCHITECTURE.md section 10, "Registry coverage"). One record per:
 
 Records are facts, not answers: no record holds an aggregate over several entities (a cost center's
 spend, a vendor's contract count). An arm that retrieves k records cannot sum more than k of them,
-which is what separates point lookups from aggregates in the benchmark (section 10, "Arm correctness").
+which is what separates point lookups from aggregates in the benchmark (docs/rules.md, "Arm correctness").
 
 A record's text names no build day (the windows are "the last N days" of the build day), so a record
 whose facts did not change keeps its text, its content hash and its embedding from an earlier day:

@@ -1,6 +1,6 @@
 """The retrieval vocabulary shared by the router and the agents: what can be asked, and the rows that come back.
 
-A `Request` asks for one *view* of one entity class (section 10, "Which class owns which fact"), with
+A `Request` asks for one *view* of one entity class (docs/rules.md, "Which class owns which fact"), with
 optional filters the router pushes down to the store. Every view returns rows of one plain dataclass,
 the same whichever store served it (staged table, as-of view, Mongo, SaaS API, documents, vector index):
 that is what lets one deterministic agent run on every arm, and lets a unit test feed it rows built by hand.

@@ -14,7 +14,7 @@ Contract with the router (issue 11) and any other reader
   (`contract_terms` is cached as `vector_index` partitions, not here.)
 - Columns: exactly the source mart's columns (same names, types and order), then `refresh_day date NOT NULL`.
 - Partition (class, d) = the rows `WHERE refresh_day = d`: the source's rows with `valid_from <= d` (the rows
-  valid on d and the class's history up to d), as the source looked on d (ARCHITECTURE.md section 10, "Staged
+  valid on d and the class's history up to d), as the source looked on d (docs/rules.md, "Staged
   copies hold history"):
     * a `valid_to` later than d is stored as NULL (open: the end was not known on d);
     * any other date later than d is stored as NULL (e.g. `dim_user.offboarded_on`);

@@ -1,6 +1,6 @@
 """Retrieval traces: what every read of an arm touched, and the data time of each entity class it read.
 
-ARCHITECTURE.md principle 6: each fact an arm reads is traced with the store/table it came from and that
+docs/rules.md, "Attributed reads": each fact an arm reads is traced with the store/table it came from and that
 table's data time (its refresh day for a staged copy, T for a live read, the build day for the RAG
 corpus). An answer's served vintage is derived from its traces (`served_vintage`), never from the class
 a question was mapped to.
@@ -20,7 +20,7 @@ from typing import Any
 from churn_assets.errors import DataIntegrityError as DataIntegrityError  # re-exported: readers raise it from here
 from churn_assets.world.calendar import Day
 
-# Routes (section 7): how the router reached the data of one retrieval.
+# Routes (docs/arms.md, "The router"): how the router reached the data of one retrieval.
 STAGED_SQL = "staged_sql"  # <world>_staging tables, at the served refresh day
 FEDERATED_JOIN = "federated_join"  # rows from more than one store in one retrieval (e.g. staged + live)
 LIVE_WAREHOUSE = "live_warehouse"  # dbt as-of views at T
@@ -37,7 +37,7 @@ COORDINATOR = "coordinator"
 # The stores a read can touch, with their price list: units per access of a store, plus `PER_ROW` per row
 # returned. A SaaS call is the dearest (an HTTP round trip to a rate-limited vendor), a live warehouse query
 # over SCD2 history costs more than a read of one staged partition, a document read parses a whole file.
-# A new data source starts here (docs/architecture.md, "How to add a data source").
+# A new data source starts here (docs/architecture.md, "How to add ...": a data source).
 COST_UNITS: dict[str, float] = {
     "staging": 1.0,
     "warehouse": 2.0,

@@ -1,6 +1,6 @@
 """The contract vector index in pgvector: content-addressed embeddings and one chunk list per as-of day.
 
-Tables, in the world's `<world>_staging` schema (ARCHITECTURE.md section 10, "Per-world namespaces"):
+Tables, in the world's `<world>_staging` schema (docs/rules.md, "Per-world namespaces"):
 
 - `embeddings` (content_hash, model) -> content, embedding: every text embedded once per world and
   model, whatever day or store it came from. The RAG corpus (`rag_corpus.py`) shares it, so a contract

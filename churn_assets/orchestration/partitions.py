@@ -1,5 +1,5 @@
-"""Every partitions definition and partition mapping of the code location, defined once (ARCHITECTURE.md
-sections 3 and 10, and the amendment of section 10's calendar in docs/decisions.md, issue 20).
+"""Every partitions definition and partition mapping of the code location, defined once (docs/rules.md,
+"Partitions" and "Calendar"; decisions 115-117).
 
 - `world_partitions`: one dynamic partition per registered world (`churnbench worlds add` adds it).
 - `world_day_partitions`: one dynamic partition per (world, day) of a registered world's own calendar, for
@@ -19,7 +19,7 @@ is deprecated):
   ledger through `assets.common.world_ledger`, a mart through `grounding.staging.source_columns`), failing in
   one line that names the fix.
 - `ANY_PARTITION`: an edge that needs no matching keys (an `eval_run` scenario reads partitions of many
-  days; its inputs are checked at run time, section 10 "Evaluation wiring").
+  days; its inputs are checked at run time, docs/rules.md, "Evaluation wiring").
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 `scenario_inputs.scenario_plan`), finds which inputs already exist (`scenario_inputs.existing_inputs`:
 recorded, their latest blocking checks passed, their data present), materializes the others in dependency
 order, and returns the served-vintage map with what it built and reused. `churnbench run` / `paper` call it
-before `eval_run`, which reads the same stored plan and only checks that its inputs exist (ARCHITECTURE.md
-section 10, "Evaluation wiring").
+before `eval_run`, which reads the same stored plan and only checks that its inputs exist (docs/rules.md,
+"Evaluation wiring").
 
 One in-process run per (asset, partition), except the warehouse pair (truth + raw) and the dbt build (every
 model), which run together as `churnbench project` runs them. A failed run does not stop independent

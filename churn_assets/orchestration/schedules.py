@@ -4,8 +4,8 @@
 deployment config's `regression.schedule` (default 02:00) in `regression.timezone` (default UTC). It starts
 STOPPED unless `regression.running` is true, so opening `churnbench ui` starts nothing on a clock; switch it on in
 the UI (Automation) for a long-running deployment. Each tick's run key is its scheduled day, so a tick is launched
-once. Section 10 keeps wall-clock automation off the simulated calendar's assets: the schedule launches a job
-whose cells are keyed by simulated days, it never times a simulated asset.
+once. Wall-clock automation stays off the simulated calendar's assets (docs/rules.md, "No wall clock"): the schedule
+launches a job whose cells are keyed by simulated days, it never times a simulated asset.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context annotation at decoration time.

@@ -1,7 +1,7 @@
 """Sensors of the code location; `definitions.py` registers `SENSORS`.
 
 `scenario_inputs`: an `eval_run` partition launched from the UI fails fast when its inputs are missing (it never
-builds them: section 10, "Evaluation wiring"), with the count in its failure metadata. This run-failure sensor
+builds them: docs/rules.md, "Evaluation wiring"), with the count in its failure metadata. This run-failure sensor
 sees that failure and launches `build_scenario` for the partition, which builds the inputs and materializes the
 partition again: the mechanism by which a defined scenario gets its inputs from the UI (decision 99). It reacts
 only to a user's launch (runs the CLI made carry `churnbench/launched_by` and build their inputs themselves), once

@@ -25,7 +25,7 @@ SAAS_KEYS_FILENAME = "saas-keys.json"
 # External Postgres only: where Dagster keeps runs and events (default: the CHURNBENCH_POSTGRES_URL database).
 DAGSTER_POSTGRES_URL_ENV = "CHURNBENCH_DAGSTER_POSTGRES_URL"
 
-POSTGRES_MAJOR = 16  # production runs Postgres 16; the wheel also bundles 18 (section 10, "Postgres version")
+POSTGRES_MAJOR = 16  # production runs Postgres 16; the wheel also bundles 18 (docs/rules.md, "Postgres version")
 DAGSTER_DATABASE = "dagster"
 WAREHOUSE_DATABASE = "churnbench"  # per-world schemas <world>_truth, _raw, _analytics, _staging
 

@@ -1,7 +1,7 @@
 """Exposure-only cells: a cell's plan, exposure and prediction from the world's ledger alone.
 
 For the deterministic agent on `grounding` (and its off ablation) stale answers equal exposure exactly
-(ARCHITECTURE.md section 10), so a grid of thousands of cells needs no store and no answer: the plan (the
+(docs/rules.md, "Exposure and prediction"), so a grid of thousands of cells needs no store and no answer: the plan (the
 same `plan_scenario` an evaluated cell stores), the task set the `task_set` asset would write (the same
 generator, the deployment's count and seed), and `run_exposure`. The `ttl-grid` sweep evaluates one seed's
 cells in full and checks the equality on them.

@@ -1,7 +1,7 @@
 """Gold answers, computed from the ledger fold only (the ledger is the only truth).
 
 `gold(records, template, params, anchor=T, vintage={class: day})`: the answer to a task asked at the
-anchor T against a world whose every entity class holds its facts as of `vintage[class]` (section 10,
+anchor T against a world whose every entity class holds its facts as of `vintage[class]` (docs/rules.md,
 "Gold"). Gold at T is the uniform vintage (every class at T); the gold of what an arm served is its
 vintage map. Three rules make a stale answer a matter of data, never of the question:
 

@@ -10,9 +10,9 @@ Words used in question texts, stated once here and in docs/tasks.md:
 
 - "today" is the task's anchor T. "In the last N days (including today)" is the N days T-N+1 .. T. Windows
   end at T whatever vintage an answer was served from.
-- "Held by active users": a license whose holder is active today (section 10's "assigned"); a license is
+- "Held by active users": a license whose holder is active today (docs/rules.md, "Spend": "assigned"); a license is
   "used" in a window when the window has a consumption record on that license.
-- "Monthly license spend": section 10's Spend (current list prices of licenses assigned to active users).
+- "Monthly license spend": docs/rules.md, "Spend" (current list prices of licenses assigned to active users).
 - A contract's "latest term" is its most recently recorded term (signed or renewed; it may begin after
   today); its "last day" is that term's expiry. Status is derived from the term dates at today.
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pydantic is imported on first validation (docs/decisions.md
     from pydantic import BaseModel
 
 DEFAULT_CONFIG_RESOURCE = "default_world.yaml"
-# `<name>-s<seed>-<hash6>` (section 10, "World id"); names follow the world config's name rule. World ids become
+# `<name>-s<seed>-<hash6>` (docs/rules.md, "World id"); names follow the world config's name rule. World ids become
 # folder names, partition keys and SQL identifiers (`state.validate_world_id` refuses anything else).
 WORLD_ID_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}-s\d+-[0-9a-f]{6}$")
 
@@ -65,7 +65,7 @@ class WorldConfig:
 
     @property
     def world_id(self) -> str:
-        """`<name>-s<seed>-<hash6>` (ARCHITECTURE.md section 10, "World id")."""
+        """`<name>-s<seed>-<hash6>` (docs/rules.md, "World id")."""
         return f"{self.name}-s{self.seed}-{self.config_hash[:6]}"
 
 

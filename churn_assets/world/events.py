@@ -1,6 +1,6 @@
 """Event kinds of the ledger and their typed payload schemas: the single module that defines them.
 
-Every event kind names its `entity_type`, the entity classes whose facts it changes (section 10,
+Every event kind names its `entity_type`, the entity classes whose facts it changes (docs/rules.md,
 "Which class owns which fact"), and a payload schema. A schema field has a type and, for floats, the
 precision the writer rounds to before hashing, so canonical JSON is stable.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# The entity classes (ARCHITECTURE.md section 10). Names are fixed; tiers live in the registry.
+# The entity classes (docs/rules.md, "Entity classes"). Names are fixed; tiers live in the registry.
 ENTITY_CLASSES: tuple[str, ...] = (
     "assignments",
     "user_status",

@@ -11,9 +11,9 @@ the same operations, so they agree by construction; the tests check it anyway:
 - `walk_ledger(records)`: one pass, yielding `(day, state)` after each calendar day: O(events), not
   O(days x events).
 
-The query helpers at the bottom apply section 10's rule for references across classes: an entity a
-class does not know at its served day resolves as absent (a license held by a user the served
-`user_status` does not know is not an active user's license).
+The query helpers at the bottom apply the rule for references across classes (docs/rules.md, "Absent references"): an
+entity a class does not know at its served day resolves as absent (a license held by a user the served `user_status`
+does not know is not an active user's license).
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def fold_vintage(
 ) -> WorldState:
     """A state whose every class holds that class's facts as of `vintage[class]`.
 
-    `vintage` must name every entity class (section 10). Records must be in ledger order. `classes`: fold only
+    `vintage` must name every entity class. Records must be in ledger order. `classes`: fold only
     these classes (the others stay empty; a caller that already holds them, such as `GoldResolver`, supplies them).
     """
     missing = [c for c in STATE_CLASSES if c not in vintage]
@@ -443,7 +443,7 @@ def list_price_of(state: WorldState, product_id: str, day: Day | str | None = No
 
 @dataclass(frozen=True)
 class Spend:
-    """Monthly license spend on one day (section 10, "Spend"); amounts in USD, rounded to cents."""
+    """Monthly license spend on one day (docs/rules.md, "Spend"); amounts in USD, rounded to cents."""
 
     day: Day
     by_cost_center: dict[str, float]
@@ -460,7 +460,7 @@ class Spend:
 
 
 def monthly_spend_by_cost_center(state: WorldState, day: Day | str) -> Spend:
-    """Section 10's single Spend definition.
+    """The single Spend definition (docs/rules.md, "Spend").
 
     A cost center's spend on `day` = the sum, over licenses assigned on `day` to active users whose cost
     center on `day` is that cost center, of the product's list price on `day`. Every other license that

@@ -1,6 +1,6 @@
 """The world state the fold builds: one sub-state per entity class, each with its own history.
 
-Every fact lives in the sub-state of the entity class that owns it (ARCHITECTURE.md section 10, "Which
+Every fact lives in the sub-state of the entity class that owns it (docs/rules.md, "Which
 class owns which fact"), so a state can take each class from a different day (a vintage map). Sub-states
 keep history, not just current values, because gold asks "changes in the last N days" and SCD2 tables
 are projected from them.
@@ -77,7 +77,7 @@ class UserStatus:
         user.offboarded_on, user.offboard_reason = day, reason
 
     def is_active_on(self, user_id: str, day: Day) -> bool:
-        """False for a user this state does not know (section 10: an unknown reference is absent)."""
+        """False for a user this state does not know (docs/rules.md, "Absent references")."""
         user = self.users.get(user_id)
         return user is not None and user.active_on(day)
 

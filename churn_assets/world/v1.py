@@ -13,17 +13,16 @@ Semantics, chosen to reproduce the reference's own figures and checked against i
 - An assigned license = one with an active holder on T: 69 and 96. In this ledger "has a holder at all"
   gives the same figures, because the reference unassigns every license of a leaving user on the day of
   the offboarding, just before it (all 170 unassignments, reason "offboard", for 116 leavers; the other
-  121 leavers held nothing), and no reassignment names an inactive user on either side. So section 10's
-  rule (a license held by an inactive or unknown user is not an active user's license) costs nothing
-  here, and reassignments never change the count: only assignments (200, all on day 0) and
-  unassignments (131 and 104 by T) do.
-  That is the "drained pool" of reference-facts.md: 200 - 131 = 69, 200 - 104 = 96.
+  121 leavers held nothing), and no reassignment names an inactive user on either side. So the rule of docs/rules.md,
+  "Absent references" (a license held by an inactive or unknown user is not an active user's license) costs nothing
+  here, and reassignments never change the count: only assignments (200, all on day 0) and unassignments (131 and 104
+  by T) do. That is the "drained pool" of docs/reference.md: 200 - 131 = 69, 200 - 104 = 96.
 - `license_reassigned {from, to}` moves the holder; `from` must be the current holder, as it is in
   every record of the reference's ledger.
 - `user_moved_cost_center {cost_center_id}` names only the new cost center.
 - `price_changed` on a product not seen before lists it (the reference's day-0 "initial" prices);
   later ones change the list price. `license_purchased.unit_price_usd` is the purchase price, which
-  section 10's spend never uses (the reference did, which is why its spend ignored price changes).
+  docs/rules.md, "Spend" never uses (the reference did, which is why its spend ignored price changes).
 - Contracts: `contract_signed {vendor_idx, term_months}` is signed and effective on its day and runs
   `term_months` months (last day inclusive, as in format 2: 2024-01-01 + 12 months runs to 2024-12-31).
   `contract_renewed {term_months}` starts a new term on the renewal day (the reference renews at random

@@ -1,7 +1,7 @@
 """The differential on the CI world: `bench/differential_gold.py` sets the Python gold (fold over the ledger file)
 against the independent SQL gold (truth schema) on the 30-day world, 200 tasks under four vintage maps, and finds
 no disagreement; a wrong answer planted on either side, and a truth row edited in the database, are found and
-named by template; the SQL gold applies section 10's absent-reference rule by itself (checked against a count
+named by template; the SQL gold applies the absent-reference rule (docs/rules.md) by itself (checked against a count
 made by hand from the ledger records).
 """
 
@@ -140,9 +140,9 @@ def test_a_truth_row_edited_in_the_database_is_found(world: str, records: list[d
 
 def test_a_holder_that_user_status_does_not_know_is_nobodys_active_user(world: str, records: list[dict[str, Any]],
                                                                          services: ServiceUrls) -> None:
-    """Section 10's absent reference, in the SQL gold by itself: with assignments served at T and user_status
-    at an earlier day d, a license held by a user hired after d is not an active user's license. The expected
-    count is made by hand from the ledger records (latest holder per license; hire and offboard days)."""
+    """An absent reference (docs/rules.md, "Absent references"), in the SQL gold by itself: with assignments served at
+    T and user_status at an earlier day d, a license held by a user hired after d is not an active user's license. The
+    expected count is made by hand from the ledger records (latest holder per license; hire and offboard days)."""
     holder: dict[str, str | None] = {}
     product_of: dict[str, str] = {}
     hired: dict[str, dt.date] = {}

@@ -23,7 +23,7 @@ from contracts.store import compare_days, read_day
 
 pytestmark = pytest.mark.integration
 
-DAYS = 30  # test budget (ARCHITECTURE.md section 10)
+DAYS = 30  # (docs/rules.md, "Test budget")
 PARITY_KEY = dg.AssetCheckKey(dg.AssetKey("contract_documents"), "contract_documents_parity")
 TRUTH_KEY = dg.AssetCheckKey(dg.AssetKey("contract_documents"), "contract_documents_match_truth")
 

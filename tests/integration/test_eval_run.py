@@ -50,7 +50,7 @@ def test_a_scenario_runs_and_its_metadata_is_on_the_instance(session: Session, s
     verdicts = summary["verdicts"]
     assert summary["tasks"] == sum(verdicts.values()) > 0
     assert verdicts["reasoning_error"] == 0 and verdicts["transport_failure"] == 0
-    assert summary["stale_answers"] == summary["exposure"]  # section 10: grounding serves its plan exactly
+    assert summary["stale_answers"] == summary["exposure"]  # docs/rules.md, "Exposure and prediction"
     event = session.instance.get_latest_materialization_event(dg.AssetKey("eval_run"))
     assert event is not None and event.asset_materialization is not None
     md = event.asset_materialization.metadata

@@ -4,7 +4,7 @@ count, exposure, prediction, accuracy, cost or route mix fails here (`bench/comp
 the default world's `churnbench paper --json`).
 
 The cells: the grounding arm tiered at T' = T - 1 and T - 28, its off ablation at T - 28, and the hierarchical
-arm at T - 28; T = 2024-01-30, 20 tasks (the test budget of section 10). The fixture was written by the code
+arm at T - 28; T = 2024-01-30, 20 tasks (docs/rules.md, "Test budget"). The fixture was written by the code
 before the Dagster-wing issue (commit 4f27244, the same cells run through its `run_scenario`) and rewritten once,
 by issue 19 (its diff: the measured-rate predictor moved cell 1's prediction 2.46 -> 1.37; every cell gained the
 `unattributed_error` count; the off cell's one stale answer equal to a degenerate served gold moved from
@@ -92,7 +92,7 @@ def test_four_cells_give_the_committed_figures(session: Session, session_defs: d
         assert got == want, f"{want['arm']} {want['policy']} T'={want['t_prime']}: figures moved"
     assert all(c["tasks"] == TASKS for c in actual["cells"])
     grounding = [c for c in actual["cells"] if c["arm"].startswith("grounding")]
-    assert all(c["stale_answers"] == c["exposure"] for c in grounding)  # section 10: the plan is served exactly
+    assert all(c["stale_answers"] == c["exposure"] for c in grounding)  # docs/rules.md, "Exposure and prediction"
 
 
 BATCH = Path(__file__).with_name("parallel_batch.py")

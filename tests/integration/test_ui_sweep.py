@@ -145,7 +145,7 @@ def test_the_ui_shows_the_tiers_the_checks_and_the_example_location(ui: int) -> 
     assert (tags["churnbench/entity_class"], tags["churnbench/freshness_tier"], tags["churnbench/ttl_days"]) == (
         "prices", "warm", "7")
     assert "freshness tier warm, TTL 7 day(s)" in staged["description"]
-    assert staged["internalFreshnessPolicy"] is None  # simulated calendar: no wall-clock policy (section 10)
+    assert staged["internalFreshnessPolicy"] is None  # docs/rules.md, "No wall clock"
     hot = {t["key"]: t["value"] for t in nodes[(LOCATION, "staged_assignments")]["tags"]}
     assert (hot["churnbench/freshness_tier"], hot["churnbench/ttl_days"]) == ("hot", "1")
     checks = {c["name"]: c["blocking"] for c in nodes[(LOCATION, "eval_run")]["assetChecksOrError"]["checks"]}

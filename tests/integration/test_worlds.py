@@ -2,7 +2,7 @@
 every artefact (`worlds rm`, `gc`), refuse unknown keys and worlds outside the calendar.
 
 Later issues that create a per-world artefact: add it to `WORLD_ARTEFACTS` in
-`churn_assets/world_registry.py` and make `populate_world` below create it; the removal tests then
+`churn_assets/orchestration/world_registry.py` and make `populate_world` below create it; the removal tests then
 check it too (they require every registered artefact kind to exist before removal).
 """
 
@@ -41,7 +41,7 @@ from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 
 pytestmark = pytest.mark.integration
 
-DAYS = 30  # test budget (ARCHITECTURE.md section 10)
+DAYS = 30  # (docs/rules.md, "Test budget")
 
 
 def cli(*args: str) -> Result:

@@ -1,5 +1,5 @@
 """Fixtures of the reliability suite: `cli`, the real `churnbench` in a subprocess on the session's state folder,
-with an optional `CHURNBENCH_FAULT` (churn_assets/faults.py) and a 20-task deployment (section 10's test budget);
+with an optional `CHURNBENCH_FAULT` (churn_assets/faults.py) and a 20-task deployment (docs/rules.md, "Test budget");
 and the window the suite evaluates on the session's `small_world`, whose day partitions at T no other test
 builds (so a kill during input materialization finds them missing, while the world's warehouse and dbt build
 are shared with the rest of the session)."""

@@ -10,9 +10,9 @@ defined in `tasks/templates.py` and docs/tasks.md), written over rows rather tha
   the data was served from;
 - states that follow from dates (a contract's status, months remaining, who is active) are computed at T
   from the dates the rows carry, never read from a rendered status;
-- a reference the served rows do not know resolves as absent (section 10): a license held by a user the
-  served `user_status` does not know is not an active user's license; a product the served `prices` does
-  not know has no price.
+- a reference the served rows do not know resolves as absent (docs/rules.md, "Absent references"): a license held by a
+  user the served `user_status` does not know is not an active user's license; a product the served `prices` does not
+  know has no price.
 
 Arms whose tools cannot serve a class (the `grounding_no_semantic_model` ablation maps question keywords
 to classes and serves only those) return None for that request; the agent then applies the documented
@@ -237,9 +237,9 @@ class Context:
 
 def spend_on(day: Day, licenses: Sequence[LicenseRow], holdings: Holdings, users: Users,
              memberships: Memberships | None, prices: Prices) -> Spend:
-    """Section 10's Spend on `day`: a license assigned on `day` to an active user whose cost center on `day`
-    is C counts its product's list price on `day` in C's spend; every other license that exists on `day`
-    counts in unallocated spend; a license whose product has no price that day counts nowhere."""
+    """Spend on `day` (docs/rules.md, "Spend"): a license assigned on `day` to an active user whose cost center on
+    `day` is C counts its product's list price on `day` in C's spend; every other license that exists on `day` counts
+    in unallocated spend; a license whose product has no price that day counts nowhere."""
     by_cc: dict[str, float] = {}
     unallocated = 0.0
     for lic in sorted(licenses, key=lambda r: r.license_id):

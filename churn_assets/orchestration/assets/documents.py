@@ -1,7 +1,7 @@
 """The `contract_documents` asset (world-day partitioned) and its parity check.
 
 Thin: `contracts.build.build_day` folds, renders and writes a day; this module finds the world's ledger
-and the day's folder (`<state>/worlds/<world>/contracts/<day>/`, ARCHITECTURE.md section 10) and turns
+and the day's folder (`<state>/worlds/<world>/contracts/<day>/`, docs/rules.md, "Per-world namespaces") and turns
 the result into metadata. The check re-reads the documents from disk and compares the facts parsed back
 from the Markdown with the fold as of the day (`contracts.parity`). `contract_documents_match_truth` compares
 them with the facts computed by SQL over the world's truth schema instead (`evaluation/independent/stores.py`,

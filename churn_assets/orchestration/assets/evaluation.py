@@ -1,6 +1,6 @@
 """The `eval_run` asset: one partition per scenario key; it answers a task set through an arm and scores it.
 
-It does not build its inputs (section 10, "Evaluation wiring"): it reads the scenario's stored plan (planned
+It does not build its inputs (docs/rules.md, "Evaluation wiring"): it reads the scenario's stored plan (planned
 once, at its first materialization; refused when the registry changed since), checks that every partition
 the plan names exists and fails listing the missing ones; `churnbench run` / `paper` call the scenario
 materializer first. Lineage edges to its inputs use a mapping that needs no matching keys (all partitions).

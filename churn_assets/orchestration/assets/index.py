@@ -5,7 +5,7 @@ store; this module finds the day's documents (`contract_documents` partition) an
 opens the warehouse, and turns the build into metadata. Both share the process's one embedding model
 (`grounding.embeddings.default_encoder`, loaded on first use).
 
-- `vector_index[world, day]` is the cached copy of `contract_terms` (ARCHITECTURE.md section 10, "Served
+- `vector_index[world, day]` is the cached copy of `contract_terms` (docs/rules.md, "Served
   vintage"): its refresh days are the days it was built. It re-embeds only chunks whose text is new.
 - `rag_index[world, day]` is the classic-RAG arms' corpus built on that day, outside the registry: every
   record in it has data time = the day. Its check `rag_index_matches_truth` compares the records with SQL over

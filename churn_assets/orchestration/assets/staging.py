@@ -1,7 +1,7 @@
 """Staged caches as Dagster assets: `staged_<class>` per staged class, one partition per (world, day).
 
 A materialized partition `staged_prices[(world, 2024-04-22)]` *is* a refresh of the prices cache on that
-day (ARCHITECTURE.md section 3): it copies the class's source mart as it looked on the day into
+day (docs/rules.md, "Partitions"): it copies the class's source mart as it looked on the day into
 `<world>_staging.<table>` tagged with `refresh_day` (the SQL and the reader contract are in
 `grounding/staging.py`). Which partitions a scenario serves is decided by its refresh policy
 (`freshness/`), never here.
@@ -40,7 +40,8 @@ def _partition(state: StateResource, partition_key: str) -> tuple[str, dt.date]:
 
 def _staged_asset(spec: StagedSpec, entity_class: EntityClass) -> dg.AssetsDefinition:
     # The tier is shown as tags and in the description; no wall-clock freshness policy or automation is attached
-    # (section 10): these partitions are refreshes on the simulated calendar, planned by `freshness/`.
+    # (docs/rules.md, "No wall clock"): these partitions are refreshes on the simulated calendar, planned
+    # by `freshness/`.
     @dg.asset(
         name=spec.asset_name,
         tags=entity_class.tier_tags,

@@ -1,6 +1,6 @@
--- Licenses held on as_of_day and by whom. `holder_active` applies section 10: a license held by an
--- offboarded (or unknown) user is not an active user's license; `holder_cost_center_id` is the holder's
--- cost center on that day.
+-- Licenses held on as_of_day and by whom. `holder_active` applies docs/rules.md, "Absent references": a license held
+-- by an offboarded (or unknown) user is not an active user's license; `holder_cost_center_id` is the holder's cost
+-- center on that day.
 select
     a.as_of_day,
     a.license_id,

@@ -1,5 +1,5 @@
 -- Every license purchased on or before as_of_day: product, contract id, holder, the list price on that
--- day, and where its monthly spend goes under section 10's single Spend definition: to the holder's cost
+-- day, and where its monthly spend goes under the single definition of docs/rules.md, "Spend": to the holder's cost
 -- center when the license is assigned to an active user with a cost center on that day
 -- (`spend_cost_center_id`), else to unallocated spend. A license whose product has no price that day
 -- has a NULL price and counts in no spend.

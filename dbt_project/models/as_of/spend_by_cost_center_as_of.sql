@@ -1,4 +1,4 @@
--- Monthly license spend per cost center on as_of_day (section 10, "Spend"): the sum, over licenses
+-- Monthly license spend per cost center on as_of_day (docs/rules.md, "Spend"): the sum, over licenses
 -- assigned on that day to active users whose cost center on that day is the cost center, of the
 -- product's list price on that day. Cost centers without such a license have no row.
 select

@@ -1,5 +1,5 @@
 -- License purchases (one seat each): product, vendor, contract id and purchase price. The purchase
--- price is recorded, never used for spend (section 10: spend follows the current list price).
+-- price is recorded, never used for spend (docs/rules.md, "Spend": spend follows the current list price).
 select
     l.license_id,
     l.product_id,

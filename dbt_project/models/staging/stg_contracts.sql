@@ -1,4 +1,5 @@
--- Contract ids only: vendor, term, dates, value and seats live in the contract documents (section 6).
+-- Contract ids only: vendor, term, dates, value and seats live in the contract documents
+-- (docs/rules.md, "Contract documents").
 select
     contract_id,
     valid_from,

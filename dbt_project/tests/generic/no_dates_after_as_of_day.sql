@@ -1,4 +1,4 @@
-{#- An as-of view never shows a date after its as_of_day (section 10, "As-of reads"): every date column
+{#- An as-of view never shows a date after its as_of_day (docs/rules.md, "As-of reads"): every date column
     is checked, on every `every_n_days`-th day of the calendar and on its last day. -#}
 {% test no_dates_after_as_of_day(model, every_n_days=1) %}
 

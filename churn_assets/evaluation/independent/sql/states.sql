@@ -1,6 +1,6 @@
 -- The world's state as of a day, per entity class, from `<world>_truth.events` only.
 --
--- Written from ARCHITECTURE.md section 10 ("Which class owns which fact", "Spend", "Gold"), docs/tasks.md
+-- Written from docs/rules.md ("Which class owns which fact", "Spend", "Gold"), docs/tasks.md
 -- and the payload schemas of churn_assets/world/events.py; not from the fold or the Python gold.
 --
 -- Every fragment is a named SELECT that becomes a CTE of the same name. A fragment with a `class:` line
@@ -197,7 +197,7 @@ SELECT l.license_id, l.product_id, l.contract_id, l.holder, l.since
 FROM licenses l
 JOIN active_users u ON u.user_id = l.holder
 
--- Section 10's Spend: a license held by an active user whose cost center is known is allocated to that
+-- Spend (docs/rules.md, "Spend"): a license held by an active user whose cost center is known is allocated to that
 -- cost center at its product's list price; every other license is unallocated. One row per license known
 -- to assignments whose product prices knows (a price the served prices do not know is no price at all).
 -- name: license_spend
