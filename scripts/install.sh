@@ -32,8 +32,8 @@ if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-# Every dependency at the version of constraints.txt (the full resolved set, dev extra included; README says how to
-# regenerate it). torch is not in it: pyproject's torch==2.13.0 resolves to the build this machine has (the CPU
+# Every dependency at the version of constraints.txt (the full resolved set, dev extra included; docs/dependencies.md
+# says how to regenerate it). torch is not in it: pyproject's torch==2.13.0 resolves to the build this machine has (the CPU
 # wheel here), which a constraints file shared across machines cannot name. The `cluster` extra (dagster-docker, the
 # compose deployment's run launcher) is small and lets tests/test_docker_config.py check docker/dagster.yaml.
 # `--llm`: the `llm` extra too (xllamacpp, llama.cpp's server in a prebuilt CPU wheel, pinned in constraints.txt).

@@ -70,7 +70,7 @@ def extra_arm(monkeypatch: pytest.MonkeyPatch) -> ArmSpec:
 
 def test_an_arm_registered_only_in_the_registry_is_accepted_everywhere(extra_arm: ArmSpec) -> None:
     from churn_assets.cli import main
-    from churn_assets.commands.run import paper_cells
+    from churn_assets.evaluation.paper import paper_cells
 
     assert EXTRA in arm_names() and arm_spec(EXTRA) is extra_arm
     # CLI: the --arm choices and help list it, and `--arm extra...` passes the choice check.

@@ -140,6 +140,6 @@ def test_scenarios_of_the_new_arms_need_only_their_own_inputs() -> None:
 
 def test_the_paper_runs_every_registered_arm() -> None:
     from churn_assets.arms.registry import ARMS
-    from churn_assets.commands.run import paper_cells
+    from churn_assets.evaluation.paper import paper_cells
 
     assert sorted({arm for arm, _, _ in paper_cells()}) == sorted(ARMS)  # a new arm must reach the paper

@@ -492,7 +492,7 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
 def _paper_scenarios(ctx: Context) -> list[tuple[str, Any]]:
     """(label, scenario) of the paper's D+28 cells: every arm tiered, and the off ablation."""
     from churn_assets.arms.registry import define_scenario
-    from churn_assets.commands.run import paper_cells
+    from churn_assets.evaluation.paper import paper_cells
 
     d28 = ctx.windows()["D+28"]
     return [(arm + (" (off)" if policy == "off" else ""), define_scenario(ctx.world_id, arm, policy, d28, ctx.t))

@@ -6,7 +6,6 @@ instance, then materialize the `eval_run` partition; results land under `<state>
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,19 +13,13 @@ from typing import Any
 
 import click
 
+from churn_assets.commands.days import cli_day
 from churn_assets.commands.experiment_lines import experiment_lines, interval, result_line
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
-from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOW_DAYS, WINDOWS, T
+from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOW_DAYS, WINDOWS, T, paper_cells
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
-
-
-def _day(value: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a day YYYY-MM-DD") from None
 
 
 class ArmChoice(click.Choice):
@@ -106,13 +99,14 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     llm = llm_settings(agent, gguf)
     paths = StatePaths.resolve()
     # The one request check, before any service is opened or anything written (`run_scenario` repeats it).
-    check_run(paths, Request(world_id, arm, policy, _day(t_prime), _day(t), llm.agent_id if llm else "",
+    build_day, eval_day = cli_day(t_prime, "--t-prime"), cli_day(t, "--t")
+    check_run(paths, Request(world_id, arm, policy, build_day, eval_day, llm.agent_id if llm else "",
                              saas_profile, llm.to_json() if llm else None))
     from churn_assets.orchestration.definitions import defs_for  # imports Dagster and the code location: after
     from churn_assets.orchestration.materialize import open_session
 
     with open_session(paths) as session:
-        summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, _day(t_prime), _day(t), policy,
+        summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, build_day, eval_day, policy,
                                saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport,
                                repeats=repeats)
     click.echo(f"{summary['scenario_key']}: {result_line(summary)}" + (" (repeat 0)" if repeats > 1 else ""))
@@ -238,17 +232,6 @@ def paper_window(ledger_dir: Any, world_id: str, echo: Any) -> dict[str, Any]:
     echo(f"D+28 window ({window.describe()}): exposure of tiered and off in {time.perf_counter() - started:.1f} s")
     return {"t_prime": window.t_prime.isoformat(), "first": window.first.isoformat(), "t": T.isoformat(),
             "days": WINDOW_DAYS, "policies": {w.policy: w.exposure.to_json() for w in found}}
-
-
-def paper_cells() -> list[tuple[str, str, str]]:
-    """(arm, policy, window) of the paper's runs: the 2x2 (the grounding arm tiered and its off ablation, at
-    D+1 and D+28), then every other registered arm at D+28, tiered."""
-    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM, arm_names
-
-    cells = [(arm, policy, window) for window in WINDOWS for arm, policy in ((TIERED_ARM, "tiered"),
-                                                                           (UNTIERED_ARM, "off"))]
-    cells += [(arm, "tiered", "D+28") for arm in arm_names() if arm not in (TIERED_ARM, UNTIERED_ARM)]
-    return cells
 
 
 def _json_run(r: dict[str, Any]) -> dict[str, Any]:

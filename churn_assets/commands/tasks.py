@@ -9,16 +9,10 @@ from typing import Any
 
 import click
 
+from churn_assets.commands.days import cli_day
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation import paper
 from churn_assets.state import StatePaths
-
-
-def _day(value: str, what: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{what} must be a day YYYY-MM-DD, got {value!r}") from None
 
 
 def _load(world_id: str | None, ledger_path: Path | None) -> tuple[str, Any]:
@@ -58,9 +52,9 @@ def _default_days(loaded: Any, at: str | None, t_prime: str | None) -> tuple[dt.
     last day), and T' the paper's D+28 gap before T, not before the world's second day (change rates are
     measured on the days before T')."""
     first, last = _calendar(loaded)
-    anchor = _day(at, "--at") if at is not None else (paper.T if first <= paper.T <= last else last)
+    anchor = cli_day(at, "--at") if at is not None else (paper.T if first <= paper.T <= last else last)
     gap = paper.T - paper.D28
-    build = _day(t_prime, "--t-prime") if t_prime is not None else max(first + dt.timedelta(days=1), anchor - gap)
+    build = cli_day(t_prime, "--t-prime") if t_prime is not None else max(first + dt.timedelta(days=1), anchor - gap)
     return anchor, build
 
 

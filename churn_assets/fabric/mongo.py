@@ -29,6 +29,7 @@ from typing import Any, TypeGuard
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 from churn_assets.faults import fault_point
+from churn_assets.world.calendar import as_day
 
 META_COLLECTION = "_meta"
 META_ID = "partition"
@@ -47,10 +48,6 @@ class OperationalStoreError(UserFacingError):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _day(day: dt.date | str) -> dt.date:
-    return day if isinstance(day, dt.date) else dt.date.fromisoformat(day)
-
-
 def database_prefix(world_id: str) -> str:
     """`default-s42-3f9a1c` -> `default_s42_3f9a1c_` (every database of the world starts with it)."""
     if not _WORLD_ID_RE.match(world_id):
@@ -60,7 +57,7 @@ def database_prefix(world_id: str) -> str:
 
 def database_name(world_id: str, day: dt.date | str) -> str:
     """The database holding `world_id` as of `day`, e.g. `default_s42_3f9a1c_20240427`."""
-    name = database_prefix(world_id) + _day(day).strftime("%Y%m%d")
+    name = database_prefix(world_id) + as_day(day).strftime("%Y%m%d")
     if len(name.encode()) > MAX_DATABASE_NAME_BYTES:
         raise OperationalStoreError(f"world id {world_id} is too long for a MongoDB database name ({name!r} "
                                     f"has more than {MAX_DATABASE_NAME_BYTES} bytes); use a shorter name or seed")
@@ -167,7 +164,7 @@ def write_partition(
         "_id": META_ID,
         **content_key,
         "world_id": world_id,
-        "day": _day(day).isoformat(),
+        "day": as_day(day).isoformat(),
         "counts": counts,
         # What each collection holds, for readers to check what they read against (`collection_hash`).
         "content_hashes": {coll_name: collection_hash(docs) for coll_name, docs in collections.items()},
@@ -221,7 +218,7 @@ def require_complete(client: Any, world_id: str, day: dt.date | str) -> Any:
     if meta is None or meta.get("complete") is not True:
         state = "was not written to the end" if name in client.list_database_names() else "does not exist"
         raise OperationalStoreError(
-            f"operational store of world {world_id} as of {_day(day)} (database {name}) {state}; "
+            f"operational store of world {world_id} as of {as_day(day)} (database {name}) {state}; "
             f"materialize operational_store for that world and day")
     return db
 

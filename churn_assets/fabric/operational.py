@@ -29,6 +29,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from churn_assets.world.calendar import as_day
 from churn_assets.world.fold import active_users, assigned_licenses, license_holders, tickets_as_of
 from churn_assets.world.state import ConsumptionRecord, WorldState
 
@@ -56,15 +57,11 @@ def _iso(day: dt.date | None) -> str | None:
     return None if day is None else day.isoformat()
 
 
-def _day(day: dt.date | str) -> dt.date:
-    return day if isinstance(day, dt.date) else dt.date.fromisoformat(day)
-
-
 def window_bounds(day: dt.date | str, window_days: int) -> tuple[dt.date, dt.date]:
     """The trailing window of `window_days` days that ends on `day`, both ends inclusive."""
     if window_days < 1:
         raise ValueError(f"window_days must be at least 1, not {window_days}")
-    end = _day(day)
+    end = as_day(day)
     return end - dt.timedelta(days=window_days - 1), end
 
 
@@ -75,7 +72,7 @@ def project_operational(state: WorldState, day: dt.date | str, *,
     `state` must hold every class at least as of `day` (a `fold_ledger(records, day)` state); facts later
     than `day` in it are ignored, so a state folded further still projects `day` correctly.
     """
-    d = _day(day)
+    d = as_day(day)
     out = {
         "users": _users(state, d),
         "licenses": _licenses(state, d),

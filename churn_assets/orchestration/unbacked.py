@@ -123,5 +123,6 @@ def refusal(item: Unbacked) -> dg.Failure:
             line += f" (the partition was removed from the `{item.partitions}` list)"
     except dg.DagsterInvariantViolationError:  # not inside a step
         pass
-    return dg.Failure(description=line, allow_retries=False)
+    # the one line as the `error` metadata too, as `assets.common.step_failure` gives every refusal
+    return dg.Failure(description=line, metadata={"error": line}, allow_retries=False)
 

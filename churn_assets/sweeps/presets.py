@@ -1,7 +1,7 @@
 """The sweep presets: named, documented configs of the one sweep job (`churnbench sweep --preset NAME`, or the
 `sweep` job's Launchpad). Each builds a `SweepSpec` from a few arguments (seeds, world ids, a world config and
 overrides); everything else is the preset's. One table, `PRESETS`; the CLI's choices, the Launchpad's field
-documentation and the README read it.
+documentation (docs/sweeps.md) reads it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ WINDOW_GAP = BUDGET_GAP
 BUDGET_WINDOW_EVALUATE_EVERY = 7
 SEEDS_DEFAULT = (42, 43, 44, 45, 46)
 CACHE_AGE_GAPS = tuple(range(1, 36))
-PARITY_GAPS = tuple(range(26, 32))  # the 2x2 around D+28 that the README quotes beside the single figure
+PARITY_GAPS = tuple(range(26, 32))  # the 2x2 around D+28 that docs/sweeps.md quotes beside the single figure
 SMOKE_T = dt.date(2024, 1, 30)
 SMOKE_DAYS = 30
 REGRESSION_SEEDS = (42, 7)

@@ -28,7 +28,7 @@ from churn_assets.tasks.answers import Value, last_day, round_half_up, top_of
 from churn_assets.tasks.shared_aggregates import in_scope, shared, shared_aggregates
 from churn_assets.tasks.templates import Template, template
 from churn_assets.tasks.windows import Window
-from churn_assets.world.calendar import Day, whole_months
+from churn_assets.world.calendar import Day, as_day, whole_months
 from churn_assets.world.fold import (
     Spend,
     active_users_by_cost_center,
@@ -54,10 +54,6 @@ class GoldError(UserFacingError, ValueError):
 # ---------------------------------------------------------------------------------------------------
 # shared helpers
 # ---------------------------------------------------------------------------------------------------
-
-
-def _day(value: Day | str) -> Day:
-    return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
 
 
 def _window(params: Params, anchor: Day) -> Window:
@@ -284,7 +280,7 @@ def _reassignments_product(s: WorldState, p: Params, a: Day) -> Value:
 
 
 def _held_licenses_change(s: WorldState, p: Params, a: Day) -> Value:
-    return len(_holders(s, _day(p["day2"]))) - len(_holders(s, _day(p["day1"])))
+    return len(_holders(s, as_day(p["day2"]))) - len(_holders(s, as_day(p["day1"])))
 
 
 def _api_calls_product(s: WorldState, p: Params, a: Day) -> Value:
@@ -359,7 +355,7 @@ def _cost_centers_above(s: WorldState, p: Params, a: Day) -> Value:
 
 def _spend_change_cost_center(s: WorldState, p: Params, a: Day) -> Value:
     cc = p["cost_center"]
-    return _money(_cc_spend(s, cc, _day(p["day2"])) - _cc_spend(s, cc, _day(p["day1"])))
+    return _money(_cc_spend(s, cc, as_day(p["day2"])) - _cc_spend(s, cc, as_day(p["day1"])))
 
 
 def _unallocated_spend(s: WorldState, p: Params, a: Day) -> Value:
@@ -408,7 +404,7 @@ def _active_users_cost_center(s: WorldState, p: Params, a: Day) -> Value:
 
 def _active_users_change_cost_center(s: WorldState, p: Params, a: Day) -> Value:
     cc = p["cost_center"]
-    return _active_in(s, cc, _day(p["day2"])) - _active_in(s, cc, _day(p["day1"]))
+    return _active_in(s, cc, as_day(p["day2"])) - _active_in(s, cc, as_day(p["day1"]))
 
 
 def _tickets_opened_cost_center(s: WorldState, p: Params, a: Day) -> Value:
@@ -568,7 +564,7 @@ def check_vintage(vintage: Mapping[str, Day | str], anchor: Day) -> dict[str, Da
     missing = [c for c in STATE_CLASSES if c not in vintage]
     if missing:
         raise GoldError(f"vintage map is missing {', '.join(missing)}")
-    days = {c: _day(vintage[c]) for c in STATE_CLASSES}
+    days = {c: as_day(vintage[c]) for c in STATE_CLASSES}
     late = [f"{c}={d}" for c, d in days.items() if d > anchor]
     if late:
         raise GoldError(f"vintage map serves data after the anchor {anchor}: {', '.join(late)}")
@@ -578,8 +574,8 @@ def check_vintage(vintage: Mapping[str, Day | str], anchor: Day) -> dict[str, Da
 def complete_vintage(read: Mapping[str, Day | str], anchor: Day | str) -> dict[str, Day]:
     """A vintage map from the data times of the classes an answer read; classes it did not read take the
     anchor (gold reads only its template's classes, so they cannot matter)."""
-    a = _day(anchor)
-    return {c: _day(read[c]) if c in read else a for c in STATE_CLASSES}
+    a = as_day(anchor)
+    return {c: as_day(read[c]) if c in read else a for c in STATE_CLASSES}
 
 
 def gold_from_state(state: WorldState, t: Template | str, params: Params, anchor: Day | str) -> Value:
@@ -588,7 +584,7 @@ def gold_from_state(state: WorldState, t: Template | str, params: Params, anchor
     fn = GOLD.get(tmpl.template_id)
     if fn is None:
         raise GoldError(f"template {tmpl.template_id} has no gold computation")
-    return tmpl.answer.normalize(fn(state, params, _day(anchor)))
+    return tmpl.answer.normalize(fn(state, params, as_day(anchor)))
 
 
 class GoldResolver:
@@ -625,7 +621,7 @@ class GoldResolver:
             return self._state(vintage, anchor)
 
     def _state(self, vintage: Mapping[str, Day | str], anchor: Day | str) -> WorldState:
-        days = check_vintage(vintage, _day(anchor))
+        days = check_vintage(vintage, as_day(anchor))
         key = tuple(sorted(days.items()))
         if key not in self._states:
             missing = [c for c in STATE_CLASSES if (c, days[c]) not in self._subs]
@@ -641,7 +637,7 @@ class GoldResolver:
         """Gold of one task, kept per (vintage, template, params, anchor): an evaluation asks the same gold
         at T and under the served vintage for its exposure and again for its scores, and an exposure-only
         sweep asks gold at T once per cell of the same T."""
-        a = _day(anchor)
+        a = as_day(anchor)
         days = check_vintage(vintage or uniform_vintage(a), a)
         tmpl = _template(t)
         key = (tuple(sorted(days.items())), tmpl.template_id, json.dumps(params, sort_keys=True, default=str), a)

@@ -10,6 +10,11 @@ from churn_assets.errors import UserFacingError
 Day = dt.date
 
 
+def as_day(value: Day | str) -> Day:
+    """A day given as a date or an ISO string (stored files and partition keys carry strings)."""
+    return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
+
+
 def add_months(day: dt.date, months: int) -> dt.date:
     """`day` plus whole months, clamped to the month's last day (2024-01-31 + 1 month = 2024-02-29)."""
     month0 = day.month - 1 + months

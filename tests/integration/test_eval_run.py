@@ -161,7 +161,7 @@ def test_verify_results_confirms_every_row_and_rejects_a_tampered_one(grounding_
     bad = _cli("verify-results", str(forged))
     assert bad.exit_code == 1
     assert f"task {victim['task_id']}: verdict stored \"freshness_error\", recomputed \"correct\"" in bad.output
-    assert "not confirmed by the ledger" in bad.stderr
+    assert "run(s) not confirmed" in bad.stderr
 
 
 class _GoldArm:

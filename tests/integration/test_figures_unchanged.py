@@ -155,7 +155,7 @@ def test_two_batches_at_once_give_the_results_of_one_after_the_other(
     (a, a_log), (b, b_log) = outputs
 
     # The refused cell failed alone, in one line; every other cell of both batches is done.
-    assert a[1]["ok"] is False and "before T'" in a[1]["error"] and "\n" not in a[1]["error"]
+    assert a[1]["ok"] is False and "after T" in a[1]["error"] and "\n" not in a[1]["error"]
     assert all(r["ok"] for r in (a[0], a[2], *b)), (a, b)
 
     # One set of services for the folder, started by whichever batch came first and reused by the other.

@@ -13,7 +13,7 @@ import pytest
 from churn_assets.arms.registry import TIERED_ARM
 from churn_assets.deployment import TaskSettings
 from churn_assets.orchestration.materialize import Session, materialize
-from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
+from churn_assets.orchestration.sweep_records import load_sweep, sweep_file, sweep_report_dir
 from churn_assets.orchestration.sweeps import plan_removal, remove_sweep, run_sweep
 from churn_assets.orchestration.world_registry import add_world
 from churn_assets.sweeps.presets import uniform_ttl
@@ -126,14 +126,21 @@ def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, sess
         load_sweep(session.paths, spec.sweep_id)
 
 
-def test_a_failed_cell_fails_alone(session: Session, session_defs: dg.Definitions, sweep_world: str,
-                                   few_tasks: None) -> None:
-    # T' before the world's first day cannot be planned: that cell fails with its reason, the other runs.
+def test_a_grid_with_an_impossible_cell_is_refused_before_anything_is_registered(
+        session: Session, session_defs: dg.Definitions, sweep_world: str, few_tasks: None) -> None:
+    """Issue 36: T' before the world's first day is refused at the start, naming the gap and its range, and no
+    sweep or scenario is registered (a cell that fails while it runs fails alone: test_figures_unchanged.py's
+    two batches, whose refused cell is one of three)."""
+    from churn_assets.evaluation.requests import RequestError
+    from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, SWEEP_PARTITIONS_NAME
+
     spec = SweepSpec("it-fail", (sweep_world,), ("naive",), ("tiered",), dt.date(2024, 1, 5), gaps=(1, 10))
-    record = run_sweep(session, session_defs, spec, echo=lambda _m: None)
-    assert record.status_counts() == {"done": 1, "failed": 1, "pending": 0, "skipped": 0}
-    [failed] = [o for o in record.outcomes.values() if o["status"] == "failed"]
-    assert "outside the calendar" in failed["error"]
+    before = {n: set(session.instance.get_dynamic_partitions(n)) for n in (SCENARIO_PARTITIONS_NAME,
+                                                                         SWEEP_PARTITIONS_NAME)}
+    with pytest.raises(RequestError, match=r"gap 10 gives T' = 2023-12-26, before the calendar .* a gap is 0\.\.4"):
+        run_sweep(session, session_defs, spec, echo=lambda _m: None)
+    assert {n: set(session.instance.get_dynamic_partitions(n)) for n in before} == before
+    assert not sweep_file(session.paths, spec.sweep_id).exists()
 
 
 def test_an_llm_sweep_prints_its_estimate_and_stops_at_its_budget(session: Session, session_defs: dg.Definitions,

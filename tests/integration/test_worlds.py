@@ -180,7 +180,7 @@ def test_unknown_world_key_fails_cleanly(session: Session, session_defs: dg.Defi
     ghost = "ghost-s1-abcdef"
     session.instance.add_dynamic_partitions(WORLD_PARTITIONS_NAME, [ghost])
     try:
-        with pytest.raises(MaterializationError, match=f"world {ghost} has no stored config"):
+        with pytest.raises(MaterializationError, match=f"world {ghost} is not registered in this state folder"):
             materialize(session, session_defs, ["ledger"], [ghost])
     finally:
         remove_world(session.paths, session.instance, ghost)

@@ -32,7 +32,9 @@ from churn_assets.services import MONGO, POSTGRES, SAAS, ensure_services
 from .conftest import T_PRIME, TASKS, Cli, T, run_args
 
 pytestmark = pytest.mark.integration
-POLICY = "ttl:prices=5"  # naive ignores the policy: the tiered run's answers, in a scenario of its own
+# Another SaaS plan: the same answers as the reference run (decision 189), in a scenario of its own (naive takes no
+# policy since issue 35, so a policy can no longer tell the two apart)
+PROFILE = "unlimited"
 
 
 def _pause_then(proc: subprocess.Popen[str], pause: Path, act: Callable[[], None], timeout: float = 300) -> None:
@@ -71,10 +73,11 @@ def _one_error_line(stderr: str) -> str:
     return lines[0]
 
 
-def _key(world: str, policy: str) -> str:
+def _key(world: str, saas_profile: str) -> str:
     from churn_assets.arms.registry import define_scenario
 
-    return define_scenario(world, "naive", policy, dt.date.fromisoformat(T_PRIME), dt.date.fromisoformat(T)).key
+    return define_scenario(world, "naive", "tiered", dt.date.fromisoformat(T_PRIME), dt.date.fromisoformat(T),
+                           saas_profile=saas_profile).key
 
 
 def _rows(folder: Path) -> list[dict[str, object]]:
@@ -106,8 +109,8 @@ def test_service_faults_during_an_evaluation_fail_it_in_one_line_and_the_rerun_g
     reference = cli(*run_args(small_world))  # the same answers, uninterrupted (reused if it ran before)
     assert reference.returncode == 0, reference.stderr[-3000:]
     reference_dir = Path(reference.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    args = [*run_args(small_world), "--policy", POLICY]
-    key = _key(small_world, POLICY)
+    args = [*run_args(small_world), "--saas-profile", PROFILE]
+    key = _key(small_world, PROFILE)
     full = cli(*args, fault="task_write:2:enospc")  # the disk is full at the second answer's checkpoint write
     assert full.returncode == 1, full.stderr[-3000:]
     line = _one_error_line(full.stderr)

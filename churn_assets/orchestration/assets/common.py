@@ -44,7 +44,7 @@ from churn_assets.world.fold import fold_ledger
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, LoadedLedger, load_ledger
 from churn_assets.world.state import WorldState
 
-ERROR_METADATA = "error"  # a failed step's metadata entry holding its one line
+ERROR_METADATA = "error"  # a failed step's metadata entry holding its one line (`unbacked.refusal` too)
 
 
 def step_failure(message: object, metadata: dict[str, Any] | None = None) -> dg.Failure:
