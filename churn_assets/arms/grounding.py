@@ -10,7 +10,7 @@
 - `grounding_no_semantic_model`: no registry measures. The classes an answer may read come from a fixed
   keyword map over the question text (`KEYWORD_CLASSES`); the router serves those classes whole (never a
   computed measure), and a class the words do not name is not served, so the agent falls back as
-  `agents.deterministic.Fallbacks` documents (e.g. "monthly license spend" names licenses and cost centers
+  docs/arms.md ("The deterministic agent") documents (e.g. "monthly license spend" names licenses and cost centers
   but not prices or user status: licenses are priced at their purchase price, every holder counts as active).
 - `grounding_no_source_routing`: no routing: everything through the RAG corpus (`rag_index`) built at T',
   top-k fact records per question, answered by the extraction rule (`arms.extraction`). Its planned vintage

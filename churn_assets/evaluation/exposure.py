@@ -30,11 +30,10 @@ For a scenario (anchor T, cache build day T') and an arm's planned vintage map:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,9 +199,6 @@ class AnswerChangeRates:
         if days < 1:
             raise ExposureError("no day to measure change rates on: T' must be after the ledger's first day")
         return sum(1 for d in self.changed.get((task_id, entity_class), ()) if first < d <= t_prime) / days
-
-    def with_trailing_days(self, trailing_days: int | None) -> AnswerChangeRates:
-        return AnswerChangeRates(self.start, self.until, self.changed, trailing_days)
 
     def missed_days(self, task: Task, vintage: Mapping[str, Day], anchor: Day) -> dict[str, tuple[int, int]]:
         """Class -> the days a change can be missed, as offsets back from T: (first, last) with 0 = T itself,
@@ -497,9 +493,4 @@ def run_exposure(
         history = len(rates.measured_days(t_prime))
     return RunExposure(anchor, t_prime, dict(served), tuple(out), interval_90, history)
 
-
-def with_probabilities(run: RunExposure, probabilities: Iterable[float]) -> RunExposure:
-    """A copy of `run` with other per-task probabilities (calibration compares predictors on one oracle)."""
-    tasks = tuple(dataclasses.replace(t, probability=p) for t, p in zip(run.tasks, probabilities, strict=True))
-    return dataclasses.replace(run, tasks=tasks)
 

@@ -306,11 +306,6 @@ class ResultsStore:
         rows = [_json_of(line, path, n) for n, line in enumerate(path.read_bytes().split(b"\n"), 1) if line]
         return [_task_row(row, path, n) for n, row in enumerate(rows, 1)]
 
-    def runs_of_world(self, world: str) -> list[Path]:
-        base = self.root / world
-        return sorted(p.parent for p in base.glob(f"*/*/{SUMMARY_FILE}")) if base.exists() else []
-
-
 class RunWriter:
     """Appends per-task results with a checkpoint; `finish` writes the final files atomically."""
 

@@ -203,10 +203,6 @@ def torch_threads() -> int:
     return threads
 
 
-def model_loaded() -> bool:
-    return _MODEL is not None
-
-
 def model_load_seconds() -> float | None:
     """How long the one load of this process took (import included); None before it happened."""
     return _LOAD_SECONDS

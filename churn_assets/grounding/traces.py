@@ -14,7 +14,7 @@ Latency is wall-clock and lives beside results, never inside anything hashed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from churn_assets.errors import DataIntegrityError as DataIntegrityError  # re-exported: readers raise it from here
@@ -183,19 +183,3 @@ def disagreements(traces: Iterable[TraceEntry], planned: Mapping[str, Day]) -> l
     return problems
 
 
-@dataclass
-class TraceLog:
-    """The traces of one answer, in order, with their totals."""
-
-    entries: list[TraceEntry] = field(default_factory=list)
-
-    def add(self, entry: TraceEntry) -> None:
-        self.entries.append(entry)
-
-    @property
-    def cost_units(self) -> float:
-        return round(sum(e.cost_units for e in self.entries), 3)
-
-    @property
-    def latency_ms(self) -> float:
-        return sum(e.latency_ms for e in self.entries)

@@ -64,22 +64,6 @@ def _money(value: float) -> float:
     return round_half_up(value, 2)
 
 
-def _consumption_in(state: WorldState, window: Window) -> Iterable[ConsumptionRecord]:
-    """The `consumption` class's records inside the window (the records are in day order)."""
-    records = state.consumption.records
-    lo, hi = 0, len(records)
-    while lo < hi:  # first record on or after window.first
-        mid = (lo + hi) // 2
-        if records[mid].day < window.first:
-            lo = mid + 1
-        else:
-            hi = mid
-    for r in records[lo:]:
-        if r.day > window.last:
-            break
-        yield r
-
-
 class _DailyConsumption:
     """The `consumption` class's records summed per day and product (API calls, session minutes, users), kept
     on the sub-state and brought up to date from the records it has not seen: the sub-state only ever appends

@@ -421,10 +421,6 @@ def unassigned_licenses(state: WorldState, day: Day | str | None = None) -> set[
             if lic.purchased_on <= d and lic.holder_on(d) is None}
 
 
-def cost_center_of(state: WorldState, user_id: str, day: Day | str | None = None) -> str | None:
-    return state.cost_center_membership.cost_center_on(user_id, _anchor(day))
-
-
 def active_users_by_cost_center(state: WorldState, day: Day | str | None = None) -> dict[str, set[str]]:
     """Cost center -> its active users (users the membership class does not know are left out)."""
     d = _anchor(day)

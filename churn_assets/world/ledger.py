@@ -564,11 +564,6 @@ class _LineChecker:
         self.prev_hash = digest
 
 
-def iter_events(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Records in ledger order (a seam for the fold: it takes any iterable of records)."""
-    yield from records
-
-
 def file_sha256(path: Path) -> str:
     """SHA-256 of the (uncompressed) ledger bytes."""
     h = hashlib.sha256()

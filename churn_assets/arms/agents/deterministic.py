@@ -16,8 +16,8 @@ defined in `tasks/templates.py` and docs/tasks.md), written over rows rather tha
 
 Arms whose tools cannot serve a class (the `grounding_no_semantic_model` ablation maps question keywords
 to classes and serves only those) return None for that request; the agent then applies the documented
-fallback of `Fallbacks` (e.g. without `prices` a license is priced at its purchase price), so the answer
-differs exactly where a measure's definition needs a class the question's words do not name.
+fallback (docs/arms.md, "The deterministic agent": e.g. without `prices` a license is priced at its purchase
+price), so the answer differs exactly where a measure's definition needs a class the question's words do not name.
 
 Arms that only retrieve fact records (`grounding_no_source_routing`, the classic-RAG arms) get their
 answer from `arms.extraction` instead: the fixed extraction rule over the records retrieved.
@@ -180,18 +180,6 @@ class Spend:
 # ---------------------------------------------------------------------------------------------------
 # the context a plan runs in
 # ---------------------------------------------------------------------------------------------------
-
-
-class Fallbacks:
-    """What the agent does when an arm does not serve a class a computation needs (documented, fixed):
-
-    - `prices` missing: a license is priced at its recorded purchase price (`unit_price_usd`), and a
-      product's vendor is unknown;
-    - `user_status` missing: every holder of a license counts as an active user;
-    - `cost_center_membership` missing from a spend computation: no license is attributed to a cost
-      center (all spend is unallocated);
-    - any other class missing: the answer is unknown (None).
-    """
 
 
 class Unknown(Exception):
