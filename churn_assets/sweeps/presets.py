@@ -171,7 +171,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("budget", "stale answers over 28 arrival days against refresh cost for four ways of spending a refresh "
            "budget", budget),
     Preset("seeds", "the paper's 2x2 over seeds with a bootstrap interval of on versus off", seeds),
-    Preset("smoke", "a 30-day world, two arms, two T' (seconds, not minutes)", smoke),
+    Preset("smoke", "a 30-day world, two arms, two T' (about 2 minutes cold, seconds when reused)", smoke),
     Preset("regression", "the nightly regression: two 30-day worlds, grounding on and off and naive at T - 27, "
            "gated against baselines/regression.json", regression),
 )}
