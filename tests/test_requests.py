@@ -74,6 +74,14 @@ def test_a_sweep_policy_is_checked_even_when_only_fixed_policy_arms_run() -> Non
         check_sweep(spec, {}, LAUNCHPAD_FIELDS)
 
 
+def test_a_sweep_of_budget_policies_passes_the_check() -> None:
+    # naive reads its own vintage: it runs under its one policy, and the policies are probed on an arm taking any
+    spec = customize(preset_spec("smoke", PresetArgs(seeds=(3,))), policies=["uniform:4", "proportional:8"])
+    evaluated, _ = check_sweep(spec, {}, LAUNCHPAD_FIELDS)
+    assert {c.policy for c in evaluated if c.arm == "grounding"} == {"uniform:4", "proportional:8"}
+    assert {c.policy for c in evaluated if c.arm == "naive"} == {"tiered"}
+
+
 def test_a_sweep_world_given_by_id_needs_its_stored_config() -> None:
     spec = preset_spec("smoke", PresetArgs(worlds=(WORLD.world_id,)))
     with pytest.raises(RequestError, match=r"^worlds/seeds: world 'default-s3-\w+' is not registered"):

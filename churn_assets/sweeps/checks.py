@@ -47,10 +47,11 @@ def check_sweep(spec: SweepSpec, stored: Mapping[str, WorldConfig | None], field
     unknown = [a for a in spec.arms if a not in ARMS]
     if unknown:
         raise RequestError(f"{fields.arm}: unknown arm {unknown[0]!r} (arms: {', '.join(ARMS)})")
-    evaluated, exposure = cells(spec, worlds, {name: a.fixed_policy for name, a in ARMS.items()})
-    # Every policy of the spec, even one that only arms with a fixed policy were given (a typo is still a typo).
+    evaluated, exposure = cells(spec, worlds, {name: a.only_policy for name, a in ARMS.items()})
+    # Every policy of the spec, even one that only arms with a fixed policy were given (a typo is still a typo),
+    # checked on an arm that takes any policy (not one that reads its own vintage: it refuses all but the default).
     first = worlds[0]
-    probe = [Cell(first.world_id, next(a for a in ARMS if ARMS[a].fixed_policy is None), p, spec.t, spec.t)
+    probe = [Cell(first.world_id, next(a for a in ARMS if ARMS[a].only_policy is None), p, spec.t, spec.t)
              for p in spec.policies]
     seen: set[tuple[str, str, str, object, object]] = set()
     for cell in [*probe, *evaluated, *exposure]:
