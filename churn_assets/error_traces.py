@@ -43,7 +43,7 @@ def traces_dir() -> Path:
         if paths.root.is_dir():
             return paths.error_traces_dir
     except (OSError, UserFacingError):
-        pass
+        pass  # no usable state folder (the error may be about it): the trace still gets a file, below
     return Path(tempfile.gettempdir()) / "churnbench-errors"
 
 

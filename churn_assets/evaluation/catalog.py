@@ -155,14 +155,7 @@ def runs_table() -> sa.Table:
         sa.Column("run_id", sa.BigInteger, sa.Identity(always=True)),
         sa.Column("experiment_hash", sa.Text, nullable=False),
         sa.Column("code_version", sa.Text, nullable=False),
-        sa.Column("world", sa.Text, nullable=False),
-        sa.Column("scenario_key", sa.Text, nullable=False),
-        sa.Column("arm", sa.Text, nullable=False),
-        sa.Column("policy", sa.Text, nullable=False),
-        sa.Column("t_prime", sa.Date, nullable=False),
-        sa.Column("t", sa.Date, nullable=False),
-        sa.Column("agent_id", sa.Text, nullable=False),
-        sa.Column("saas_profile", sa.Text, nullable=False),
+        *_scenario_column_defs(),
         sa.Column("status", sa.Text, nullable=False),
         sa.Column("tasks", sa.Integer),
         sa.Column("accuracy", sa.Double),
@@ -194,6 +187,15 @@ def runs_table() -> sa.Table:
     )
 
 
+def _scenario_column_defs() -> list[sa.Column[Any]]:
+    """The scenario's columns, in the order both tables have them (`_scenario_columns` fills them)."""
+    import sqlalchemy as sa
+
+    return [sa.Column(name, kind, nullable=False) for name, kind in (
+        ("world", sa.Text), ("scenario_key", sa.Text), ("arm", sa.Text), ("policy", sa.Text), ("t_prime", sa.Date),
+        ("t", sa.Date), ("agent_id", sa.Text), ("saas_profile", sa.Text))]
+
+
 @functools.cache
 def experiments_table() -> sa.Table:
     """`churnbench.results_experiments` (revision 0004): one summary per experiment, code version and number
@@ -207,14 +209,7 @@ def experiments_table() -> sa.Table:
         sa.Column("experiment_hash", sa.Text, nullable=False),
         sa.Column("code_version", sa.Text, nullable=False),
         sa.Column("repeats", sa.Integer, nullable=False),
-        sa.Column("world", sa.Text, nullable=False),
-        sa.Column("scenario_key", sa.Text, nullable=False),
-        sa.Column("arm", sa.Text, nullable=False),
-        sa.Column("policy", sa.Text, nullable=False),
-        sa.Column("t_prime", sa.Date, nullable=False),
-        sa.Column("t", sa.Date, nullable=False),
-        sa.Column("agent_id", sa.Text, nullable=False),
-        sa.Column("saas_profile", sa.Text, nullable=False),
+        *_scenario_column_defs(),
         sa.Column("tasks", sa.Integer, nullable=False),
         sa.Column("accuracy_mean", sa.Double),
         sa.Column("accuracy_low", sa.Double),

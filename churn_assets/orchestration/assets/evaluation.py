@@ -23,9 +23,9 @@ The deterministic agent's repeats must answer alike: a difference fails the run,
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import dataclasses
 import datetime as dt
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
@@ -144,10 +144,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     loaded = world_ledger(state, world)
     resolver = shared_resolver(loaded.records, format_version=loaded.format_version)  # shared by a worker's cells
     settings = agent = None  # the deterministic agent
-
-    def serve_local(settings: Any, gguf: Any) -> str:
-        return _serve_local(paths, settings, gguf)
-
+    serve_local = functools.partial(_serve_local, paths)  # (settings, gguf) -> this state folder's model server
     if not deterministic:
         from churn_assets.arms.agents.llm import agent_for_scenario, check_agent_settings
 
