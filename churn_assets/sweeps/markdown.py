@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# One reader of a table line for the contract documents and the reports: both escape `\\` and `|` alike.
+from contracts.parse import split_row
+
 NONE = "_none_"  # what an empty table renders as
 
 
@@ -34,28 +37,6 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], headers: Se
     lines = ["| " + " | ".join(cell_text(h) for h in head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell_text(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
-
-
-def split_row(line: str) -> list[str]:
-    """The cells of one table line, unescaped (`\\|` is a bar inside a cell, `\\\\` a backslash)."""
-    text = line.strip()
-    if not (text.startswith("|") and text.endswith("|") and len(text) >= 2):
-        raise ValueError(f"not a table row: {line!r}")
-    cells, current, i = [], [], 1
-    while i < len(text) - 1:
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text) - 1 and text[i + 1] in "|\\":
-            current.append(text[i + 1])
-            i += 2
-            continue
-        if ch == "|":
-            cells.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-        i += 1
-    cells.append("".join(current).strip())
-    return cells
 
 
 def parse_table(text: str) -> list[dict[str, str]]:
