@@ -212,13 +212,15 @@ class _Verifier:
     # -- the run's records ---------------------------------------------------------------------------------
 
     def _row_of(self, folder: Path) -> CatalogRun | None:
-        """The catalog row of a folder named by its path: by the experiment its summary names."""
+        """The catalog row of a folder named by its path: by the experiment and the repeat its summary names (a
+        repeat's folder has its own row and seal: repeat 0's would call every file of it changed)."""
         from churn_assets.evaluation.results import RunKey
 
         try:
             summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
             key = RunKey(str(summary["experiment"]["world_id"]), str(summary["scenario_key"]),
-                         str(summary["experiment_hash"]), str(summary["code_version"]))
+                         str(summary["experiment_hash"]), str(summary["code_version"]),
+                         repeat=int(summary.get("repeat", 0)))
         except (OSError, ValueError, KeyError, TypeError):
             return None  # the plain check says what is wrong with the summary
         return self.catalog.get(key)

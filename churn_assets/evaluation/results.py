@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -93,15 +94,23 @@ ANSWER_PACKAGES = ("torch", "transformers", "sentence-transformers", "gt-all-min
 
 def package_versions(names: Iterable[str] = ANSWER_PACKAGES) -> dict[str, str | None]:
     """Installed version of each package (None when it is not installed)."""
+    return dict(_installed_versions(tuple(names)))
+
+
+# Read once per process: each `importlib.metadata.version` scans sys.path (a cell asked it 8 times, about 2 s of
+# a warm paper's CPU per worker), and a process answers with the code it imported, whose versions are the ones
+# read first even if a package is upgraded on disk later. A few name tuples at most: bounded.
+@functools.lru_cache(maxsize=8)
+def _installed_versions(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
     from importlib.metadata import PackageNotFoundError, version
 
-    out: dict[str, str | None] = {}
+    out: list[tuple[str, str | None]] = []
     for name in names:
         try:
-            out[name] = version(name)
+            out.append((name, version(name)))
         except PackageNotFoundError:
-            out[name] = None
-    return out
+            out.append((name, None))
+    return tuple(out)
 
 
 def experiment_hash(spec: Mapping[str, Any]) -> str:

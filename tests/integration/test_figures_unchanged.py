@@ -277,6 +277,8 @@ def test_repeats_of_the_deterministic_agent_answer_alike_and_a_difference_fails(
     checked = _cli("verify-results", single["scenario_key"])
     assert checked.exit_code == 0, checked.output
     assert checked.output.count(f"{TASKS} rows confirmed") == 2 and "repeat 1:" in checked.output
+    by_path = _cli("verify-results", str(second))  # a repeat's folder by its path: checked against its own seal
+    assert by_path.exit_code == 0 and by_path.output.count(f"{TASKS} rows confirmed") == 1, by_path.output
 
     # Through the cell pool (a sweep's path: the repeats travel as a run tag): every repeat reused
     [cell] = run_cells(session.paths, [Cell(config.world_id, arm, policy, t_prime, T)], workers=1,

@@ -38,9 +38,11 @@ from churn_assets.world.config import load_config
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 TASKS = 10  # "about 10 tasks" of the CI test
-REPEATS = 1  # part B's --repeats: K = 2 is this constant (each repeat's rows are checked the same way)
+REPEATS = 2  # K = 2, the acceptance's: each repeat's rows are checked the same way
 T = dt.date(2024, 1, 29)
-RESUME_T, RESUME_TASKS = dt.date(2024, 1, 27), 2  # the kill-and-resume run: another day, two tasks
+# The kill-and-resume run: another day (a day's task set is an input built once: the same day with fewer tasks
+# would reuse the first test's results), two tasks, one repeat.
+RESUME_T, RESUME_TASKS = dt.date(2024, 1, 27), 2
 ARM = "naive"
 # Short tasks for CI: one read of at most 10 rows, then the answer (the agent id says so).
 CI_SETTINGS = {"CHURNBENCH_LLM_MAX_TOOL_ROUNDS": "1", "CHURNBENCH_LLM_MAX_ROWS": "10"}
@@ -68,15 +70,18 @@ def llm_env(cli_env: Callable[..., dict[str, str]], state: StatePaths, tasks: in
     return env
 
 
-def run_args(churnbench_exe: str, world: str, t: dt.date) -> list[str]:
+def run_args(churnbench_exe: str, world: str, t: dt.date, repeats: int = 1) -> list[str]:
     t_prime = t - dt.timedelta(days=1)  # naive reads everything live at T: T' only names the scenario
     return [churnbench_exe, "run", "--world", world, "--arm", ARM, "--t-prime", t_prime.isoformat(), "--t",
-            t.isoformat(), "--agent", "llm", *(["--repeats", str(REPEATS)] if REPEATS > 1 else [])]
+            t.isoformat(), "--agent", "llm", *(["--repeats", str(repeats)] if repeats > 1 else [])]
 
 
-def result_dirs(output: str) -> list[Path]:
-    return [Path(line.removeprefix("results: ").strip()) for line in output.splitlines()
-            if line.startswith("results: ")]
+def result_dirs(output: str, repeats: int = 1) -> list[Path]:
+    """The results folders a run printed: repeat 0's, then its siblings `<folder>__rep<r>` (`run` prints the first
+    and says how many siblings it has)."""
+    first = [Path(line.removeprefix("results: ").split(" (and its ")[0].strip()) for line in output.splitlines()
+             if line.startswith("results: ")]
+    return [*first, *(Path(f"{f}__rep{r}") for f in first[:1] for r in range(1, repeats))]
 
 
 def rows_of(folder: Path) -> list[dict[str, Any]]:
@@ -94,11 +99,12 @@ def test_a_real_model_answers_every_task_with_tokens_reads_and_defined_verdicts(
         llm_world: str, state_paths: StatePaths, churnbench_exe: str, cli_env: Callable[..., dict[str, str]],
         tmp_path: Path) -> None:
     started = time.perf_counter()
-    done = subprocess.run(run_args(churnbench_exe, llm_world, T), env=llm_env(cli_env, state_paths, TASKS, tmp_path),
-                          capture_output=True, text=True, timeout=1400)
+    done = subprocess.run(run_args(churnbench_exe, llm_world, T, REPEATS),
+                          env=llm_env(cli_env, state_paths, TASKS, tmp_path), capture_output=True, text=True,
+                          timeout=1400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     seconds = time.perf_counter() - started
-    folders = result_dirs(done.stdout)
+    folders = result_dirs(done.stdout, REPEATS)
     assert len(folders) == REPEATS, done.stdout
     reads = 0
     for folder in folders:
