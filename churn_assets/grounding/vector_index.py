@@ -32,7 +32,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, LiteralString
@@ -43,6 +43,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import ident, parse_schema_name, relation_exists, schema_name
 from churn_assets.grounding.chunks import Chunk, chunk_documents, identifiers_in
 from churn_assets.grounding.embeddings import CountingEncoder, Encoder
+from churn_assets.progress import Tally
 
 if TYPE_CHECKING:
     import psycopg
@@ -60,6 +61,8 @@ ENCODE_BATCH = 256  # texts per encoder call: each batch is stored as soon as it
 # Bump when a table of this module or `rag_corpus.py` changes: older tables are dropped and rebuilt (they
 # are caches of the documents and the ledger; the partitions are then materialized again).
 STORE_VERSION = 1
+# `progress(n)` of a build: the tally to count its `n` texts to embed in (`embed_missing`).
+Progress = Callable[[int], Tally]
 
 # The DDL of every table of the store (this module's and the RAG corpus'): `{table}` is the table, qualified by
 # the world's staging schema, filled in by `ensure_tables` with `sql.Identifier`.
@@ -262,12 +265,14 @@ class EmbedResult:
 
 
 def embed_missing(conn: psycopg.Connection[Any], schema: str, texts: Mapping[str, str], encoder: Encoder,
-                  *, batch: int = ENCODE_BATCH) -> EmbedResult:
+                  *, batch: int = ENCODE_BATCH, progress: Progress | None = None) -> EmbedResult:
     """Make sure every text of `texts` ({content hash: text}) has an embedding for the encoder's model:
-    encode only the missing ones, in batches of `batch`, storing each batch as soon as it is encoded."""
+    encode only the missing ones, in batches of `batch`, storing each batch as soon as it is encoded.
+    `progress(n)`: the tally to count the `n` texts to encode in, batch by batch (the long part of a build)."""
     counting = CountingEncoder(encoder)
     model = encoder.model_id
     missing = sorted(set(texts) - stored_hashes(conn, schema, model, list(texts)), key=lambda h: (len(texts[h]), h))
+    tally = progress(len(missing)) if progress is not None else None
     for start in range(0, len(missing), batch):
         hashes = missing[start:start + batch]
         contents = [texts[h] for h in hashes]
@@ -275,6 +280,10 @@ def embed_missing(conn: psycopg.Connection[Any], schema: str, texts: Mapping[str
         if vectors.shape != (len(hashes), encoder.dimension):
             raise VectorIndexError(f"encoder {model} returned shape {vectors.shape} for {len(hashes)} texts")
         store_embeddings(conn, schema, model, hashes, contents, vectors)
+        if tally is not None:
+            tally.advance(len(hashes))
+    if tally is not None:
+        tally.finish()
     return EmbedResult(len(texts), counting.stats.texts, counting.stats.calls, counting.stats.seconds)
 
 
@@ -333,10 +342,12 @@ def content_version(model: str, keyed_hashes: Sequence[tuple[str, str]]) -> str:
 
 
 def build_vector_index(conn: psycopg.Connection[Any], world_id: str, day: dt.date, documents: Mapping[str, str],
-                       encoder: Encoder, *, source_version: str | None = None) -> IndexBuild:
+                       encoder: Encoder, *, source_version: str | None = None,
+                       progress: Progress | None = None) -> IndexBuild:
     """Index the documents of `day` ({contract id: Markdown}): chunk, embed what is new, replace the day.
 
-    `source_version` (e.g. the document manifest's hash) is stored with the build for lineage.
+    `source_version` (e.g. the document manifest's hash) is stored with the build for lineage; `progress`: see
+    `embed_missing`.
     """
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -345,7 +356,7 @@ def build_vector_index(conn: psycopg.Connection[Any], world_id: str, day: dt.dat
 
     schema = ensure_tables(conn, world_id, INDEX_TABLES)
     texts = {c.content_hash: c.text for c in chunks}
-    embedded = embed_missing(conn, schema, texts, encoder)
+    embedded = embed_missing(conn, schema, texts, encoder, progress=progress)
     seconds["embed"] = embedded.seconds
 
     started = time.perf_counter()
