@@ -30,8 +30,8 @@ def partition_label(what: str, world: str, day: dt.date | None = None) -> str:
 class Tally:
     """Counts done of `total` and says so through `echo`: `<label>: 512/3401 chunks embedded, 12 s`.
 
-    The first call of `advance` that finds `every_s` passed since the last line writes one; `finish()` always
-    writes the last (`... in 158.0 s`). `total` may grow when the work learns its size late (`grow_to`)."""
+    The first call of `advance` that finds `every_s` passed since the last line writes one (unless all is done);
+    `finish()` always writes the last (`... in 158.0 s`)."""
 
     def __init__(self, label: str, total: int, unit: str, echo: Echo, *, every_s: float = EVERY_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -41,13 +41,10 @@ class Tally:
         self.started = self.last = clock()
         echo(f"{label}: 0/{total} {unit}")
 
-    def grow_to(self, total: int) -> None:
-        self.total = max(self.total, total)
-
     def advance(self, n: int = 1) -> None:
         self.done += n
         now = self.clock()
-        if now - self.last >= self.every_s:
+        if now - self.last >= self.every_s and self.done < self.total:  # all done: `finish` says so
             self.last = now
             self.echo(f"{self.label}: {self.done}/{max(self.total, self.done)} {self.unit}, "
                       f"{now - self.started:.0f} s")

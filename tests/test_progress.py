@@ -25,3 +25,13 @@ def test_a_tally_prints_the_first_line_throttled_counts_and_the_last() -> None:
 
 def test_a_world_partition_is_labelled_by_its_world_alone() -> None:
     assert partition_label("analytics_dbt", "w-s1-abcdef") == "analytics_dbt [w-s1-abcdef]"
+
+
+def test_work_done_in_one_step_gets_the_last_line_only() -> None:
+    now = [0.0]
+    lines: list[str] = []
+    tally = Tally("dbt build [w]", 3, "models", lines.append, clock=lambda: now[0])
+    now[0] = 60.0
+    tally.advance(3)
+    tally.finish()
+    assert lines == ["dbt build [w]: 0/3 models", "dbt build [w]: 3/3 models in 60.0 s"]
