@@ -15,9 +15,9 @@ from typing import Any
 
 import pypdf
 import pytest
+from ledger_records import make_ledger
 
 from churn_assets.world.config import load_config
-from churn_assets.world.events import EVENT_KINDS, payload_error
 from churn_assets.world.ledger import load_ledger
 from churn_assets.world.simulator import generate_ledger
 from contracts.build import build_day
@@ -29,17 +29,6 @@ from contracts.store import DocumentStoreError, compare_days, read_day, stored_d
 
 D = dt.date.fromisoformat
 WORLD = "test-s1-000000"
-
-
-def make_ledger(*events: tuple[str, str, str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Format-2 records (no hash chain: the fold does not read it), schema-checked."""
-    records = []
-    for seq, (at, kind, entity_id, payload) in enumerate(events):
-        spec = EVENT_KINDS[kind]
-        assert payload_error(spec, payload) is None, payload_error(spec, payload)
-        records.append({"seq": seq, "at": at, "kind": kind, "entity_type": spec.entity_type,
-                        "entity_id": entity_id, "payload": payload})
-    return records
 
 
 def _vendor(name: str, tier: str) -> dict[str, Any]:

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_records import make_ledger
 
 from churn_assets.world import fold
-from churn_assets.world.events import ENTITY_CLASSES, EVENT_KINDS, V1_EVENT_KINDS, payload_error
+from churn_assets.world.events import ENTITY_CLASSES, EVENT_KINDS, V1_EVENT_KINDS
 from churn_assets.world.fold import (
+    V1_OPERATIONS,
     V2_OPERATIONS,
     active_users,
     assigned_licenses,
@@ -26,20 +28,8 @@ from churn_assets.world.fold import (
 )
 from churn_assets.world.ledger import load_ledger
 from churn_assets.world.state import FoldError, Holding, Membership
-from churn_assets.world.v1 import V1_OPERATIONS
 
 D = dt.date.fromisoformat
-
-
-def make_ledger(*events: tuple[str, str, str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Format-2 records (without the hash chain, which the fold does not read), schema-checked."""
-    records = []
-    for seq, (at, kind, entity_id, payload) in enumerate(events):
-        spec = EVENT_KINDS[kind]
-        assert payload_error(spec, payload) is None, payload_error(spec, payload)
-        records.append({"seq": seq, "at": at, "kind": kind, "entity_type": spec.entity_type,
-                        "entity_id": entity_id, "payload": payload})
-    return records
 
 
 def _cost_center(name: str, business_unit: str) -> dict[str, Any]:

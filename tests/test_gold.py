@@ -7,26 +7,16 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from ledger_records import make_ledger
 
 from churn_assets.tasks.gold import GOLD, GoldError, GoldResolver, Window, complete_vintage, gold
 from churn_assets.tasks.templates import TEMPLATES, template
 from churn_assets.world.calendar import whole_months
-from churn_assets.world.events import ENTITY_CLASSES, EVENT_KINDS, payload_error
+from churn_assets.world.events import ENTITY_CLASSES
 from churn_assets.world.fold import uniform_vintage
 
 D = dt.date.fromisoformat
 T = D("2024-01-20")
-
-
-def make_ledger(*events: tuple[str, str, str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Format-2 records (no hash chain: the fold does not read it), each payload schema-checked."""
-    records = []
-    for seq, (at, kind, entity_id, payload) in enumerate(events):
-        spec = EVENT_KINDS[kind]
-        assert payload_error(spec, payload) is None, (kind, payload_error(spec, payload))
-        records.append({"seq": seq, "at": at, "kind": kind, "entity_type": spec.entity_type,
-                        "entity_id": entity_id, "payload": payload})
-    return records
 
 
 def _vendor(name: str, tier: str) -> dict[str, Any]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,81 +99,59 @@ def _expect_refusal(d: Path, line: int | None, fragment: str) -> None:
     assert fragment in msg, msg
 
 
-def test_refuses_malformed_json(ledger_copy: Path) -> None:
+Where = int | tuple[str, str]  # a line index, or the first line whose record has (field, value)
+
+
+def _index(lines: list[str], where: Where) -> int:
+    if isinstance(where, int):
+        return where
+    field, value = where
+    return next(i for i, ln in enumerate(lines) if json.loads(ln)[field] == value)
+
+
+# (where, the edit of that line's record, what the refusal says): each refused at that line.
+RECORD_EDITS: dict[str, tuple[Where, Callable[[dict[str, Any]], Any], str]] = {
+    "missing field": (3, lambda r: r.pop("entity_id"), "missing entity_id"),
+    "mistyped field": (3, lambda r: r.update(seq="3"), "seq must be an integer"),
+    "unknown kind": (5, lambda r: r.update(kind="user_teleported"), "unknown event kind 'user_teleported'"),
+    "duplicate seq": (9, lambda r: r.update(seq=8), "duplicate seq 8"),
+    "non-monotonic seq": (9, lambda r: r.update(seq=2), "non-monotonic seq 2"),
+    "days going backwards": (("at", "2024-01-03"), lambda r: r.update(at="2024-01-01"), "goes backwards"),
+    "payload violating its schema": (("kind", "vendor_registered"), lambda r: r["payload"].update(tier="platinum"),
+                                     "vendor_registered.tier: must be one of"),
+    "payload with extra precision": (("kind", "product_listed"),
+                                     lambda r: r["payload"].update(list_price_usd=10.123), "more than 2 decimals"),
+}
+# (where, the edit of that line's text, what the refusal says)
+TEXT_EDITS: dict[str, tuple[Where, Callable[[str], str], str]] = {
+    "malformed JSON": (6, lambda ln: ln[:40] + "\n", "malformed JSON"),
+    "broken hash": (("kind", "product_listed"), lambda ln: ln.replace('"list_price_usd":', '"list_price_usd":1', 1),
+                    "hash mismatch"),
+    # same content, spaces added
+    "reformatted line": (2, lambda ln: json.dumps(json.loads(ln), sort_keys=True) + "\n", "hash mismatch"),
+}
+
+
+@pytest.mark.parametrize("case", RECORD_EDITS)
+def test_refuses_an_edited_record_at_its_line(ledger_copy: Path, case: str) -> None:
+    where, edit, fragment = RECORD_EDITS[case]
     lines = _lines(ledger_copy)
-    lines[6] = lines[6][:40] + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 7, "malformed JSON")
-
-
-def test_refuses_missing_field(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    rec = json.loads(lines[3])
-    del rec["entity_id"]
-    lines[3] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 4, "missing entity_id")
-
-
-def test_refuses_mistyped_field(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    rec = json.loads(lines[3])
-    rec["seq"] = "3"
-    lines[3] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 4, "seq must be an integer")
-
-
-def test_refuses_unknown_kind(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    rec = json.loads(lines[5])
-    rec["kind"] = "user_teleported"
-    lines[5] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 6, "unknown event kind 'user_teleported'")
-
-
-def test_refuses_duplicate_seq(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    rec = json.loads(lines[9])
-    rec["seq"] = 8
-    lines[9] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 10, "duplicate seq 8")
-
-
-def test_refuses_non_monotonic_seq(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    rec = json.loads(lines[9])
-    rec["seq"] = 2
-    lines[9] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 10, "non-monotonic seq 2")
-
-
-def test_refuses_days_going_backwards(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    idx = next(i for i, ln in enumerate(lines) if json.loads(ln)["at"] == "2024-01-03")
+    idx = _index(lines, where)
     rec = json.loads(lines[idx])
-    rec["at"] = "2024-01-01"
+    edit(rec)
     lines[idx] = canonical_json(rec) + "\n"
     _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, idx + 1, "goes backwards")
+    _expect_refusal(ledger_copy, idx + 1, fragment)
 
 
-def test_refuses_broken_hash(ledger_copy: Path) -> None:
+@pytest.mark.parametrize("case", TEXT_EDITS)
+def test_refuses_an_edited_line_at_its_line(ledger_copy: Path, case: str) -> None:
+    where, edit, fragment = TEXT_EDITS[case]
     lines = _lines(ledger_copy)
-    idx = next(i for i, ln in enumerate(lines) if json.loads(ln)["kind"] == "product_listed")
-    lines[idx] = lines[idx].replace('"list_price_usd":', '"list_price_usd":1', 1)
+    idx = _index(lines, where)
+    lines[idx] = edit(lines[idx])
     _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, idx + 1, "hash mismatch")
-
-
-def test_refuses_reformatted_line(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    lines[2] = json.dumps(json.loads(lines[2]), sort_keys=True) + "\n"  # same content, spaces added
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, 3, "hash mismatch")
+    _expect_refusal(ledger_copy, idx + 1, fragment)
 
 
 def test_refuses_rehashed_edit_by_next_line(ledger_copy: Path) -> None:
@@ -206,26 +186,6 @@ def test_refuses_truncation(ledger_copy: Path) -> None:
     lines = _lines(ledger_copy)
     _write(ledger_copy, lines[:-5])
     _expect_refusal(ledger_copy, len(lines) - 5, "truncated")
-
-
-def test_refuses_payload_violating_schema(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    idx = next(i for i, ln in enumerate(lines) if json.loads(ln)["kind"] == "vendor_registered")
-    rec = json.loads(lines[idx])
-    rec["payload"]["tier"] = "platinum"
-    lines[idx] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, idx + 1, "vendor_registered.tier: must be one of")
-
-
-def test_refuses_payload_with_extra_precision(ledger_copy: Path) -> None:
-    lines = _lines(ledger_copy)
-    idx = next(i for i, ln in enumerate(lines) if json.loads(ln)["kind"] == "product_listed")
-    rec = json.loads(lines[idx])
-    rec["payload"]["list_price_usd"] = 10.123
-    lines[idx] = canonical_json(rec) + "\n"
-    _write(ledger_copy, lines)
-    _expect_refusal(ledger_copy, idx + 1, "more than 2 decimals")
 
 
 def test_refuses_format2_without_manifest(ledger_copy: Path) -> None:

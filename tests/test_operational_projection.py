@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_records import make_ledger
 
 from churn_assets.fabric.mongo import (
     OperationalStoreError,
@@ -24,7 +25,6 @@ from churn_assets.fabric.operational import (
     window_bounds,
 )
 from churn_assets.world.config import load_config
-from churn_assets.world.events import EVENT_KINDS, payload_error
 from churn_assets.world.fold import (
     active_users,
     assigned_licenses,
@@ -34,16 +34,6 @@ from churn_assets.world.fold import (
 )
 from churn_assets.world.ledger import load_ledger
 from churn_assets.world.simulator import generate_ledger
-
-
-def make_ledger(*events: tuple[str, str, str, dict[str, Any]]) -> list[dict[str, Any]]:
-    records = []
-    for seq, (at, kind, entity_id, payload) in enumerate(events):
-        spec = EVENT_KINDS[kind]
-        assert payload_error(spec, payload) is None, payload_error(spec, payload)
-        records.append({"seq": seq, "at": at, "kind": kind, "entity_type": spec.entity_type,
-                        "entity_id": entity_id, "payload": payload})
-    return records
 
 
 def _use(user: str, product: str, minutes: int = 30) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.d
              f"(load {truth['seconds'] + raw['seconds']:.1f}s; checks passed)")
 
     dbt_keys = sorted(k.to_user_string() for k in analytics_dbt.keys)
-    with lock("dbt build", DBT_BUILD), _step("dbt build", echo) as note, _dbt_progress() as tally:
+    with lock("dbt build", DBT_BUILD), _step("dbt build", echo) as note, _dbt_log() as tally:
         [run] = materialize(session, defs, dbt_keys, [world_id])
         note(f"{len(run.metadata)} models, {tally.get('tests', 0)} dbt tests passed; parity checks passed")
 
@@ -122,11 +122,10 @@ _DBT_RESULT = re.compile(r"^\s*(\d+) of (\d+) (OK|PASS|WARN|ERROR|FAIL|SKIP)\b")
 
 
 class _DbtLines(io.TextIOBase):
-    """Takes dagster-dbt's echo of the dbt log (it writes to stdout): counts results, shows a progress bar
-    on a terminal, and keeps the lines for an error message."""
+    """Takes dagster-dbt's echo of the dbt log (it writes to stdout): counts the results, and keeps the lines for
+    an error message. The build's progress is the asset's own (`progress.Tally`, on stderr)."""
 
-    def __init__(self, advance: Callable[[int], None], total: Callable[[int], None]) -> None:
-        self.advance, self.total = advance, total
+    def __init__(self) -> None:
         self.buffer_text = ""
         self.lines: list[str] = []
         self.tally: dict[str, int] = {}
@@ -141,34 +140,24 @@ class _DbtLines(io.TextIOBase):
             self.lines.append(line)
             m = _DBT_RESULT.match(line)
             if m:
-                self.total(int(m[2]))
-                self.advance(1)
                 kind = "tests" if m[3] in ("PASS", "FAIL", "WARN") else "models"
                 self.tally[kind] = self.tally.get(kind, 0) + 1
         return len(text)
 
 
 @contextlib.contextmanager
-def _dbt_progress() -> Iterator[dict[str, int]]:
-    """Silence dbt's log during the build (a progress bar on a terminal instead); on failure, print its
-    last lines to stderr."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    progress = Progress(TextColumn("[bold]dbt build"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=True, disable=not console.is_terminal)
-    with progress:
-        task = progress.add_task("dbt", total=None)
-        lines = _DbtLines(lambda n: progress.advance(task, n), lambda t: progress.update(task, total=t))
-        try:
-            with contextlib.redirect_stdout(lines):
-                yield lines.tally
-        except Exception:
-            tail = [ln for ln in lines.lines if ln.strip()][-25:]
-            if tail:
-                click.echo("--- dbt log (last lines) ---\n" + "\n".join(tail), err=True)
-            raise
+def _dbt_log() -> Iterator[dict[str, int]]:
+    """Silence dbt's log during the build (the asset prints its progress); on failure, print its last lines to
+    stderr."""
+    lines = _DbtLines()
+    try:
+        with contextlib.redirect_stdout(lines):
+            yield lines.tally
+    except Exception:
+        tail = [ln for ln in lines.lines if ln.strip()][-25:]
+        if tail:
+            click.echo("--- dbt log (last lines) ---\n" + "\n".join(tail), err=True)
+        raise
 
 
 def report_rows(url: str, world_id: str, day: dt.date, echo: Callable[[str], None]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from churn_assets.commands.progress import progress_bar
+from churn_assets.progress import progress_bar
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import check_meaning, load_ledger, resolve_ledger_paths
 from churn_assets.world.meaning import CHECK_VERSION

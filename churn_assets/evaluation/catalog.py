@@ -152,9 +152,7 @@ def runs_table() -> sa.Table:
     statuses = ", ".join(f"'{s}'" for s in STATUSES)
     return sa.Table(
         RUNS_TABLE, metadata,
-        sa.Column("run_id", sa.BigInteger, sa.Identity(always=True)),
-        sa.Column("experiment_hash", sa.Text, nullable=False),
-        sa.Column("code_version", sa.Text, nullable=False),
+        *_experiment_column_defs("run_id"),
         *_scenario_column_defs(),
         sa.Column("status", sa.Text, nullable=False),
         sa.Column("tasks", sa.Integer),
@@ -176,15 +174,31 @@ def runs_table() -> sa.Table:
         sa.Column("repeat", sa.Integer, nullable=False, server_default=sa.text("0")),
         sa.Column("seal", postgresql.JSONB),
         sa.Column("dagster_run_id", sa.Text),
-        sa.PrimaryKeyConstraint("run_id", name="results_runs_pkey"),
-        sa.UniqueConstraint("experiment_hash", "code_version", "repeat",
-                            name="results_runs_experiment_hash_code_version_repeat_key"),
+        *_keys(RUNS_TABLE, "run_id", "repeat"),
         sa.CheckConstraint(f"status IN ({statuses})", name="results_runs_status_check"),
         sa.CheckConstraint("status <> 'complete' OR (finished_at IS NOT NULL AND tasks IS NOT NULL)",
                            name="results_runs_check"),
-        sa.Index("results_runs_world_ix", "world", "scenario_key"),
         comment=TABLE_COMMENT,
     )
+
+
+def _experiment_column_defs(row_id: str) -> list[sa.Column[Any]]:
+    """A row's own id, then the experiment it belongs to (hash and code version), as both tables begin."""
+    import sqlalchemy as sa
+
+    return [sa.Column(row_id, sa.BigInteger, sa.Identity(always=True)),
+            sa.Column("experiment_hash", sa.Text, nullable=False), sa.Column("code_version", sa.Text, nullable=False)]
+
+
+def _keys(table: str, row_id: str, repeat: str) -> list[sa.schema.SchemaItem]:
+    """Both tables' keys, named as Postgres named them in the hand-written DDL: the row id; one row per experiment,
+    code version and `repeat` (the repeat's number, or the number of repeats summarized); an index by world."""
+    import sqlalchemy as sa
+
+    return [sa.PrimaryKeyConstraint(row_id, name=f"{table}_pkey"),
+            sa.UniqueConstraint("experiment_hash", "code_version", repeat,
+                                name=f"{table}_experiment_hash_code_version_{repeat}_key"),
+            sa.Index(f"{table}_world_ix", "world", "scenario_key")]
 
 
 def _scenario_column_defs() -> list[sa.Column[Any]]:
@@ -205,9 +219,7 @@ def experiments_table() -> sa.Table:
 
     return sa.Table(
         EXPERIMENTS_TABLE, runs_table().metadata,
-        sa.Column("experiment_id", sa.BigInteger, sa.Identity(always=True)),
-        sa.Column("experiment_hash", sa.Text, nullable=False),
-        sa.Column("code_version", sa.Text, nullable=False),
+        *_experiment_column_defs("experiment_id"),
         sa.Column("repeats", sa.Integer, nullable=False),
         *_scenario_column_defs(),
         sa.Column("tasks", sa.Integer, nullable=False),
@@ -220,11 +232,8 @@ def experiments_table() -> sa.Table:
         sa.Column("stale_answers_mean", sa.Double),
         sa.Column("summary", postgresql.JSONB, nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
-        sa.PrimaryKeyConstraint("experiment_id", name="results_experiments_pkey"),
-        sa.UniqueConstraint("experiment_hash", "code_version", "repeats",
-                            name="results_experiments_experiment_hash_code_version_repeats_key"),
+        *_keys(EXPERIMENTS_TABLE, "experiment_id", "repeats"),
         sa.CheckConstraint("repeats >= 1", name="results_experiments_repeats_check"),
-        sa.Index("results_experiments_world_ix", "world", "scenario_key"),
         comment=EXPERIMENTS_COMMENT,
     )
 

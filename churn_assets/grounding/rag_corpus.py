@@ -40,6 +40,7 @@ from churn_assets.grounding.vector_index import (
     RAG_BUILDS_TABLE,
     RAG_RECORDS_TABLE,
     RAG_TABLES,
+    Progress,
     VectorIndexError,
     content_version,
     copy_rows,
@@ -303,9 +304,10 @@ class CorpusBuild:
 
 def build_rag_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, state: WorldState,
                      documents: Mapping[str, str], encoder: Encoder, *,
-                     source_version: str | None = None) -> CorpusBuild:
+                     source_version: str | None = None, progress: Progress | None = None) -> CorpusBuild:
     """Serialise the world as of `day` (`state`: a fold as of `day`; `documents`: {contract id: Markdown}
-    of that day), embed the texts not embedded before, and replace the day's records."""
+    of that day), embed the texts not embedded before, and replace the day's records. `progress`: see
+    `vector_index.embed_missing`."""
     from psycopg import sql
 
     seconds: dict[str, float] = {}
@@ -314,7 +316,7 @@ def build_rag_corpus(conn: psycopg.Connection[Any], world_id: str, day: Day, sta
     seconds["serialise"] = time.perf_counter() - started
 
     schema = ensure_tables(conn, world_id, RAG_TABLES)
-    embedded = embed_missing(conn, schema, {r.content_hash: r.text for r in records}, encoder)
+    embedded = embed_missing(conn, schema, {r.content_hash: r.text for r in records}, encoder, progress=progress)
     seconds["embed"] = embedded.seconds
 
     started = time.perf_counter()

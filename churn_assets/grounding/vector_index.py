@@ -32,7 +32,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, LiteralString
@@ -43,6 +43,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.fabric.postgres import ident, parse_schema_name, relation_exists, schema_name
 from churn_assets.grounding.chunks import Chunk, chunk_documents, identifiers_in
 from churn_assets.grounding.embeddings import CountingEncoder, Encoder
+from churn_assets.progress import Tally
 
 if TYPE_CHECKING:
     import psycopg
@@ -60,79 +61,45 @@ ENCODE_BATCH = 256  # texts per encoder call: each batch is stored as soon as it
 # Bump when a table of this module or `rag_corpus.py` changes: older tables are dropped and rebuilt (they
 # are caches of the documents and the ledger; the partitions are then materialized again).
 STORE_VERSION = 1
+# `progress(n)` of a build: the tally to count its `n` texts to embed in (`embed_missing`).
+Progress = Callable[[int], Tally]
 
 # The DDL of every table of the store (this module's and the RAG corpus'): `{table}` is the table, qualified by
 # the world's staging schema, filled in by `ensure_tables` with `sql.Identifier`.
-_EMBEDDINGS_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    content_hash text NOT NULL,
-    model text NOT NULL,
-    content text NOT NULL,
-    embedding vector NOT NULL,
-    PRIMARY KEY (content_hash, model)
-);
-COMMENT ON TABLE {table} IS
-    'Every text embedded for the vector index or the RAG corpus, once per content hash (SHA-256 of content) and model.';
-"""
 
-_CHUNKS_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    day date NOT NULL,
-    contract_id text NOT NULL,
-    chunk_no integer NOT NULL,
-    section text NOT NULL,
-    content_hash text NOT NULL,
-    PRIMARY KEY (day, contract_id, chunk_no)
-);
-COMMENT ON TABLE {table} IS
-    'The contract chunks of the vector index as of each day (a vector_index partition); embeddings by content_hash.';
-"""
 
-_BUILDS_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    day date PRIMARY KEY,
-    model text NOT NULL,
-    documents integer NOT NULL,
-    chunks integer NOT NULL,
-    unique_chunks integer NOT NULL,
-    embedded integer NOT NULL,
-    encoder_calls integer NOT NULL,
-    content_version text NOT NULL,
-    source_version text
-);
-COMMENT ON TABLE {table} IS
-    'One row per built vector_index day (written last): the day''s chunks are complete.';
-"""
+def _table_ddl(columns: Sequence[str], comment: str) -> LiteralString:
+    body = ",\n    ".join(columns)
+    return f"CREATE TABLE IF NOT EXISTS {{table}} (\n    {body}\n);\nCOMMENT ON TABLE {{table}} IS\n    '{comment}';\n"
 
-_RAG_RECORDS_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    day date NOT NULL,
-    record_id text NOT NULL,
-    kind text NOT NULL,
-    entity_id text NOT NULL,
-    refs text[] NOT NULL,
-    content_hash text NOT NULL,
-    PRIMARY KEY (day, record_id)
-);
-COMMENT ON TABLE {table} IS
-    'The classic-RAG corpus as built on each day (data time = day); record texts and embeddings by content_hash.';
-"""
 
-_RAG_BUILDS_DDL = """
-CREATE TABLE IF NOT EXISTS {table} (
-    day date PRIMARY KEY,
-    model text NOT NULL,
-    records integer NOT NULL,
-    unique_texts integer NOT NULL,
-    embedded integer NOT NULL,
-    encoder_calls integer NOT NULL,
-    kinds jsonb NOT NULL,
-    content_version text NOT NULL,
-    source_version text
-);
-COMMENT ON TABLE {table} IS
-    'One row per built RAG corpus day (written last): the day''s records are complete.';
-"""
+def _day_content_ddl(columns: Sequence[str], key: str, comment: str) -> LiteralString:
+    """A day's content (chunks, records): its texts and embeddings by `content_hash` in the embedding store."""
+    return _table_ddl(("day date NOT NULL", *columns, "content_hash text NOT NULL", f"PRIMARY KEY (day, {key})"),
+                      comment)
+
+
+def _day_builds_ddl(what: str, items: str, counts: Sequence[str], extra: Sequence[str] = ()) -> LiteralString:
+    """One row per built day of `what`, written last: a row says the day's `items` are complete."""
+    return _table_ddl(("day date PRIMARY KEY", "model text NOT NULL", *(f"{c} integer NOT NULL" for c in counts),
+                       "embedded integer NOT NULL", "encoder_calls integer NOT NULL", *extra,
+                       "content_version text NOT NULL", "source_version text"),
+                      f"One row per built {what} day (written last): the day''s {items} are complete.")
+
+
+_EMBEDDINGS_DDL = _table_ddl(
+    ("content_hash text NOT NULL", "model text NOT NULL", "content text NOT NULL", "embedding vector NOT NULL",
+     "PRIMARY KEY (content_hash, model)"),
+    "Every text embedded for the vector index or the RAG corpus, once per content hash (SHA-256 of content) and "
+    "model.")
+_CHUNKS_DDL = _day_content_ddl(
+    ("contract_id text NOT NULL", "chunk_no integer NOT NULL", "section text NOT NULL"), "contract_id, chunk_no",
+    "The contract chunks of the vector index as of each day (a vector_index partition); embeddings by content_hash.")
+_BUILDS_DDL = _day_builds_ddl("vector_index", "chunks", ("documents", "chunks", "unique_chunks"))
+_RAG_RECORDS_DDL = _day_content_ddl(
+    ("record_id text NOT NULL", "kind text NOT NULL", "entity_id text NOT NULL", "refs text[] NOT NULL"), "record_id",
+    "The classic-RAG corpus as built on each day (data time = day); record texts and embeddings by content_hash.")
+_RAG_BUILDS_DDL = _day_builds_ddl("RAG corpus", "records", ("records", "unique_texts"), ("kinds jsonb NOT NULL",))
 
 TABLE_DDL: dict[str, LiteralString] = {
     EMBEDDINGS_TABLE: _EMBEDDINGS_DDL, CHUNKS_TABLE: _CHUNKS_DDL, BUILDS_TABLE: _BUILDS_DDL,
@@ -262,12 +229,14 @@ class EmbedResult:
 
 
 def embed_missing(conn: psycopg.Connection[Any], schema: str, texts: Mapping[str, str], encoder: Encoder,
-                  *, batch: int = ENCODE_BATCH) -> EmbedResult:
+                  *, batch: int = ENCODE_BATCH, progress: Progress | None = None) -> EmbedResult:
     """Make sure every text of `texts` ({content hash: text}) has an embedding for the encoder's model:
-    encode only the missing ones, in batches of `batch`, storing each batch as soon as it is encoded."""
+    encode only the missing ones, in batches of `batch`, storing each batch as soon as it is encoded.
+    `progress(n)`: the tally to count the `n` texts to encode in, batch by batch (the long part of a build)."""
     counting = CountingEncoder(encoder)
     model = encoder.model_id
     missing = sorted(set(texts) - stored_hashes(conn, schema, model, list(texts)), key=lambda h: (len(texts[h]), h))
+    tally = progress(len(missing)) if progress is not None else None
     for start in range(0, len(missing), batch):
         hashes = missing[start:start + batch]
         contents = [texts[h] for h in hashes]
@@ -275,6 +244,10 @@ def embed_missing(conn: psycopg.Connection[Any], schema: str, texts: Mapping[str
         if vectors.shape != (len(hashes), encoder.dimension):
             raise VectorIndexError(f"encoder {model} returned shape {vectors.shape} for {len(hashes)} texts")
         store_embeddings(conn, schema, model, hashes, contents, vectors)
+        if tally is not None:
+            tally.advance(len(hashes))
+    if tally is not None:
+        tally.finish()
     return EmbedResult(len(texts), counting.stats.texts, counting.stats.calls, counting.stats.seconds)
 
 
@@ -333,10 +306,12 @@ def content_version(model: str, keyed_hashes: Sequence[tuple[str, str]]) -> str:
 
 
 def build_vector_index(conn: psycopg.Connection[Any], world_id: str, day: dt.date, documents: Mapping[str, str],
-                       encoder: Encoder, *, source_version: str | None = None) -> IndexBuild:
+                       encoder: Encoder, *, source_version: str | None = None,
+                       progress: Progress | None = None) -> IndexBuild:
     """Index the documents of `day` ({contract id: Markdown}): chunk, embed what is new, replace the day.
 
-    `source_version` (e.g. the document manifest's hash) is stored with the build for lineage.
+    `source_version` (e.g. the document manifest's hash) is stored with the build for lineage; `progress`: see
+    `embed_missing`.
     """
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -345,7 +320,7 @@ def build_vector_index(conn: psycopg.Connection[Any], world_id: str, day: dt.dat
 
     schema = ensure_tables(conn, world_id, INDEX_TABLES)
     texts = {c.content_hash: c.text for c in chunks}
-    embedded = embed_missing(conn, schema, texts, encoder)
+    embedded = embed_missing(conn, schema, texts, encoder, progress=progress)
     seconds["embed"] = embedded.seconds
 
     started = time.perf_counter()

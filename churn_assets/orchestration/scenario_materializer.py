@@ -43,6 +43,7 @@ from churn_assets.orchestration.scenario_inputs import (
     needs_ledger_to_plan,
     scenario_plan,
 )
+from churn_assets.progress import partition_label
 from churn_assets.state import StatePaths
 from churn_assets.world.ledger import LEDGER_FILE
 
@@ -78,10 +79,7 @@ class Step:
 
     @property
     def label(self) -> str:
-        names = sorted({i.asset for i in self.inputs})
-        what = " + ".join(names)
-        # a day's partition names its world too: a sweep builds days of several worlds at once
-        return f"{what} [{self.world}]" if self.day is None else f"{what} [{self.world} {self.day}]"
+        return partition_label(" + ".join(sorted({i.asset for i in self.inputs})), self.world, self.day)
 
     @property
     def partition_key(self) -> str:

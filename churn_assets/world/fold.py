@@ -25,6 +25,7 @@ from typing import Any
 
 from churn_assets.world import gc_pause, v1
 from churn_assets.world.calendar import Day
+from churn_assets.world.events import V1_EVENT_KINDS
 from churn_assets.world.state import (
     STATE_CLASSES,
     Assignments,
@@ -156,12 +157,21 @@ def _consumption_record(r: Record, day: Day) -> ConsumptionRecord:
     return made
 
 
-def _consumption_logged(s: Consumption, r: Record, day: Day) -> None:
-    s.log(_consumption_record(r, day))
+def _logs(record_of: Callable[[Record, Day], ConsumptionRecord]) -> Applier:
+    """`consumption_logged` on the consumption log, reading the usage tuple with `record_of` (each format's)."""
+    def apply(s: Consumption, r: Record, day: Day) -> None:
+        s.log(record_of(r, day))
+    return apply
 
 
-def _consumption_indexed(s: Utilization, r: Record, day: Day) -> None:
-    s.record(_consumption_record(r, day))
+def _indexes(record_of: Callable[[Record, Day], ConsumptionRecord]) -> Applier:
+    """`consumption_logged` on the utilization index (the same tuple: `_consumption_record`'s cache)."""
+    def apply(s: Utilization, r: Record, day: Day) -> None:
+        s.record(record_of(r, day))
+    return apply
+
+
+_consumption_logged, _consumption_indexed = _logs(_consumption_record), _indexes(_consumption_record)
 
 
 def _ticket_opened(s: Tickets, r: Record, day: Day) -> None:
@@ -198,11 +208,26 @@ V2_OPERATIONS: Operations = {
 }
 
 
+def _read_otherwise(appliers: Mapping[Applier, Applier], kinds: Iterable[str]) -> Operations:
+    """Format 2's table for `kinds`: the same operations on the same classes, each applier replaced by its entry
+    in `appliers` (kept where it has none: the payloads read alike)."""
+    return {kind: tuple((cls, appliers.get(a, a)) for cls, a in V2_OPERATIONS[kind]) for kind in kinds}
+
+
+# Format 1 (`v1`, the reference's ledger): format 2's table for the kinds it has, read by v1's appliers.
+V1_OPERATIONS: Operations = _read_otherwise({
+    _price_changed: v1.price_changed, _contract_signed: v1.contract_signed, _contract_renewed: v1.contract_renewed,
+    _user_offboarded: v1.user_offboarded, _user_moved: v1.user_moved, _license_purchased: v1.license_purchased,
+    _license_assigned: v1.license_assigned, _license_unassigned: v1.license_unassigned,
+    _license_reassigned: v1.license_reassigned, _consumption_logged: _logs(v1.consumption_record),
+    _consumption_indexed: _indexes(v1.consumption_record)}, V1_EVENT_KINDS)
+
+
 def operations_for(format_version: int) -> Operations:
     if format_version == 2:
         return V2_OPERATIONS
     if format_version == 1:
-        return v1.V1_OPERATIONS
+        return V1_OPERATIONS
     raise FoldError(f"no fold for ledger format {format_version}")
 
 

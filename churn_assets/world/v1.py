@@ -1,6 +1,8 @@
-"""Format-1 (ChurnBench v1) records translated into the fold's operations.
+"""Format-1 (ChurnBench v1) records read into the fold's operations.
 
-The reference's ledger replays through the same fold as ours; only the payload reading differs. Its
+The reference's ledger replays through the same fold as ours, with the same table of operations per kind
+(`fold.V1_OPERATIONS`: format 2's, for the kinds format 1 has); only the payload reading differs, in the appliers
+here, each named after the format-2 one it stands in for. Its
 payloads carry their own fields and nothing else, so facts they lack stay empty (no product names,
 vendors by index, no cost-center reference data, no license on a consumption event, no sessions).
 
@@ -34,13 +36,12 @@ Semantics, chosen to reproduce the reference's own figures and checked against i
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from churn_assets.world.calendar import Day, add_months
 from churn_assets.world.state import (
     Assignments,
-    Consumption,
     ConsumptionRecord,
     Contract,
     ContractTerm,
@@ -51,7 +52,6 @@ from churn_assets.world.state import (
     Prices,
     Product,
     UserStatus,
-    Utilization,
 )
 
 Record = Mapping[str, Any]
@@ -63,7 +63,7 @@ def term_from(day: Day, term_months: int, recorded_on: Day, change: str) -> Cont
     return ContractTerm(recorded_on, change, term_months, day, expires_on)
 
 
-def _price_changed(s: Prices, r: Record, day: Day) -> None:
+def price_changed(s: Prices, r: Record, day: Day) -> None:
     p = r["payload"]
     reason = p.get("reason")
     if r["entity_id"] not in s.products:
@@ -72,75 +72,44 @@ def _price_changed(s: Prices, r: Record, day: Day) -> None:
         s.change_price(r["entity_id"], p["unit_price_usd"], day, reason)
 
 
-def _contract_signed(s: ContractTerms, r: Record, day: Day) -> None:
+def contract_signed(s: ContractTerms, r: Record, day: Day) -> None:
     p = r["payload"]
     s.sign(Contract(r["entity_id"], None, day, [term_from(day, p["term_months"], day, "signed")],
                     vendor_idx=p["vendor_idx"]))
 
 
-def _contract_renewed(s: ContractTerms, r: Record, day: Day) -> None:
+def contract_renewed(s: ContractTerms, r: Record, day: Day) -> None:
     s.renew(r["entity_id"], term_from(day, r["payload"]["term_months"], day, "renewed"))
 
 
-def _user_hired(s: UserStatus, r: Record, day: Day) -> None:
-    s.hire(r["entity_id"], day)
-
-
-def _user_joined(s: CostCenterMembership, r: Record, day: Day) -> None:
-    s.join(r["entity_id"], r["payload"]["cost_center_id"], day)
-
-
-def _user_offboarded(s: UserStatus, r: Record, day: Day) -> None:
+def user_offboarded(s: UserStatus, r: Record, day: Day) -> None:
     s.offboard(r["entity_id"], day, None)
 
 
-def _user_moved(s: CostCenterMembership, r: Record, day: Day) -> None:
+def user_moved(s: CostCenterMembership, r: Record, day: Day) -> None:
     s.move(r["entity_id"], r["payload"]["cost_center_id"], day, None)
 
 
-def _license_purchased(s: Assignments, r: Record, day: Day) -> None:
+def license_purchased(s: Assignments, r: Record, day: Day) -> None:
     p = r["payload"]
     s.purchase(License(r["entity_id"], p["product_id"], day, p["unit_price_usd"], None, seats=p["seats"]))
 
 
-def _license_assigned(s: Assignments, r: Record, day: Day) -> None:
+def license_assigned(s: Assignments, r: Record, day: Day) -> None:
     s.assign(r["entity_id"], r["payload"]["to"], day)
 
 
-def _license_unassigned(s: Assignments, r: Record, day: Day) -> None:
+def license_unassigned(s: Assignments, r: Record, day: Day) -> None:
     p = r["payload"]
     s.unassign(r["entity_id"], p["prev_holder"], day, p["reason"])
 
 
-def _license_reassigned(s: Assignments, r: Record, day: Day) -> None:
+def license_reassigned(s: Assignments, r: Record, day: Day) -> None:
     p = r["payload"]
     s.reassign(r["entity_id"], p["from"], p["to"], day)
 
 
-def _consumption_record(r: Record, day: Day) -> ConsumptionRecord:
+def consumption_record(r: Record, day: Day) -> ConsumptionRecord:
     p = r["payload"]
     return ConsumptionRecord(day, r["entity_id"], p["product_id"], None, None, p["session_minutes"],
                              p["api_calls"])
-
-
-def _consumption_logged(s: Consumption, r: Record, day: Day) -> None:
-    s.log(_consumption_record(r, day))
-
-
-def _consumption_indexed(s: Utilization, r: Record, day: Day) -> None:
-    s.record(_consumption_record(r, day))
-
-
-V1_OPERATIONS: Mapping[str, tuple[tuple[str, Callable[[Any, Record, Day], None]], ...]] = {
-    "price_changed": (("prices", _price_changed),),
-    "contract_signed": (("contract_terms", _contract_signed),),
-    "contract_renewed": (("contract_terms", _contract_renewed),),
-    "user_hired": (("user_status", _user_hired), ("cost_center_membership", _user_joined)),
-    "user_offboarded": (("user_status", _user_offboarded),),
-    "user_moved_cost_center": (("cost_center_membership", _user_moved),),
-    "license_purchased": (("assignments", _license_purchased),),
-    "license_assigned": (("assignments", _license_assigned),),
-    "license_unassigned": (("assignments", _license_unassigned),),
-    "license_reassigned": (("assignments", _license_reassigned),),
-    "consumption_logged": (("consumption", _consumption_logged), ("utilization", _consumption_indexed)),
-}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,10 @@ def test_lineage_runs_from_ledger_through_raw_to_the_models() -> None:
 def test_dbt_tests_pass_and_show_as_asset_checks(session: Session, small_world: str) -> None:
     world = projected_world(session, small_world)
     assert "119 dbt tests passed" in world.output or "dbt tests passed" in world.output
+    # the build's progress while dbt works (`progress.Tally` on stderr): models and tests done, naming the world
+    label = re.escape(f"analytics_dbt [{small_world}]")
+    assert re.search(rf"^  {label}: 0/\d+ models and tests done$", world.output, re.M), world.output
+    assert re.search(rf"^  {label}: (\d+)/\1 models and tests done in \d+\.\d s$", world.output, re.M), world.output
     graph_checks = sorted(analytics_dbt.check_keys, key=str)
     assert len(graph_checks) >= 100
     overlap = dg.AssetCheckKey(analytics_key("fct_license_assignment"), "assert_no_overlapping_license_validity")

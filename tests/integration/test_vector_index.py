@@ -13,6 +13,7 @@ The model is loaded once for the whole session (module-level cache in `grounding
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -121,6 +122,36 @@ def conn(services: Any) -> Iterator[Any]:
 # ---------------------------------------------------------------------------------------------------
 # vector_index
 # ---------------------------------------------------------------------------------------------------
+
+
+def test_a_days_build_prints_progress_naming_world_and_day(session: Session, session_defs: Any, indexed: Indexed,
+                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 37's acceptance line: `paper` prints progress naming the world and day. `paper` cannot run on a 30-day
+    world (its T, 2024-04-27, lies outside it), so this runs what `paper` runs for each missing input: the steps of
+    `plan_steps`, each through `build_step` (`cells.run_cells`), here the documents and vector index of a day
+    before the fixture's (most of its chunks are embedded already: a few seconds). The step prints its tally on
+    stderr, `vector_index [<world> <day>]: 0/N new chunks embedded` first and `N/N ... in x s` last; the
+    materializer's own line names the step alike."""
+    from churn_assets.freshness.scenario import ScenarioInput
+    from churn_assets.orchestration.scenario_materializer import asset_ancestors, build_step, plan_steps
+
+    world, day = indexed.world_id, indexed.before - dt.timedelta(days=1)
+    steps = plan_steps([ScenarioInput("vector_index", world, day), ScenarioInput("contract_documents", world, day)],
+                       asset_ancestors(session_defs))
+    echoed: list[str] = []
+    capfd.readouterr()
+    for step in steps:
+        assert build_step(session, session_defs, step, {}, echoed.append).ok
+    printed = [line.strip() for line in capfd.readouterr().err.splitlines()]
+    label = f"vector_index [{world} {day}]"
+    lines = [line for line in printed if line.startswith(f"{label}: ")]
+    assert lines, "\n".join(printed)
+    first = re.fullmatch(rf"{re.escape(label)}: 0/(\d+) new chunks embedded", lines[0])
+    last = re.fullmatch(rf"{re.escape(label)}: (\d+)/(\d+) new chunks embedded in \d+\.\d s", lines[-1])
+    assert first and last and int(last[1]) == int(last[2]) == int(first[1]), lines
+    for middle in lines[1:-1]:  # throttled lines in between, on a slow machine: counts and elapsed seconds
+        assert re.fullmatch(rf"{re.escape(label)}: \d+/{first[1]} new chunks embedded, \d+ s", middle), middle
+    assert [e.strip().split(":")[0] for e in echoed] == [f"contract_documents [{world} {day}]", label], echoed
 
 
 def test_first_day_embeds_each_distinct_chunk_once(indexed: Indexed) -> None:

@@ -17,10 +17,15 @@ a partition's world (and day) with its stored config, and read the world's verif
   after an asset, read it once.
 - `world_as_of(loaded, day)`: the fold of that ledger as of the day, the last one kept per process: an asset and
   its checks in one run (the operational store and its parity check) fold the day once.
+- `step_progress(context, what, world, day, total, unit)`: a long step's `progress.Tally`, its lines in the run's
+  log and on this process's stderr (a CLI run's console logger is quiet, `materialize.QUIET_RUN_CONFIG`, and a
+  dbt step's stdout is captured for its error message; stderr is what a terminal or a log shows live, also from
+  a pool worker, which inherits it).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +43,7 @@ from churn_assets.orchestration.partitions import (
 )
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.unbacked import Unbacked, refusal, world_problem
+from churn_assets.progress import Tally, partition_label
 from churn_assets.world.calendar import Day, outside_calendar
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.fold import fold_ledger
@@ -62,6 +68,16 @@ def user_errors(prefix: str = "") -> Iterator[None]:
         yield
     except UserFacingError as e:
         raise step_failure(f"{prefix}{e}") from None
+
+
+def step_progress(context: dg.AssetExecutionContext, what: str, world_id: str, day: Day | None, total: int,
+                  unit: str) -> Tally:
+    """A `Tally` of the step's work, labelled with its world and day (`progress.partition_label`)."""
+    def echo(line: str) -> None:
+        context.log.info(line)
+        print(f"  {line}", file=sys.stderr, flush=True)
+
+    return Tally(partition_label(what, world_id, day), total, unit, echo)
 
 
 def require_world(state: StateResource, world_id: str, partitions: str = WORLD_PARTITIONS_NAME,

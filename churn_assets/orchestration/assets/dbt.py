@@ -51,7 +51,7 @@ from churn_assets.files import other_process_alive
 from churn_assets.freshness.scenario import DBT_BUILD  # the planner's name for a world's whole dbt build
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import warehouse_views
-from churn_assets.orchestration.assets.common import require_world, step_failure, user_errors
+from churn_assets.orchestration.assets.common import require_world, step_failure, step_progress, user_errors
 from churn_assets.orchestration.dbt_project import (
     ANALYTICS_GROUP,
     analytics_key,
@@ -206,7 +206,15 @@ def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> It
                 # dagster-dbt points DBT_TARGET_PATH and DBT_LOG_PATH at `target`: this invocation's own folder.
                 invocation = DBT.cli(["build", "--vars", json.dumps({"world": world_id})], context=context,
                                      target_path=target)
-            yield from invocation.stream()
+            # dbt's own log goes to stdout (captured by the CLI for an error message): the count is the progress.
+            tally = step_progress(context, DBT_BUILD, world_id, None,
+                                  len(context.selected_asset_keys) + len(context.selected_asset_check_keys),
+                                  "models and tests done")
+            for event in invocation.stream():
+                if isinstance(event, (dg.Output, dg.AssetMaterialization, dg.AssetCheckResult)):
+                    tally.advance()
+                yield event
+            tally.finish()
             with connection(url) as conn:  # what evaluations check the as-of views' reads against
                 recorded = record_content(conn, world_id, warehouse_views(load_registry()))
     except Exception as e:

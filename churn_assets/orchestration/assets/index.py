@@ -29,6 +29,7 @@ from churn_assets.grounding.vector_index import CHUNKS_TABLE, IndexBuild, build_
 from churn_assets.orchestration.assets.common import (
     require_world_day,
     step_failure,
+    step_progress,
     user_errors,
     world_as_of,
     world_ledger,
@@ -95,7 +96,9 @@ def vector_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.
     stored, documents = day_documents(state.paths, world_id, day)
     encoder = default_encoder()
     with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
-        build = build_vector_index(conn, world_id, day, documents, encoder, source_version=stored.manifest.sha256)
+        build = build_vector_index(conn, world_id, day, documents, encoder, source_version=stored.manifest.sha256,
+                                   progress=lambda n: step_progress(context, "vector_index", world_id, day, n,
+                                                                    "new chunks embedded"))
     context.log.info(f"{world_id} {day}: {build.chunks} chunks of {build.documents} documents, "
                      f"{build.embedded} embedded now ({build.encoder_calls} encoder calls), {build.reused} reused")
     metadata = index_metadata(build)
@@ -144,7 +147,9 @@ def rag_index(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     encoder = default_encoder()
     source_version = f"ledger:{loaded.head_hash or ''} documents:{stored.manifest.sha256}"
     with user_errors(), connection(state.service_urls().warehouse, autocommit=True) as conn:
-        build = build_rag_corpus(conn, world_id, day, world, documents, encoder, source_version=source_version)
+        build = build_rag_corpus(conn, world_id, day, world, documents, encoder, source_version=source_version,
+                                 progress=lambda n: step_progress(context, "rag_index", world_id, day, n,
+                                                                  "new records embedded"))
     context.log.info(f"{world_id} {day}: {build.records} records, {build.embedded} embedded now "
                      f"({build.encoder_calls} encoder calls), {build.reused} reused")
     return dg.MaterializeResult(metadata=corpus_metadata(build), data_version=dg.DataVersion(build.content_version))
