@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Rank of each part of churn_assets: a module may import its own rank or lower, never higher.
 # `errors` is the shared base every layer may raise from; `canonical` the one canonical JSON every hash uses;
 # `files` the atomic writes and file locks of anything several processes may write; `credentials` the generated
-# secret files and the secrets derived from them (the SaaS API derives tenant keys with it too).
+# secret files and the secrets derived from them (the SaaS API derives tenant keys with it too); `memo` the
+# process's bounded, value-keyed caches.
 RANKS: dict[str, int] = {
-    "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0, "unique_keys": 0,
+    "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0, "unique_keys": 0, "memo": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,

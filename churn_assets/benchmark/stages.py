@@ -168,7 +168,7 @@ def exposure(ctx: Context, repeats: int) -> Measured:
     def run(_i: int) -> list[dict[str, Any]]:
         from churn_assets.evaluation import exposure as exposure_module
 
-        exposure_module._RATES.clear()  # each repeat measures the rates again, as a new process would
+        exposure_module.RATES.clear()  # each repeat measures the rates again, as a new process would
         return world_exposure(config, loaded.records, cells, load_registry(), task_count=settings.count,
                               task_seed=settings.seed, format_version=loaded.format_version)
 
@@ -195,7 +195,7 @@ def exposure_window(ctx: Context, repeats: int) -> Measured:
     def run(_i: int) -> list[Any]:
         from churn_assets.evaluation import exposure as exposure_module
 
-        exposure_module._RATES.clear()  # each repeat measures the rates again, as a new process would
+        exposure_module.RATES.clear()  # each repeat measures the rates again, as a new process would
         return world_windows(loaded.records, config.world_id, window, WINDOW_POLICIES, load_registry(),
                              task_count=settings.count, task_seed=settings.seed, format_version=loaded.format_version,
                              predict=True)
