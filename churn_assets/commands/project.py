@@ -19,9 +19,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from churn_assets.files import file_lock
 from churn_assets.state import StatePaths, validate_world_id
 from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.ledger import LEDGER_FILE
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -77,10 +81,8 @@ def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.d
     from churn_assets.orchestration.assets.dbt import analytics_dbt
     from churn_assets.orchestration.materialize import materialize
     from churn_assets.orchestration.partitions import world_day_key
-    from churn_assets.world.ledger import LEDGER_FILE
 
     def lock(name: str, *assets: str, day: dt.date | None = None) -> contextlib.AbstractContextManager[None]:
-        from churn_assets.files import file_lock
         from churn_assets.orchestration.scenario_materializer import input_lock
 
         return file_lock(input_lock(session.paths, world_id, assets, day), what=f"the build of {name}",
@@ -152,9 +154,6 @@ class _DbtLines(io.TextIOBase):
 def _dbt_progress() -> Iterator[dict[str, int]]:
     """Silence dbt's log during the build (a progress bar on a terminal instead); on failure, print its
     last lines to stderr."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     console = Console(stderr=True)
     progress = Progress(TextColumn("[bold]dbt build"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not console.is_terminal)

@@ -44,12 +44,14 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +95,6 @@ ANSWER_PACKAGES = ("torch", "transformers", "sentence-transformers", "gt-all-min
 
 def package_versions(names: Iterable[str] = ANSWER_PACKAGES) -> dict[str, str | None]:
     """Installed version of each package (None when it is not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str | None] = {}
     for name in names:
         try:
@@ -382,8 +382,6 @@ class RunWriter:
 
 
 def stale_csv(rows: list[dict[str, Any]]) -> str:
-    import io
-
     buf = io.StringIO()
     fields = ["task_id", "template", "task_tier", "verdict", "question_text", "answer", "gold_at_t",
               "gold_served", "classes_stale"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import dagster as dg
 
+from churn_assets.evaluation.independent.stores import document_problems
 from churn_assets.memo import Memo, memo
 from churn_assets.orchestration.assets.common import problems_description, require_world_day, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
@@ -118,8 +119,6 @@ with warnings.catch_warnings():
         """The facts parsed back from every Markdown document of the day equal the contract facts computed by
         SQL over the world's truth schema (terms, renewals, expiry, vendor name and tier, the vendor's products,
         status on the day), and every file matches its manifest hash."""
-        from churn_assets.evaluation.independent.stores import document_problems
-
         world_id, day, _ = require_world_day(state, context.partition_key)
         folder = day_dir(state.paths.contracts_root(world_id), day)
         try:
