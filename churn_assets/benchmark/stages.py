@@ -6,13 +6,14 @@ starts. Ledger-side stages (generate, verify, fold, exposure) read only the benc
 stages run on the state folder the cold `paper` of the same bench run built (every input of the nine cells
 exists there), and write what they rebuild under a world id of their own where a rebuild would disturb the
 paper's world (vector index, RAG corpus, operational store, documents).
+
+Each stage imports what it runs inside its function: a stage's process measures its peak resident memory, which
+module-level imports of every stage's dependencies (Dagster, the fold, the services) would inflate alike.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import io
 import shutil
 import statistics
 import tempfile
@@ -21,48 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM, define_scenario, make_arm
-from churn_assets.deployment import task_settings
-from churn_assets.evaluation import exposure as exposure_module
-from churn_assets.evaluation.exposure import run_exposure
-from churn_assets.evaluation.paper import WINDOW_DAYS, WINDOWS, T, paper_cells
-from churn_assets.evaluation.results import ResultsStore
-from churn_assets.evaluation.runner import RunSpec, evaluate
-from churn_assets.evaluation.window import Window, world_windows
-from churn_assets.fabric.mongo import database_name, write_partition
-from churn_assets.fabric.operational import INDEXES, OPERATIONAL_SCHEMA_VERSION, project_operational
-from churn_assets.fabric.postgres import connection, replace_tables, schema_name
-from churn_assets.fabric.roles import arm_secret, prepare_arm
-from churn_assets.fabric.sources import close_sources, connect_sources
-from churn_assets.fabric.truth import load_truth
-from churn_assets.fabric.warehouse_content import verified_views
-from churn_assets.fabric.warehouse_raw import META_TABLE, WorldInfo, project_raw
-from churn_assets.grounding.embeddings import default_encoder, model_load_seconds, torch_threads
-from churn_assets.grounding.rag_corpus import build_rag_corpus
-from churn_assets.grounding.registry import load_registry
-from churn_assets.grounding.routes import warehouse_views
-from churn_assets.grounding.vector_index import build_vector_index, drop_world_vectors
-from churn_assets.orchestration.assets.dbt import analytics_dbt
-from churn_assets.orchestration.assets.staging import STAGED_SPECS
-from churn_assets.orchestration.cells import load_definitions
-from churn_assets.orchestration.materialize import materialize, open_session
-from churn_assets.orchestration.partitions import world_day_key
-from churn_assets.orchestration.scenario_inputs import scenario_plan
-from churn_assets.orchestration.world_registry import load_world_config
-from churn_assets.services import mongo_client, saas_api_key
-from churn_assets.state import StatePaths
-from churn_assets.sweeps.exposure_cells import world_exposure
-from churn_assets.sweeps.spec import Cell
-from churn_assets.tasks.gold import GoldResolver
-from churn_assets.tasks.task_set import read_tasks, task_set_hash
-from churn_assets.world.config import load_config
-from churn_assets.world.fold import fold_ledger, walk_ledger
-from churn_assets.world.ledger import LedgerStream, load_ledger
-from churn_assets.world.simulator import generate_ledger
-from contracts.build import build_day
-from contracts.facts import contract_facts_as_of
-from contracts.render import render_markdown
 
 LEDGER_STAGES = ("generate", "verify", "fold", "exposure", "exposure_window")
 PIPELINE_STAGES = ("truth_raw", "dbt", "staged", "vector_index", "rag_corpus", "operational", "documents", "eval")
@@ -83,15 +42,21 @@ class Context:
     overrides: list[str] = field(default_factory=list)  # the world config's `--set` lines of this scale
 
     def config(self) -> Any:
+        from churn_assets.world.config import load_config
+
         return load_config(days=self.days, overrides=list(self.overrides))
 
     @property
     def t(self) -> dt.date:
+        from churn_assets.evaluation.paper import T
+
         config = self.config()
         return T if config.start <= T <= config.end else config.end
 
     def windows(self) -> dict[str, dt.date]:
         """The paper's T' per window (D+1, D+28), clipped to the world's first day on a short world."""
+        from churn_assets.evaluation.paper import WINDOWS, T
+
         start = self.config().start
         return {w: max(start, self.t - (T - d)) for w, d in WINDOWS.items()}
 
@@ -131,6 +96,7 @@ def scaled_overrides(scale: float) -> list[str]:
     usage events per day (most of a world's events: a 10x world has ~10x the events)."""
     if scale == 1:
         return []
+    from churn_assets.world.config import load_config
 
     data = load_config().data
     lines = [f"rates_per_day.{k}={round(float(v) * scale, 6)}" for k, v in sorted(data["rates_per_day"].items())]
@@ -140,6 +106,8 @@ def scaled_overrides(scale: float) -> list[str]:
 
 
 def _records(ctx: Context, *, packed: bool = False) -> Any:
+    from churn_assets.world.ledger import load_ledger
+
     return load_ledger(ctx.ledger_dir, packed=packed)
 
 
@@ -148,6 +116,8 @@ def _records(ctx: Context, *, packed: bool = False) -> Any:
 
 def generate(ctx: Context, repeats: int) -> Measured:
     """Simulate the world and write its ledger (hash chain, manifest), as the `ledger` asset does."""
+    from churn_assets.world.simulator import generate_ledger
+
     config = ctx.config()
     out = Path(ctx.ledger_dir)
     seconds, manifest = _timed(lambda _i: generate_ledger(config, out), repeats)
@@ -157,6 +127,8 @@ def generate(ctx: Context, repeats: int) -> Measured:
 def verify(ctx: Context, repeats: int) -> Measured:
     """Read and verify the ledger (schema, order, hash chain, manifest) as a stream, holding no record
     (`world.ledger.LedgerStream`; `load_ledger` is the same checks keeping the records)."""
+    from churn_assets.world.ledger import LedgerStream
+
     def read(_i: int) -> int:
         stream = LedgerStream(ctx.ledger_dir)
         for _ in stream:
@@ -170,6 +142,9 @@ def verify(ctx: Context, repeats: int) -> Measured:
 def fold(ctx: Context, repeats: int) -> Measured:
     """The fold walker over the whole timeline (every day's state, as the staged caches and gold see it), over
     the verified ledger stream: read + verify + walk, no record held (the walk alone: this minus `verify`)."""
+    from churn_assets.world.fold import walk_ledger
+    from churn_assets.world.ledger import LedgerStream
+
     def walk(_i: int) -> int:
         stream = LedgerStream(ctx.ledger_dir)
         fmt = stream.format_version or 2
@@ -183,11 +158,19 @@ def exposure(ctx: Context, repeats: int) -> Measured:
     """The exposure-only path of the sweeps (`sweeps/exposure_cells.exposure_of_world`): the ledger read packed,
     the task set at T, then plan, exposure and prediction of the paper's 2x2 (grounding tiered and off at D+1 and
     D+28)."""
+    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
+    from churn_assets.deployment import task_settings
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.sweeps.exposure_cells import world_exposure
+    from churn_assets.sweeps.spec import Cell
+
     loaded, config, settings = _records(ctx, packed=True), ctx.config(), task_settings()
     cells = [Cell(config.world_id, arm, policy, t_prime, ctx.t) for t_prime in ctx.windows().values()
              for arm, policy in ((TIERED_ARM, "tiered"), (UNTIERED_ARM, "off"))]
 
     def run(_i: int) -> list[dict[str, Any]]:
+        from churn_assets.evaluation import exposure as exposure_module
+
         exposure_module.RATES.clear()  # each repeat measures the rates again, as a new process would
         return world_exposure(config, loaded.records, cells, load_registry(), task_count=settings.count,
                               task_seed=settings.seed, format_version=loaded.format_version)
@@ -204,10 +187,17 @@ def exposure_window(ctx: Context, repeats: int) -> Measured:
     this one process (no worker): the ledger read packed, the task set at T, the answer-change rates, then for
     each of four policies the exposure and prediction of each of the 28 days ending at T with T' = T - 29 (the
     paper's D+28 window), their means, bootstrap intervals and the window prediction."""
+    from churn_assets.deployment import task_settings
+    from churn_assets.evaluation.paper import WINDOW_DAYS
+    from churn_assets.evaluation.window import Window, world_windows
+    from churn_assets.grounding.registry import load_registry
+
     loaded, config, settings = _records(ctx, packed=True), ctx.config(), task_settings()
     window = Window(ctx.windows()["D+28"], min(WINDOW_DAYS, (ctx.t - ctx.windows()["D+28"]).days + 1), ctx.t)
 
     def run(_i: int) -> list[Any]:
+        from churn_assets.evaluation import exposure as exposure_module
+
         exposure_module.RATES.clear()  # each repeat measures the rates again, as a new process would
         return world_windows(loaded.records, config.world_id, window, WINDOW_POLICIES, load_registry(),
                              task_count=settings.count, task_seed=settings.seed, format_version=loaded.format_version,
@@ -226,6 +216,9 @@ def exposure_window(ctx: Context, repeats: int) -> Measured:
 
 
 def _session(ctx: Context) -> Any:
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.state import StatePaths
+
     return open_session(StatePaths.resolve(ctx.state_dir))
 
 
@@ -237,6 +230,11 @@ def _bench_world(ctx: Context) -> str:
 def truth_raw(ctx: Context, repeats: int) -> Measured:
     """Read and verify the ledger, project the raw tables, load truth and raw (`warehouse_truth` and
     `warehouse_raw`), reloading every repeat (`force`: the idempotent skip is not what is timed)."""
+    from churn_assets.fabric.postgres import connection, replace_tables, schema_name
+    from churn_assets.fabric.truth import load_truth
+    from churn_assets.fabric.warehouse_raw import META_TABLE, WorldInfo, project_raw
+    from churn_assets.world.ledger import load_ledger
+
     with _session(ctx) as session:
         ledger_dir = session.paths.ledger_dir(ctx.world_id)
         config = ctx.config()
@@ -258,6 +256,13 @@ def truth_raw(ctx: Context, repeats: int) -> Measured:
 def dbt(ctx: Context, repeats: int) -> Measured:
     """The `analytics/*` assets of the world materialized in process (`dbt build` with every dbt test, then the
     parity checks), as `churnbench project` and the paper's inputs run them."""
+    import contextlib
+    import io
+
+    from churn_assets.orchestration.assets.dbt import analytics_dbt
+    from churn_assets.orchestration.cells import load_definitions
+    from churn_assets.orchestration.materialize import materialize
+
     keys = sorted(k.to_user_string() for k in analytics_dbt.keys)
     with _session(ctx) as session:
         defs = load_definitions(session.paths)
@@ -273,6 +278,11 @@ def dbt(ctx: Context, repeats: int) -> Measured:
 def staged(ctx: Context, repeats: int) -> Measured:
     """One staged partition per class (`staged_<class>` with its blocking check) for days the paper did not
     build; the figure is the median over classes and repeats, each class's median in `per_class`."""
+    from churn_assets.orchestration.assets.staging import STAGED_SPECS
+    from churn_assets.orchestration.cells import load_definitions
+    from churn_assets.orchestration.materialize import materialize
+    from churn_assets.orchestration.partitions import world_day_key
+
     config = ctx.config()
     with _session(ctx) as session:
         defs = load_definitions(session.paths)
@@ -287,6 +297,9 @@ def staged(ctx: Context, repeats: int) -> Measured:
 
 
 def _documents(records: Any, day: dt.date, format_version: int) -> dict[str, str]:
+    from contracts.facts import contract_facts_as_of
+    from contracts.render import render_markdown
+
     return {f.contract_id: render_markdown(f) for f in contract_facts_as_of(records, day,
                                                                             format_version=format_version)}
 
@@ -309,6 +322,12 @@ def rag_corpus(ctx: Context, repeats: int) -> Measured:
 
 
 def _embeddings(ctx: Context, repeats: int, *, corpus: bool) -> Measured:
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.grounding.embeddings import default_encoder, torch_threads
+    from churn_assets.grounding.rag_corpus import build_rag_corpus
+    from churn_assets.grounding.vector_index import build_vector_index, drop_world_vectors
+    from churn_assets.world.fold import fold_ledger
+
     loaded = _records(ctx)
     world = _bench_world(ctx)
     first, second = _embedding_days(ctx)
@@ -342,6 +361,11 @@ def _embeddings(ctx: Context, repeats: int, *, corpus: bool) -> Measured:
 def operational(ctx: Context, repeats: int) -> Measured:
     """One operational-store partition with the ledger held (what each partition of a backfill costs): fold as
     of the day, project, write the day's database (`operational_store`)."""
+    from churn_assets.fabric.mongo import write_partition
+    from churn_assets.fabric.operational import INDEXES, OPERATIONAL_SCHEMA_VERSION, project_operational
+    from churn_assets.services import mongo_client
+    from churn_assets.world.fold import fold_ledger
+
     loaded = _records(ctx)
     world = _bench_world(ctx)
     with _session(ctx) as session:
@@ -364,12 +388,16 @@ def operational(ctx: Context, repeats: int) -> Measured:
 
 
 def _operational_db(world: str, day: dt.date) -> str:
+    from churn_assets.fabric.mongo import database_name
+
     return database_name(world, day)
 
 
 def documents(ctx: Context, repeats: int) -> Measured:
     """One contract-documents partition with the ledger held: every contract as of T rendered (Markdown + PDF)
     and the day written atomically with its manifest (`contract_documents`)."""
+    from contracts.build import build_day
+
     loaded = _records(ctx)
     tmp = Path(tempfile.mkdtemp(prefix="bench-documents-"))
     try:
@@ -386,6 +414,22 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
     reused), with SaaS latency off (the SaaS API's `unlimited` plan; `repeats` times) and with the `default`
     profile (once). The figure is the median over arms and repeats with latency off; tasks/s per arm and profile
     in `per_arm`."""
+    from churn_assets.arms.registry import make_arm
+    from churn_assets.evaluation.exposure import run_exposure
+    from churn_assets.evaluation.results import ResultsStore
+    from churn_assets.evaluation.runner import RunSpec, evaluate
+    from churn_assets.fabric.roles import arm_secret, prepare_arm
+    from churn_assets.fabric.sources import close_sources, connect_sources
+    from churn_assets.fabric.warehouse_content import verified_views
+    from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
+    from churn_assets.grounding.registry import load_registry
+    from churn_assets.grounding.routes import warehouse_views
+    from churn_assets.orchestration.scenario_inputs import scenario_plan
+    from churn_assets.orchestration.world_registry import load_world_config
+    from churn_assets.services import saas_api_key
+    from churn_assets.tasks.gold import GoldResolver
+    from churn_assets.tasks.task_set import read_tasks, task_set_hash
+
     cells = _paper_scenarios(ctx)
     profiles = ["unlimited", "default"]
     per_arm: dict[str, dict[str, float]] = {}
@@ -399,6 +443,7 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
                 saas_api_key(paths, "unlimited", world_id=ctx.world_id)
             except Exception:
                 profiles = ["default"]
+            from churn_assets.world.ledger import load_ledger
 
             loaded = load_ledger(paths.ledger_dir(ctx.world_id))
             resolver = GoldResolver(loaded.records, format_version=loaded.format_version)
@@ -449,6 +494,9 @@ def eval_arms(ctx: Context, repeats: int) -> Measured:
 
 def _paper_scenarios(ctx: Context) -> list[tuple[str, Any]]:
     """(label, scenario) of the paper's D+28 cells: every arm tiered, and the off ablation."""
+    from churn_assets.arms.registry import define_scenario
+    from churn_assets.evaluation.paper import paper_cells
+
     d28 = ctx.windows()["D+28"]
     return [(arm + (" (off)" if policy == "off" else ""), define_scenario(ctx.world_id, arm, policy, d28, ctx.t))
             for arm, policy, window in paper_cells() if window == "D+28"]
