@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
+import zoneinfo
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -102,8 +104,6 @@ class TasksSection(StrictModel):
 
 def _cron(value: Any) -> Any:
     """A five-field cron string (the schedule's definition checks the rest when the code location loads)."""
-    import re
-
     field = re.compile(r"^[0-9A-Za-z*/,\-]+$")
     if not isinstance(value, str) or len(value.split()) != 5 or not all(field.match(f) for f in value.split()):
         raise ValueError("a cron string of five fields, e.g. \"0 2 * * *\"")
@@ -111,8 +111,6 @@ def _cron(value: Any) -> Any:
 
 
 def _timezone(value: Any) -> Any:
-    import zoneinfo
-
     try:
         zoneinfo.ZoneInfo(str(value))
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from churn_assets.errors import UserFacingError
+from churn_assets.state import StatePaths
 
 KEEP_TRACES = 100
 
@@ -36,8 +37,6 @@ def trace_text(e: BaseException, argv: list[str] | None = None) -> str:
 
 def traces_dir() -> Path:
     """`<state>/logs/errors` when the state folder exists, else a folder in the system's temporary directory."""
-    from churn_assets.state import StatePaths
-
     try:
         paths = StatePaths.resolve()
         if paths.root.is_dir():

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import secrets
 import tempfile
@@ -52,6 +53,7 @@ from churn_assets.errors import UserFacingError
 # `atomic_write_text` is re-exported: the services and the Dagster wing have always imported it from here.
 from churn_assets.files import atomic_write_text as atomic_write_text
 from churn_assets.files import temporary_name
+from churn_assets.unique_keys import load_json
 from churn_assets.world.config import WORLD_ID_RE, WorldConfig, WorldConfigError, config_from_data
 
 STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"
@@ -323,8 +325,6 @@ class WorldNotFoundError(UserFacingError):
 
 def write_world_config(paths: StatePaths, config: WorldConfig) -> Path:
     """Store a world's config (`worlds add`; `orchestration/world_registry.py` registers it in Dagster)."""
-    import json
-
     target = paths.world_config_file(config.world_id)
     text = json.dumps(config.data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     atomic_write_text(target, text)
@@ -334,10 +334,6 @@ def write_world_config(paths: StatePaths, config: WorldConfig) -> Path:
 def load_world_config(paths: StatePaths, world_id: str) -> WorldConfig:
     """The stored config of `world_id`, checked to still hash to that id. A file read, no service and no Dagster:
     commands check a request against it before they open anything (`orchestration/requests.py`)."""
-    import json
-
-    from churn_assets.unique_keys import load_json
-
     validate_world_id(world_id)
     path = paths.world_config_file(world_id)
     try:

@@ -319,15 +319,18 @@ def test_complete_vintage_fills_unread_classes_with_the_anchor() -> None:
     assert set(v) == set(ENTITY_CLASSES)
 
 
-def test_the_shared_resolver_is_one_per_ledger_object_and_starts_afresh_past_its_bound(monkeypatch) -> None:
-    """A worker's cells share one resolver per ledger object (the same answers as a fresh one); a copy of the
-    ledger is another ledger; past `SHARED_MAX_SUBSTATES` sub-states a new, empty resolver takes over."""
+def test_the_shared_resolver_is_one_per_ledger_and_starts_afresh_past_its_bound(monkeypatch) -> None:
+    """A worker's cells share one resolver per ledger (by its records' value: a copy is the same ledger, one
+    record fewer another one; the same answers as a fresh one); past `SHARED_MAX_SUBSTATES` sub-states a new,
+    empty resolver takes over."""
+    from churn_assets.memo import Memo
     from churn_assets.tasks import gold as gold_module
 
-    monkeypatch.setattr(gold_module, "_SHARED", [])
+    monkeypatch.setattr(gold_module, "SHARED", Memo("test.shared_resolver", 2))
     first = gold_module.shared_resolver(WORLD)
     assert gold_module.shared_resolver(WORLD) is first
-    assert gold_module.shared_resolver(list(WORLD)) is not first
+    assert gold_module.shared_resolver(list(WORLD)) is first
+    assert gold_module.shared_resolver(WORLD[:-1]) is not first
     t = template(CASES[0][0])
     assert first.gold(t, CASES[0][1], anchor=T, vintage=MIXED) == CASES[0][3]
     held = first.substates

@@ -17,9 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # `errors` is the shared base every layer may raise from; `canonical` the one canonical JSON every hash uses;
 # `files` the atomic writes and file locks of anything several processes may write; `credentials` the generated
 # secret files and the secrets derived from them (the SaaS API derives tenant keys with it too); `progress` the
-# progress lines and bars of long work (the steps inside runs report through it).
+# progress lines and bars of long work (the steps inside runs report through it); `memo` the process's bounded,
+# value-keyed caches.
 RANKS: dict[str, int] = {
     "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0, "unique_keys": 0, "progress": 0,
+    "memo": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,
     "grounding": 3,

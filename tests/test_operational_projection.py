@@ -333,7 +333,8 @@ def test_a_shared_fold_is_only_read_by_the_projection_the_parity_counts_and_the_
     loaded = LoadedLedger(Path("ledger.jsonl"), 2, True, world_records, None)
     state = world_as_of(loaded, day)
     assert world_as_of(loaded, day) is state  # the same run's check gets the asset's fold
-    assert world_as_of(LoadedLedger(Path("l"), 2, True, list(world_records), None), day) is not state
+    assert world_as_of(LoadedLedger(Path("l"), 2, True, list(world_records), None), day) is state  # same records
+    assert world_as_of(LoadedLedger(Path("l"), 2, True, world_records[:-1], None), day) is not state
     before = copy.deepcopy(state)
     project_operational(state, day, window_days=DEFAULT_WINDOW_DAYS)
     active_users(state, day)

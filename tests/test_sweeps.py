@@ -256,7 +256,7 @@ def test_the_saas_profile_is_the_presets_unless_given(monkeypatch: pytest.Monkey
         seen.update(kwargs)
         raise SystemExit(3)
 
-    monkeypatch.setattr("churn_assets.sweeps.presets.customize", stop)
+    monkeypatch.setattr("churn_assets.commands.sweep.customize", stop)
     result = CliRunner().invoke(main, ["sweep", "--preset", "smoke", "--saas-profile", "reference"])
     assert result.exit_code == 3 and seen["saas_profile"] == "reference"
     result = CliRunner().invoke(main, ["sweep", "--preset", "smoke", "--saas-profile", "nosuch"])

@@ -25,6 +25,8 @@ from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.fabric.postgres import schema_name
 from churn_assets.fabric.sources import Sources
 from churn_assets.freshness.scenario import CONTRACT_DOCUMENTS, RAG_INDEX, VECTOR_INDEX, ArmReads, Scenario
+from churn_assets.grounding.embeddings import default_encoder
+from churn_assets.grounding.rag_corpus import search_corpus
 from churn_assets.grounding.traces import RAG_LOOKUP, DataIntegrityError, Read, TraceEntry
 from churn_assets.tasks.task_set import Task
 from churn_assets.world.calendar import Day
@@ -80,8 +82,6 @@ class CorpusArm(Arm):
     @property
     def encoder(self) -> Any:
         if self._encoder is None:
-            from churn_assets.grounding.embeddings import default_encoder
-
             self._encoder = default_encoder()
         return self._encoder
 
@@ -98,8 +98,6 @@ class CorpusArm(Arm):
         self._question_vectors = dict(zip(questions, self.encoder.encode(questions), strict=True))
 
     def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
-        from churn_assets.grounding.rag_corpus import search_corpus
-
         traces: list[TraceEntry] = []
         day = self.scenario.t_prime
         table = f"{schema_name(self.sources.world_id, 'staging')}.rag_corpus_records@{day.isoformat()}"

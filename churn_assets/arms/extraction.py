@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from churn_assets.tasks.answers import Value, last_day, round_half_up, top_of
 from churn_assets.world.calendar import Day, whole_months
+from contracts.parse import NOT_STATED, parse_summary, split_row
 
 K = 10  # records retrieved per question
 
@@ -168,8 +169,6 @@ _RENEWAL = re.compile(rf"Renewal recorded on {_DAY}: a term of \d+ months from {
 
 def _contract_chunk(text: str) -> dict[str, Any]:
     """A contract chunk's facts: its summary rows, its Schedule B rows, and what its clauses state."""
-    from contracts.parse import NOT_STATED, parse_summary, split_row
-
     out: dict[str, Any] = {}
     summary = parse_summary(text)
     if summary:

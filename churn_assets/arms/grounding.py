@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from churn_assets.arms.base import ArmError, RouterArm
+from churn_assets.arms.base import ArmError, RouterArm, TracingTools
 from churn_assets.arms.corpus import CorpusArm
 from churn_assets.fabric.sources import Sources
 from churn_assets.freshness.scenario import Scenario
@@ -81,8 +81,6 @@ class NoSemanticModelArm(GroundingArm):
     name = "grounding_no_semantic_model"
 
     def tools(self, question: str) -> Any:
-        from churn_assets.arms.base import TracingTools
-
         return TracingTools(self.router, keyword_classes(question))
 
 

@@ -32,8 +32,9 @@ from churn_assets.arms.corpus import CORPUS_READS
 from churn_assets.arms.grounding import GroundingArm, NoFreshnessTiersArm, NoSemanticModelArm, NoSourceRoutingArm
 from churn_assets.arms.hierarchical import HIERARCHICAL_READS, HierarchicalArm
 from churn_assets.arms.naive import NAIVE_READS, NaiveArm
+from churn_assets.errors import UserFacingError
 from churn_assets.fabric.sources import Sources
-from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.freshness.policies import Off, Tiered, check_policy_classes
 from churn_assets.freshness.scenario import (
     DETERMINISTIC_AGENT,
     RAG_INDEX,
@@ -129,14 +130,11 @@ def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, 
     before that rule as it was)."""
     scenario = Scenario(world_id, arm, check_arm_policy(arm, policy), t_prime, t, agent_id, saas_profile,
                         model_settings)
-    from churn_assets.freshness.policies import check_policy_classes
-    from churn_assets.grounding.registry import load_registry
 
     # a TTL for a class the registry does not cache is refused here, before the scenario is registered
     check_policy_classes(scenario.parsed_policy, load_registry())
     if agent_id != DETERMINISTIC_AGENT:
         from churn_assets.arms.agents.llm import check_agent_settings
-        from churn_assets.errors import UserFacingError
 
         try:  # the stored settings must hash to the agent id of the key
             check_agent_settings(agent_id, model_settings)

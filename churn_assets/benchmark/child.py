@@ -10,11 +10,12 @@ import sys
 import warnings
 from pathlib import Path
 
+from churn_assets.benchmark.stages import FUNCTIONS, Context
+
 
 def main(argv: list[str]) -> int:
     stage, ctx_path, out_path, repeats = argv
     warnings.simplefilter("ignore")
-    from churn_assets.benchmark.stages import FUNCTIONS, Context
 
     ctx = Context(**json.loads(Path(ctx_path).read_text()))
     measured = FUNCTIONS[stage](ctx, int(repeats))

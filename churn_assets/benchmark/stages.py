@@ -6,6 +6,9 @@ starts. Ledger-side stages (generate, verify, fold, exposure) read only the benc
 stages run on the state folder the cold `paper` of the same bench run built (every input of the nine cells
 exists there), and write what they rebuild under a world id of their own where a rebuild would disturb the
 paper's world (vector index, RAG corpus, operational store, documents).
+
+Each stage imports what it runs inside its function: a stage's process measures its peak resident memory, which
+module-level imports of every stage's dependencies (Dagster, the fold, the services) would inflate alike.
 """
 
 from __future__ import annotations
@@ -168,7 +171,7 @@ def exposure(ctx: Context, repeats: int) -> Measured:
     def run(_i: int) -> list[dict[str, Any]]:
         from churn_assets.evaluation import exposure as exposure_module
 
-        exposure_module._RATES.clear()  # each repeat measures the rates again, as a new process would
+        exposure_module.RATES.clear()  # each repeat measures the rates again, as a new process would
         return world_exposure(config, loaded.records, cells, load_registry(), task_count=settings.count,
                               task_seed=settings.seed, format_version=loaded.format_version)
 
@@ -195,7 +198,7 @@ def exposure_window(ctx: Context, repeats: int) -> Measured:
     def run(_i: int) -> list[Any]:
         from churn_assets.evaluation import exposure as exposure_module
 
-        exposure_module._RATES.clear()  # each repeat measures the rates again, as a new process would
+        exposure_module.RATES.clear()  # each repeat measures the rates again, as a new process would
         return world_windows(loaded.records, config.world_id, window, WINDOW_POLICIES, load_registry(),
                              task_count=settings.count, task_seed=settings.seed, format_version=loaded.format_version,
                              predict=True)

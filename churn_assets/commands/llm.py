@@ -6,10 +6,18 @@ Imports nothing heavy at module level: the CLI imports every command module when
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import time
 from typing import Any
 
 import click
+import yaml
+
+from churn_assets.commands.experiment_lines import result_line
+from churn_assets.orchestration.scenario_runs import run_scenario
+from churn_assets.state import StatePaths, atomic_write_text
+from churn_assets.world.config import load_config
 
 AGENT_HELP = ("llm: the model of CHURNBENCH_LLM_BASE_URL / CHURNBENCH_LLM_MODEL when set, else the local model "
               "(CHURNBENCH_LLM_GGUF or --gguf, else the installed packaged one; docs/llm.md).")
@@ -79,8 +87,6 @@ def requirements(name: str) -> None:
 @click.argument("name")
 def prepare(name: str) -> None:
     """Join packaged model NAME's chunks if it has several, and check its size and SHA-256 against the pinned ones."""
-    import time
-
     from churn_assets.arms.agents.local_models import packaged
     from churn_assets.arms.agents.local_models import prepare as prepare_model
 
@@ -108,20 +114,14 @@ def try_command(tasks: int, arm: str, gguf: str | None) -> None:
     CHURNBENCH_LLM_BASE_URL) answers `--tasks` tasks of world `llmtry<N>` (seed 42) at T = 2024-01-29 through
     `--arm`, with caches built a week before. Everything is `churnbench run --agent llm` (the world registered and
     its inputs built first); the results are in the state folder like any run's."""
-    import datetime as dt
-
     from churn_assets.arms.registry import arm_spec
-    from churn_assets.commands.experiment_lines import result_line
 
     arm_spec(arm)  # an unknown arm: one line, before anything starts
     settings = llm_settings("llm", gguf)
     _task_count(tasks)
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import open_session
-    from churn_assets.orchestration.scenario_runs import run_scenario
     from churn_assets.orchestration.world_registry import add_world
-    from churn_assets.state import StatePaths
-    from churn_assets.world.config import load_config
 
     t = dt.date.fromisoformat(TRY_T)
     paths = StatePaths.resolve()
@@ -138,10 +138,7 @@ def try_command(tasks: int, arm: str, gguf: str | None) -> None:
 def _task_count(tasks: int) -> None:
     """This process's task sets have `tasks` tasks: a deployment file like the current one with that count,
     named by CHURNBENCH_DEPLOYMENT before anything reads the deployment (the in-process materializations do)."""
-    import yaml
-
     from churn_assets.deployment import DEPLOYMENT_ENV, deployment
-    from churn_assets.state import StatePaths, atomic_write_text
 
     data = dict(deployment().data)
     data["tasks"] = {**dict(data.get("tasks") or {}), "count": tasks}

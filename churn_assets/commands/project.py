@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from churn_assets.files import file_lock
 from churn_assets.state import StatePaths, validate_world_id
 from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.ledger import LEDGER_FILE
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -77,10 +79,8 @@ def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.d
     from churn_assets.orchestration.assets.dbt import analytics_dbt
     from churn_assets.orchestration.materialize import materialize
     from churn_assets.orchestration.partitions import world_day_key
-    from churn_assets.world.ledger import LEDGER_FILE
 
     def lock(name: str, *assets: str, day: dt.date | None = None) -> contextlib.AbstractContextManager[None]:
-        from churn_assets.files import file_lock
         from churn_assets.orchestration.scenario_materializer import input_lock
 
         return file_lock(input_lock(session.paths, world_id, assets, day), what=f"the build of {name}",

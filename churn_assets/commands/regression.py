@@ -8,13 +8,21 @@ alarms) and against another configuration (power)."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 
+from churn_assets.commands.jobs import run_job
+from churn_assets.commands.results import catalog_of
 from churn_assets.commands.run import REPEATS_OPTION
+from churn_assets.errors import UserFacingError
+from churn_assets.orchestration.sweep_records import regression_night, regression_night_dir
+from churn_assets.state import StatePaths
 
 
 @click.command()
@@ -37,13 +45,6 @@ def regression(update_baseline: bool, baseline: str | None, workers: int, agent:
     counts, stale answers, exposure, accuracy per arm and cell) within the baseline's thresholds and the world
     config, registry and templates hashes unchanged. Prints every figure that moved; exits 1 when the gate fails.
     With --agent llm: the stochastic gate (docs/llm.md, "The statistical gate")."""
-    import json
-    import time
-
-    from churn_assets.commands.jobs import run_job
-    from churn_assets.errors import UserFacingError
-    from churn_assets.orchestration.sweep_records import regression_night, regression_night_dir
-    from churn_assets.state import StatePaths
     from churn_assets.sweeps.regression import BASELINE_ENV, GateResult, baseline_path
 
     paths = StatePaths.resolve()
@@ -97,9 +98,6 @@ def _verdicts(ref: str) -> tuple[dict[str, list[str]], dict[str, str], int, str]
 
     folder = Path(ref)
     if not (folder / "summary.json").is_file():
-        from churn_assets.commands.results import catalog_of
-        from churn_assets.state import StatePaths
-
         with catalog_of(StatePaths.resolve()) as catalog:
             run, _ = catalog.resolve(ref)
         folder = Path(run.results_dir)
@@ -126,10 +124,6 @@ def gate_power(run_ref: str, against: str | None, comparisons: int, alpha: float
     power. Says "GATE UNTESTED" when the repeats do not vary.
 
     RUN: a results folder of the experiment (any repeat's) or a catalog reference (`churnbench results show`)."""
-    import json
-    from dataclasses import asdict
-
-    from churn_assets.errors import UserFacingError
     from churn_assets.sweeps.stochastic_gate import MIN_MEASURED_REPEATS, aa_false_alarms, power_against
 
     matrix, templates, k, where = _verdicts(run_ref)

@@ -9,6 +9,7 @@ matching several code versions of one experiment picks the newest.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -16,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from churn_assets.commands.experiment_lines import experiment_lines
 from churn_assets.errors import UserFacingError
-from churn_assets.state import StatePaths
+from churn_assets.services import ensure_services, service_errors
+from churn_assets.state import WORLD_CONFIG_FILE, StatePaths, require_current_format, validate_world_id
 
 if TYPE_CHECKING:
     from churn_assets.evaluation.catalog import CatalogExperiment, CatalogRun, RunCatalog
@@ -26,8 +29,6 @@ if TYPE_CHECKING:
 @contextmanager
 def catalog_of(paths: StatePaths) -> Iterator[RunCatalog]:
     from churn_assets.evaluation.catalog import RunCatalog
-    from churn_assets.services import ensure_services, service_errors
-    from churn_assets.state import require_current_format
 
     require_current_format(paths)
     urls = ensure_services(paths)
@@ -49,8 +50,6 @@ def _open_instance(stack: ExitStack, paths: StatePaths, urls: Any) -> Any:
 def _report_dead_rows(paths: StatePaths, catalog: RunCatalog, instance: Any) -> None:
     """Rows still `running` whose process is gone are recorded failed before they are listed (one line each), and
     the Dagster runs they name (the instance opened only then)."""
-    import functools
-
     from churn_assets.orchestration.dead_runs import reap_dead_catalog_rows
 
     for run in reap_dead_catalog_rows(paths, catalog, functools.cache(instance)):
@@ -61,7 +60,6 @@ def require_known_world(paths: StatePaths, catalog: RunCatalog, world_id: str | 
     """Refuse a `--world` that is neither registered nor in the catalog: a typo must not pass as "no runs"
     (a CI gate on `verify-results --all --world X` would pass on a mistyped X)."""
     from churn_assets.orchestration.world_registry import WorldNotFoundError
-    from churn_assets.state import WORLD_CONFIG_FILE, validate_world_id
 
     if world_id is None or catalog.runs(world_id):
         return
@@ -153,8 +151,6 @@ def show(run_ref: str) -> None:
 def _experiment_part(run: CatalogRun, repeats: list[CatalogRun], experiments: list[CatalogExperiment]) -> list[str]:
     """The run's repeats (rows of the same experiment and code version) and the experiment's recorded summary
     over them (the one of the most repeats; issue 33)."""
-    from churn_assets.commands.experiment_lines import experiment_lines
-
     lines = []
     if len(repeats) > 1:
         lines.append(f"  repeats        {len(repeats)} rows of this experiment: "

@@ -7,6 +7,7 @@ instance, then materialize the `eval_run` partition; results land under `<state>
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,10 +17,14 @@ import click
 from churn_assets.commands.days import cli_day
 from churn_assets.commands.experiment_lines import experiment_lines, interval, result_line
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
+from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOW_DAYS, WINDOWS, T, paper_cells
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
+from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.config import load_config
+from churn_assets.world.ledger import load_ledger
 
 
 class ArmChoice(click.Choice):
@@ -121,8 +126,6 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
 def default_workers() -> int:
     """Worker processes for the cells and their inputs: one per core, at most two (`run_cells` measured on the
     2-core machines; a third worker only adds contention)."""
-    import os
-
     return max(1, min(2, len(os.sched_getaffinity(0))))
 
 
@@ -146,11 +149,9 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
     their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
-    from churn_assets.errors import UserFacingError
     from churn_assets.orchestration.cells import Cell, run_cells
     from churn_assets.orchestration.materialize import repeats_tags
     from churn_assets.orchestration.world_registry import add_world, is_registered
-    from churn_assets.world.config import load_config
 
     paths = StatePaths.resolve()
     echo = (lambda _msg: None) if as_json else click.echo
@@ -171,7 +172,6 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
                 raise UserFacingError(f"world {world_id!r} is not registered (churnbench worlds add)")
         # the paper's fixed dates (docs/rules.md, "The paper's windows"): a world without them is refused first
         from churn_assets.orchestration.world_registry import load_world_config
-        from churn_assets.world.calendar import require_in_calendar
 
         config = load_world_config(paths, world_id)
         for name, day in (("the paper's D+28 T'", WINDOWS["D+28"]), ("the paper's T", T)):
@@ -221,7 +221,6 @@ def paper_window(ledger_dir: Any, world_id: str, echo: Any) -> dict[str, Any]:
     from churn_assets.deployment import task_settings
     from churn_assets.evaluation.window import Window, world_windows
     from churn_assets.grounding.registry import load_registry
-    from churn_assets.world.ledger import load_ledger
 
     started = time.perf_counter()
     loaded = load_ledger(ledger_dir, packed=True)

@@ -9,11 +9,11 @@ import time
 import click
 
 from churn_assets.commands.jobs import run_job
-from churn_assets.commands.llm import GGUF_OPTION, agent_option
+from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
+from churn_assets.orchestration.sweep_records import list_sweeps, load_sweep, sweep_report_dir
 from churn_assets.state import StatePaths
-from churn_assets.sweeps.presets import PRESETS
+from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, exposure_only_spec, preset_spec
 
 
 def _ints(text: str | None) -> tuple[int, ...]:
@@ -72,18 +72,14 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
         raise click.UsageError("give --preset NAME (or a subcommand: list, show, rm)")
     from churn_assets.evaluation.requests import SWEEP_CLI_FIELDS
     from churn_assets.orchestration.requests import check_sweep_request
-    from churn_assets.sweeps.presets import PresetArgs, customize, preset_spec
 
     if gguf:  # the sweep's settings are read from the environment once it knows its agent (`with_llm_settings`)
-        from churn_assets.commands.llm import llm_settings
 
         llm_settings("llm", gguf, echo=lambda _m: None)
     spec = preset_spec(preset, PresetArgs(_ints(seeds), worlds, config_path, overrides))
     spec = customize(spec, arms=arms, policies=policies, gaps=_ints(gaps), agent=agent,
                      saas_profile=saas_profile, repeats=repeats)
     if exposure_only:
-        from churn_assets.sweeps.presets import exposure_only_spec
-
         spec = exposure_only_spec(spec)
     paths = StatePaths.resolve()
     # The one request check, before any service is opened or anything registered (the sweep's run repeats it).
@@ -113,8 +109,6 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
 @sweep.command("list")
 def list_command() -> None:
     """Sweeps of the state folder, with their cells' status."""
-    from churn_assets.orchestration.sweep_records import list_sweeps, load_sweep
-
     paths = StatePaths.resolve()
     ids = list_sweeps(paths)
     if not ids:
@@ -130,8 +124,6 @@ def list_command() -> None:
 @click.argument("sweep_id")
 def show_command(sweep_id: str) -> None:
     """Print a sweep's report (Markdown)."""
-    from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
-
     paths = StatePaths.resolve()
     load_sweep(paths, sweep_id)
     report = sweep_report_dir(paths, sweep_id) / "report.md"

@@ -13,12 +13,12 @@ from churn_assets.commands.days import cli_day
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation import paper
 from churn_assets.state import StatePaths
+from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.ledger import load_ledger
 
 
 def _load(world_id: str | None, ledger_path: Path | None) -> tuple[str, Any]:
     """(world id, loaded ledger) of a registered world's ledger in the state folder, or of a ledger path."""
-    from churn_assets.world.ledger import load_ledger
-
     if (world_id is None) == (ledger_path is None):
         raise click.UsageError("give one of --world ID or --ledger PATH")
     if world_id is not None:
@@ -36,8 +36,6 @@ def _load(world_id: str | None, ledger_path: Path | None) -> tuple[str, Any]:
 
 
 def _require_inside(loaded: Any, day: dt.date, what: str, name: str) -> None:
-    from churn_assets.world.calendar import require_in_calendar
-
     first, last = _calendar(loaded)
     require_in_calendar(what, day, first, last, f"world {name}")
 

@@ -31,7 +31,9 @@ import click
 
 from churn_assets.commands.results import catalog_of, require_known_world
 from churn_assets.errors import UserFacingError
+from churn_assets.services import ensure_services, saas_api_key, service_errors
 from churn_assets.state import StatePaths
+from churn_assets.world.ledger import load_ledger
 
 if TYPE_CHECKING:
     from churn_assets.evaluation.catalog import CatalogRun, RunCatalog
@@ -147,8 +149,6 @@ class _Verifier:
         self._views: dict[str, dict[str, str] | None] = {}
 
     def __enter__(self) -> _Verifier:
-        from churn_assets.services import ensure_services
-
         self.urls = ensure_services(self.paths)
         self.golds.conn = self._stack.enter_context(_warehouse_connection(self.paths))
         return self
@@ -284,7 +284,6 @@ class _Verifier:
 
     def _resolver(self, world: str) -> Any:
         from churn_assets.tasks.gold import GoldResolver
-        from churn_assets.world.ledger import load_ledger
 
         golds = self.golds
         if world not in golds.resolvers:
@@ -323,7 +322,6 @@ class _Verifier:
         from churn_assets.grounding.registry import load_registry
         from churn_assets.grounding.routes import warehouse_views
         from churn_assets.orchestration.scenarios import load_scenario, stored_plan
-        from churn_assets.services import saas_api_key
 
         key = str(stored.summary.get("scenario_key"))
         scenario = load_scenario(self.paths, key)
@@ -352,7 +350,6 @@ class _Verifier:
 @contextmanager
 def _warehouse_connection(paths: StatePaths) -> Iterator[Any]:
     from churn_assets.fabric.postgres import connection
-    from churn_assets.services import ensure_services, service_errors
 
     urls = ensure_services(paths)
     with service_errors(paths), connection(urls.warehouse, autocommit=True) as conn:

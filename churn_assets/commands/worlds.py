@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from churn_assets.files import file_lock
+from churn_assets.progress import progress_bar
 from churn_assets.state import StatePaths
 from churn_assets.world.config import load_config
 
@@ -135,11 +137,9 @@ def verify(world_ids: tuple[str, ...]) -> None:
 
 
 def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]) -> None:
-    from churn_assets.files import file_lock
     from churn_assets.orchestration.definitions import defs_for
     from churn_assets.orchestration.materialize import PartitionRun, materialize
     from churn_assets.orchestration.scenario_materializer import input_lock
-    from churn_assets.progress import progress_bar
 
     with progress_bar(f"materializing {', '.join(assets)}", total=len(world_ids), unit="worlds") as advance:
         def done(run: PartitionRun) -> None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,8 @@ from churn_assets.evaluation.results import (
 )
 from churn_assets.evaluation.seals import seal_folder
 from churn_assets.evaluation.verdicts import VERDICTS
+from churn_assets.fabric.postgres import connect
+from churn_assets.freshness.scenario import ScenarioKeyError, parse_scenario_key
 
 if TYPE_CHECKING:
     import psycopg
@@ -479,8 +482,6 @@ class RunCatalog:
             import sqlalchemy as sa
             from sqlalchemy.pool import NullPool
 
-            from churn_assets.fabric.postgres import connect
-
             # psycopg opens the libpq URL itself, as every other reader does (Unix-socket URLs, the connect
             # timeout); NullPool closes each connection after its call, so nothing outlives it (forked
             # Dagster runs included).
@@ -565,8 +566,6 @@ class RunCatalog:
     def record_experiment(self, scenario: Scenario, key: RunKey, summary: Mapping[str, Any]) -> None:
         """Record (or replace) the summary of an experiment's first `summary["repeats"]` repeats, all complete
         (`evaluation/repeats.py`); `key`: any repeat's key (its experiment hash and code version are used)."""
-        import json
-
         from sqlalchemy.dialects.postgresql import insert
 
         e = experiments_table()
@@ -715,8 +714,6 @@ class RunCatalog:
         `__rep<r>`, that repeat's), a results folder's path, or an experiment hash prefix (at least 4 hex
         digits). Newest first; a scenario key or hash prefix finds every repeat."""
         import sqlalchemy as sa
-
-        from churn_assets.freshness.scenario import ScenarioKeyError, parse_scenario_key
 
         t = runs_table()
         ref = ref.strip()

@@ -31,7 +31,6 @@ For a scenario (anchor T, cache build day T') and an arm's planned vintage map:
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from typing import Any
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.change_events import change_events, tag_matches
 from churn_assets.evaluation.verdicts import served_gold_is_degenerate
+from churn_assets.memo import Memo, memo
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.gold import GoldResolver, gold_from_state
 from churn_assets.tasks.shared_aggregates import shared_aggregates
@@ -48,6 +48,7 @@ from churn_assets.tasks.templates import ANY, Template
 from churn_assets.world.calendar import Day
 from churn_assets.world.events import EVENT_KINDS
 from churn_assets.world.fold import uniform_vintage, walk_ledger
+from churn_assets.world.packed import records_key
 from churn_assets.world.state import STATE_CLASSES, WorldState
 
 ONE_DAY = dt.timedelta(days=1)
@@ -418,27 +419,18 @@ def _candidate_days(records: Sequence[Mapping[str, Any]], tasks: Sequence[Task],
     return out
 
 
-_RATES_LOCK = threading.Lock()
-_RATES: list[tuple[Sequence[Mapping[str, Any]], tuple[Any, ...], AnswerChangeRates]] = []
-_RATES_KEPT = 6
+RATES: Memo[AnswerChangeRates] = memo("exposure.change_rates", 6)  # a paper's task sets and classes
 
 
 def change_rates(records: Sequence[Mapping[str, Any]], tasks: Sequence[Task], *, start: Day, anchor: Day,
                  format_version: int = 2, classes: Collection[str] | None = None) -> AnswerChangeRates:
     """The rates of a task set asked at T for `classes` (None: all), measured to T - 1 (serving every T' < T),
-    kept per process for the same ledger object and task set (a paper's cells share them)."""
+    kept per process for the same ledger records and task set (a paper's cells share them)."""
     until = max(start + ONE_DAY, anchor - ONE_DAY)
-    key = (tuple(t.task_id for t in tasks), start, until, None if classes is None else frozenset(classes))
-    with _RATES_LOCK:
-        for kept_records, kept_key, rates in _RATES:
-            if kept_records is records and kept_key == key:
-                return rates
-    rates = AnswerChangeRates.measure(records, tasks, start=start, until=until, format_version=format_version,
-                                      classes=classes)
-    with _RATES_LOCK:
-        _RATES.append((records, key, rates))
-        del _RATES[:-_RATES_KEPT]
-    return rates
+    key = (records_key(records), format_version, tuple(t.task_id for t in tasks), start, until,
+           None if classes is None else frozenset(classes))
+    return RATES.get_or_compute(key, lambda: AnswerChangeRates.measure(
+        records, tasks, start=start, until=until, format_version=format_version, classes=classes))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from churn_assets.evaluation.awareness import staleness_awareness
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.efficiency import answer_efficiency, efficiency_summary
 from churn_assets.evaluation.exposure import RunExposure
-from churn_assets.evaluation.results import ResultsStore, RunKey, canonical
+from churn_assets.evaluation.results import REPEAT_SUFFIX, ResultsStore, RunKey, canonical, parse_folder_name
 from churn_assets.evaluation.runner import ArmLike, ContentCheck, RunSpec, evaluate
 from churn_assets.evaluation.stats import (
     BOOTSTRAP_RESAMPLES,
@@ -209,8 +209,6 @@ def experiment_keys(folder: Path, limit: int | None = None) -> list[RunKey]:
     """The complete repeats of the experiment a results folder belongs to (the folder of any repeat or retry
     of it: `<results root>/<world>/<scenario key>/<hash>__<code>[__rep<r>][__retry<n>]`), repeat 0 first, each
     its newest complete retry, up to the first repeat that is missing or incomplete (at most `limit`)."""
-    from churn_assets.evaluation.results import REPEAT_SUFFIX, parse_folder_name
-
     folder = Path(folder)
     base, _repeat, _retry = parse_folder_name(folder.name)
     experiment_hash, sep, code = base.partition("__")

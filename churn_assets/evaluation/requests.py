@@ -19,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.arms.registry import ARMS, define_scenario
 from churn_assets.errors import UserFacingError
+from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.freshness.policies import check_policy_classes, check_policy_parameters, parse_policy
+from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+from churn_assets.grounding.registry import load_registry
 from churn_assets.world.calendar import Day
 from churn_assets.world.config import WorldConfig
 
@@ -79,12 +84,6 @@ def check_request(request: Request, world: WorldConfig | None, fields: Fields = 
     """The checked `Scenario` of `request` on `world` (its config; None: not registered), or a `RequestError`
     naming the first field at fault: world, arm, policy (spelling, classes, parameter ranges), SaaS profile,
     agent, T and T' inside the world's calendar, T' not after T."""
-    from churn_assets.arms.registry import ARMS, define_scenario
-    from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-    from churn_assets.freshness.policies import check_policy_classes, check_policy_parameters, parse_policy
-    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-    from churn_assets.grounding.registry import load_registry
-
     if world is None:
         raise not_registered(request.world_id, fields.world)
     if request.arm not in ARMS:

@@ -43,14 +43,15 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import hashlib
+import io
 import json
 import os
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import STALE_VERDICTS
 from churn_assets.faults import fault_point
 from churn_assets.files import DISK_FULL_ERRNOS, atomic_write_text, disk_full, file_lock, process_stamp
+from churn_assets.memo import Memo, memo
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
@@ -94,23 +96,21 @@ ANSWER_PACKAGES = ("torch", "transformers", "sentence-transformers", "gt-all-min
 
 def package_versions(names: Iterable[str] = ANSWER_PACKAGES) -> dict[str, str | None]:
     """Installed version of each package (None when it is not installed)."""
-    return dict(_installed_versions(tuple(names)))
+    wanted = tuple(names)
+    return dict(PACKAGE_VERSIONS.get_or_compute(wanted, lambda: tuple(_installed(n) for n in wanted)))
 
 
-# Read once per process: each `importlib.metadata.version` scans sys.path (a cell asked it 8 times, about 2 s of
-# a warm paper's CPU per worker), and a process answers with the code it imported, whose versions are the ones
-# read first even if a package is upgraded on disk later. A few name tuples at most: bounded.
-@functools.lru_cache(maxsize=8)
-def _installed_versions(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
-    from importlib.metadata import PackageNotFoundError, version
+# Read once per process: each `importlib.metadata.version` scans sys.path (13 ms for the ten packages at load 3; a
+# cell asks 8 times), and a process answers with the code it imported, whose versions are the ones read first even
+# if a package is upgraded on disk later.
+PACKAGE_VERSIONS: Memo[tuple[tuple[str, str | None], ...]] = memo("results.package_versions", 4)
 
-    out: list[tuple[str, str | None]] = []
-    for name in names:
-        try:
-            out.append((name, version(name)))
-        except PackageNotFoundError:
-            out.append((name, None))
-    return tuple(out)
+
+def _installed(name: str) -> tuple[str, str | None]:
+    try:
+        return name, version(name)
+    except PackageNotFoundError:
+        return name, None
 
 
 def experiment_hash(spec: Mapping[str, Any]) -> str:
@@ -391,8 +391,6 @@ class RunWriter:
 
 
 def stale_csv(rows: list[dict[str, Any]]) -> str:
-    import io
-
     buf = io.StringIO()
     fields = ["task_id", "template", "task_tier", "verdict", "question_text", "answer", "gold_at_t",
               "gold_served", "classes_stale"]

@@ -51,7 +51,7 @@ from churn_assets.evaluation.verdicts import STALE_VERDICTS, TRANSPORT_FAILURE, 
 from churn_assets.freshness.scenario import Scenario, ScenarioPlan
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
-from churn_assets.tasks.task_set import Task
+from churn_assets.tasks.task_set import Task, TaskSetError, read_tasks, task_set_hash
 from churn_assets.world.calendar import Day
 
 
@@ -276,8 +276,6 @@ def finished_run(store: ResultsStore, scenario: Scenario, config_hash: str, plan
                  catalog: RunCatalog | str | None = None) -> tuple[RunSpec, dict[str, Any]] | None:
     """(spec, summary) of the finished run of this scenario's identity, or None: also when its task set file is
     missing or unreadable (the identity needs it; the caller's input check then says what is missing)."""
-    from churn_assets.tasks.task_set import TaskSetError, read_tasks, task_set_hash
-
     try:
         tasks = read_tasks(task_file)
     except TaskSetError:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.evaluation.awareness import staleness_awareness
 from churn_assets.evaluation.efficiency import efficiency_summary
+from churn_assets.evaluation.independent import SqlGoldError
 from churn_assets.evaluation.results import SUMMARY_FILE, TASKS_FILE, ResultsError, canonical
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS, served_gold_is_degenerate, verdict
 from churn_assets.tasks.answers import AnswerParseError, Value
@@ -309,8 +310,6 @@ def _gold_pair(python: GoldResolver, sql: SqlGold, t: Template, task: Task, anch
 def verify_row_independent(python: GoldResolver, sql: SqlGold, task: Task, row: Mapping[str, Any]
                            ) -> list[Disagreement]:
     """Every disagreement between one row, the Python gold and the SQL gold (compared by answer type)."""
-    from churn_assets.evaluation.independent import SqlGoldError
-
     out: list[Disagreement] = []
     tid, t = task.task_id, task.template
     anchor = dt.date.fromisoformat(task.anchor)

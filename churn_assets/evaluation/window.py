@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.evaluation.exposure import AnswerChangeRates, ExposureError, RunExposure, run_exposure
+from churn_assets.evaluation.exposure import AnswerChangeRates, ExposureError, RunExposure, change_rates, run_exposure
 from churn_assets.freshness.planning import measured_change_rates, refresh_days, vintage_of
 from churn_assets.freshness.policies import parse_policy
 from churn_assets.grounding.registry import Registry
+from churn_assets.tasks.generator import generate_task_set
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
 from churn_assets.tasks.templates import template as template_of
@@ -280,9 +281,6 @@ def world_windows(records: Sequence[Mapping[str, Any]], world_id: str, window: W
     """`policy_windows` of a world's task set sampled at T_end (the generator the `task_set` asset runs, with the
     deployment's count and seed), from its ledger's records alone; `predict`: with the prediction (answer-change
     rates of every class measured to T_end - 1)."""
-    from churn_assets.evaluation.exposure import change_rates
-    from churn_assets.tasks.generator import generate_task_set
-
     start = dt.date.fromisoformat(records[0]["at"])
     last = dt.date.fromisoformat(records[-1]["at"])
     resolver = GoldResolver(records, format_version=format_version)

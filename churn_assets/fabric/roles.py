@@ -25,7 +25,14 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from churn_assets.fabric.postgres import ident, schema_name, world_prefix
+from churn_assets.fabric.postgres import (
+    CONNECT_TIMEOUT_S,
+    connection,
+    ident,
+    parse_schema_name,
+    schema_name,
+    world_prefix,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -158,8 +165,6 @@ def drop_arm_role(conn: psycopg.Connection[Any], world_id: str) -> bool:
 
 def worlds_with_arm_roles(conn: psycopg.Connection[Any]) -> set[str]:
     """Worlds whose arm role exists in the cluster."""
-    from churn_assets.fabric.postgres import parse_schema_name
-
     found = set()
     for (role,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE %s", ("%" + ARM_ROLE_SUFFIX,)):
         parsed = parse_schema_name(role[: -len(ARM_ROLE_SUFFIX)] + "_truth")
@@ -173,8 +178,6 @@ def _drop_legacy_role(conn: psycopg.Connection[Any]) -> None:
     read gets its own role first, with the same SELECT grants (an as-of view built before this change is granted
     to the old role only, and its world may not be rebuilt), then the old role goes."""
     from psycopg import sql
-
-    from churn_assets.fabric.postgres import parse_schema_name
 
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (LEGACY_ARM_ROLE,)).fetchone() is None:
         return
@@ -197,8 +200,6 @@ def _drop_legacy_role(conn: psycopg.Connection[Any]) -> None:
 def prepare_arm(warehouse_url: str, world_id: str, secret: str) -> None:
     """Make sure the world's arm role exists with its current password before an arm connects (a world built
     by an older churnbench, or with another secret, is not rebuilt just for that). A few statements."""
-    from churn_assets.fabric.postgres import connection
-
     with connection(warehouse_url, autocommit=True) as conn:
         ensure_arm_role(conn, world_id, secret)
 
@@ -245,8 +246,6 @@ def arm_url(warehouse_url: str, world_id: str) -> str:
 def connect_arm(warehouse_url: str, world_id: str, secret: str) -> psycopg.Connection[Any]:
     """An autocommit connection as the world's arm role (what every arm reads the warehouse through)."""
     import psycopg
-
-    from churn_assets.fabric.postgres import CONNECT_TIMEOUT_S
 
     return psycopg.connect(arm_url(warehouse_url, world_id), password=arm_password(world_id, secret),
                            autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)

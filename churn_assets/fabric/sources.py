@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.arm_mongo import ArmMongo
 from churn_assets.fabric.roles import connect_arm
+from churn_assets.fabric.saas_client import SaasClient
 
 if TYPE_CHECKING:
     import psycopg
@@ -66,8 +67,6 @@ def connect_sources(world_id: str, *, warehouse_url: str | None = None, mongo_ur
                                              connectTimeoutMS=MONGO_TIMEOUT_MS, directConnection=True), world_id)
     saas = None
     if saas_url and saas_key:
-        from churn_assets.fabric.saas_client import SaasClient
-
         saas = SaasClient(saas_url, saas_key)
     return Sources(world_id, pg, mongo, saas, documents_root)
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import DataIntegrityError, UserFacingError
-from churn_assets.fabric.postgres import content_hash_sql, ident, relation_exists, schema_name
+from churn_assets.fabric.postgres import connection, content_hash_sql, ident, relation_exists, schema_name
 
 if TYPE_CHECKING:
     import psycopg
@@ -208,8 +208,6 @@ def recorded_views(url: str, world_id: str, views: Collection[str]) -> dict[str,
     """Per view, the hash of its closure as the dbt build recorded it (`view_hashes` of the record): what a read's
     trace carries while `verify_content` checks, beside the answers, that the relations are still what was
     recorded. Raises `WarehouseContentError` when a relation the views read has no record."""
-    from churn_assets.fabric.postgres import connection
-
     with connection(url) as conn:
         try:
             recorded = recorded_content(conn, world_id)
@@ -228,8 +226,6 @@ def recorded_views(url: str, world_id: str, views: Collection[str]) -> dict[str,
 
 def verified_views(url: str, world_id: str, views: Collection[str]) -> dict[str, str]:
     """`verify_content` on a connection of its own (the owner's: the warehouse URL)."""
-    from churn_assets.fabric.postgres import connection
-
     with connection(url) as conn:
         try:
             return verify_content(conn, world_id, views)

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from churn_assets.fabric.postgres import ident, schema_name
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.staging import SOURCE_LAYER, VALID_FROM
+from contracts.store import DocumentStoreError, day_dir, read_day
 
 CONTRACT_DOCUMENTS_UNIT = "documents"
 
@@ -29,10 +31,6 @@ def refresh_rows(conn: psycopg.Connection[Any], world_id: str, refresh_days: Map
                  t_prime: dt.date, contracts_root: Path) -> dict[str, int | None]:
     """Class -> rows (documents for an index-cached class) its refreshes after T' copy; None when a source
     needed for the count is missing (a documents day not materialized)."""
-    from psycopg import sql
-
-    from contracts.store import DocumentStoreError, day_dir, read_day
-
     registry = load_registry()
     out: dict[str, int | None] = {}
     for name, days in refresh_days.items():

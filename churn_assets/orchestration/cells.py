@@ -36,20 +36,51 @@ below `definitions.py` (the sweep job in `jobs.py` builds on it) and never impor
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import importlib
+import multiprocessing
 import os
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Any
 
+from churn_assets.arms.registry import ARMS
+from churn_assets.error_traces import has_trace, trace_text, write_trace
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.requests import Request
+from churn_assets.freshness.scenario import LEDGER, RAG_INDEX, VECTOR_INDEX, ScenarioInput
+from churn_assets.grounding.embeddings import TORCH_THREADS_ENV, load_model
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
+from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, open_session
+from churn_assets.orchestration.requests import check_run
+from churn_assets.orchestration.scenario_inputs import (
+    blocking_checks,
+    existing_inputs,
+    needs_ledger_to_plan,
+    scenario_plan,
+)
+from churn_assets.orchestration.scenario_materializer import (
+    LAUNCHED_BY,
+    STARTED_BY_TAG,
+    Step,
+    StepResult,
+    asset_ancestors,
+    build_step,
+    depends_on,
+    plan_steps,
+)
+from churn_assets.orchestration.scenario_runs import run_scenario
+from churn_assets.orchestration.scenarios import register_scenario
 from churn_assets.state import StatePaths
+from churn_assets.world.ledger import LEDGER_FILE
 
 if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnbench --help` stays fast
     from concurrent.futures import Future, ProcessPoolExecutor
@@ -91,9 +122,6 @@ class Cell:
     def scenario(self, paths: StatePaths) -> Scenario:
         """The checked scenario on the state folder `paths` (the one request check: a bad one raises the user's
         error, before anything is registered)."""
-        from churn_assets.evaluation.requests import Request
-        from churn_assets.orchestration.requests import check_run
-
         llm = self.llm
         return check_run(paths, Request(self.world, self.arm, self.policy, self.t_prime, self.t,
                                         llm.agent_id if llm else "", self.saas_profile,
@@ -129,7 +157,6 @@ def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 
         raise UserFacingError(f"workers must be at least 1, not {workers}")
     say = progress or (lambda _line: None)
     started = time.perf_counter()
-    from churn_assets.orchestration.materialize import open_session
 
     cells = list(cells)
     with open_session(state_paths) as session, WorkerPool(session, workers) as pool:
@@ -162,23 +189,6 @@ class _Prepared:
 def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], replan: bool,
              say: Progress, tags: dict[str, str]) -> _Prepared:
     """In the calling process: define, register and plan every distinct cell; the union of missing inputs."""
-    from churn_assets.freshness.scenario import LEDGER, ScenarioInput
-    from churn_assets.orchestration.scenario_inputs import (
-        blocking_checks,
-        existing_inputs,
-        needs_ledger_to_plan,
-        scenario_plan,
-    )
-    from churn_assets.orchestration.scenario_materializer import (
-        Step,
-        asset_ancestors,
-        build_step,
-        depends_on,
-        plan_steps,
-    )
-    from churn_assets.orchestration.scenarios import register_scenario
-    from churn_assets.world.ledger import LEDGER_FILE
-
     keys: list[str | None] = [None] * len(cells)
     errors: dict[int, str] = {}
     to_run: dict[str, int] = {}
@@ -245,9 +255,6 @@ def _jobs(prepared: _Prepared, tags: dict[str, str]) -> list[_Job]:
     embedding builds of a world (vector index and RAG corpus days) run one after the other, in day order: each
     embeds only the chunks the earlier ones have not (two days built at once would both embed everything;
     measured on the 30-day world: 35 s for the first day, 1.7 s for the next one after it)."""
-    from churn_assets.arms.registry import ARMS
-    from churn_assets.freshness.scenario import RAG_INDEX, VECTOR_INDEX
-
     step_of = {i: s for s in prepared.steps for i in s.inputs}
     jobs = [_Job(s, s.label, _worker_build, (s, tags), set(prepared.needs[s]),
                  max((_COST_HINT.get(i.asset, 1.0) for i in s.inputs), default=1.0)) for s in prepared.steps]
@@ -305,9 +312,6 @@ def _schedule(pool: WorkerPool, jobs: list[_Job], say: Progress,
     A build whose lock another process holds comes back `busy` at once (a worker never idles on a lock while
     other work is ready) and is asked for again `BUSY_RETRY_S` later; when the other process has finished, it
     finds the inputs built and reuses them. A job whose worker died is run once more."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-    from concurrent.futures.process import BrokenProcessPool
-
     pending = {j.id: j for j in jobs}
     not_before: dict[Any, float] = {}  # busy builds: when to ask again
     outcomes: dict[Any, Any] = {}
@@ -409,8 +413,6 @@ def _describe(job: _Job, outcome: Any) -> str:
 def _failure_line(e: BaseException) -> str:
     """A worker's error as one line, naming the file its full trace was written to when it has one (the CLI's
     rule, `commands/error_output.py`: the worker's process is gone once the parent prints the line)."""
-    from churn_assets.error_traces import has_trace, trace_text, write_trace
-
     line = _one_line(e)
     path = write_trace(trace_text(e)) if has_trace(e) else None
     return f"{line} (trace: {path})" if path is not None else line
@@ -453,16 +455,12 @@ def _start_worker(root: str, torch_threads: int, environment: dict[str, str]) ->
     """Pool initializer: this worker's own session on the state folder, and the definitions bound to it. An
     error is kept for the jobs (an initializer that raises would break the pool without saying why)."""
     global _WORKER
-    from churn_assets.grounding.embeddings import TORCH_THREADS_ENV
 
     # The caller's environment as of this pool, as a spawned worker had it: the fork server started with the
     # environment of the caller's first pool, and a caller may have changed its own since.
     os.environ.clear()
     os.environ.update(environment)
     os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
-    import atexit
-
-    from churn_assets.orchestration.materialize import open_session
 
     stack = contextlib.ExitStack()
     atexit.register(stack.close)
@@ -489,16 +487,11 @@ def _worker_ready() -> None:
 
 def _build_tags(tags: dict[str, str]) -> dict[str, str]:
     """An input build's run tags: the caller's (a sweep's id and launcher), and what started it."""
-    from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG
-    from churn_assets.orchestration.scenario_materializer import LAUNCHED_BY, STARTED_BY_TAG
-
     return {LAUNCHED_BY_TAG: "cli", **tags, STARTED_BY_TAG: LAUNCHED_BY}
 
 
 def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
     """Build one input step in this worker (the materializer's own run: lock, look again, materialize)."""
-    from churn_assets.orchestration.scenario_materializer import StepResult, build_step
-
     try:
         session, definitions = worker_session()
         return build_step(session, definitions, step, _build_tags(tags), lambda _line: None, wait=False)
@@ -511,8 +504,6 @@ def _worker_cell(cell: Cell, tags: dict[str, str], preload_encoder: bool = False
     `preload_encoder`: a cell of this pool searches the RAG corpus, so a pool worker starts loading the
     embedding model in a thread now (about 10 s of imports, beside a cell that mostly waits on its stores)
     instead of in that cell."""
-    from churn_assets.orchestration.scenario_runs import run_scenario
-
     if preload_encoder and _WORKER is not None and _WORKER.pooled:
         _preload_encoder()
     log: list[str] = []
@@ -538,7 +529,6 @@ def _preload_encoder() -> None:
     global _PRELOAD
     if _PRELOAD is not None:
         return
-    from churn_assets.grounding.embeddings import load_model
 
     def load() -> None:
         with contextlib.suppress(Exception):
@@ -561,8 +551,6 @@ def _wait_for_fork_server_at_exit() -> None:
     if _FORK_SERVER_WAITED:
         return
     _FORK_SERVER_WAITED = True
-    import atexit
-    from multiprocessing import forkserver
 
     stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
     if callable(stop):
@@ -608,9 +596,6 @@ class WorkerPool:
             self._warming.start()
 
     def _start(self) -> ProcessPoolExecutor:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         cores = len(os.sched_getaffinity(0))
         # A fork server, not fork: this process holds Dagster's storage connections, pymongo clients and threads;
         # the server is a fresh interpreter that imports the code location once, and each worker is forked from
@@ -624,8 +609,6 @@ class WorkerPool:
                                              dict(os.environ)))
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
-        from concurrent.futures.process import BrokenProcessPool
-
         if self.workers == 1:
             return self._run_here(fn, args)
         if self.executor is None:
@@ -638,8 +621,6 @@ class WorkerPool:
             return self.executor.submit(fn, *args)
 
     def _run_here(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
-        from concurrent.futures import Future
-
         global _WORKER
         future: Future[Any] = Future()
         saved = _WORKER

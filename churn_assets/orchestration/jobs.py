@@ -22,10 +22,17 @@ import dagster as dg
 from pydantic import Field
 
 from churn_assets.arms.registry import arm_names
+from churn_assets.errors import UserFacingError
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+from churn_assets.orchestration.asset_graph import asset_defs_for
 from churn_assets.orchestration.assets.common import step_failure
+from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
+from churn_assets.orchestration.materialize import Session
+from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.sweeps.presets import PRESETS
+from churn_assets.orchestration.scenarios import load_scenario
+from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, exposure_only_spec, preset_spec
 from churn_assets.sweeps.spec import AGENTS, SweepSpec
 
 if TYPE_CHECKING:
@@ -125,7 +132,6 @@ def sweep_spec_of(config: SweepConfig) -> "SweepSpec":
     """The sweep a config asks for; a day that is not one is refused naming its field (the rest of the request is
     checked by `run_sweep` before anything is registered)."""
     from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, day_text
-    from churn_assets.sweeps.presets import PresetArgs, customize, exposure_only_spec, preset_spec
 
     args = PresetArgs(tuple(config.seeds), tuple(config.worlds), config.world_config or None, tuple(config.overrides))
     spec = preset_spec(str(_value(config.preset)), args)
@@ -156,7 +162,6 @@ class _Progress:
 
 def _cells_metadata(record: "SweepRecord") -> dict:
     from churn_assets.orchestration.launches import SWEEP_RUNS
-    from churn_assets.orchestration.metadata import table_metadata
 
     counts = record.status_counts()
     columns = (*record.PROGRESS_COLUMNS, "error")
@@ -167,7 +172,6 @@ def _cells_metadata(record: "SweepRecord") -> dict:
 
 def _launch(context: dg.OpExecutionContext, sweep_id: str) -> "Launch":
     """This run as a sweep's launch: its launcher (UI, schedule, CLI) and id, written on the run itself."""
-    from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
     from churn_assets.orchestration.launches import Launch, launcher_of, tag_sweep_run
 
     launched_by = launcher_of(dict(context.run.tags))
@@ -182,11 +186,8 @@ def _launch(context: dg.OpExecutionContext, sweep_id: str) -> "Launch":
                    "reused), then materialize its `sweep_report`. The runs it starts are filed under the "
                    "`sweep-runs` backfill, each tagged with the sweep's id.")
 def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: StateResource) -> str:
-    from churn_assets.errors import UserFacingError
     from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, SWEEP_CLI_FIELDS
-    from churn_assets.orchestration.asset_graph import asset_defs_for
     from churn_assets.orchestration.launches import CLI
-    from churn_assets.orchestration.materialize import Session
     from churn_assets.orchestration.sweeps import run_sweep
 
     paths = state.paths
@@ -227,12 +228,7 @@ class ScenarioConfig(dg.Config):
 @dg.op(description="Build every missing input of a defined scenario (one in-process run per partition), then "
                    "materialize its `eval_run` partition.")
 def build_scenario_inputs(context: dg.OpExecutionContext, config: ScenarioConfig, state: StateResource) -> str:
-    from churn_assets.errors import UserFacingError
-    from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
-    from churn_assets.orchestration.asset_graph import asset_defs_for
-    from churn_assets.orchestration.materialize import Session
     from churn_assets.orchestration.scenario_runs import run_scenario
-    from churn_assets.orchestration.scenarios import load_scenario
 
     paths = state.paths
     try:
@@ -270,11 +266,7 @@ class RegressionConfig(dg.Config):
                    "`regression_report`, whose blocking `regression_gate` check compares the figures and config "
                    "hashes with baselines/regression.json. Fails when the gate fails, naming what moved.")
 def run_regression_gate(context: dg.OpExecutionContext, config: RegressionConfig, state: StateResource) -> str:
-    from churn_assets.errors import UserFacingError
-    from churn_assets.orchestration.asset_graph import asset_defs_for
-    from churn_assets.orchestration.materialize import Session
     from churn_assets.orchestration.regression import REGRESSION_PRESET, run_regression
-    from churn_assets.sweeps.presets import preset_spec
 
     paths = state.paths
     try:

@@ -41,7 +41,10 @@ from churn_assets.freshness.scenario import (
     TASK_SET,
     VECTOR_INDEX,
 )
+from churn_assets.grounding.registry import load_registry
+from churn_assets.grounding.staging import staged_specs
 from churn_assets.orchestration.dbt_project import analytics_key
+from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.partitions import world_day_key
 
 if TYPE_CHECKING:
@@ -95,9 +98,6 @@ class ReadRow:
 
 def staged_assets() -> dict[str, str]:
     """Staged table -> its asset (`staged_<class>`), from the registry."""
-    from churn_assets.grounding.registry import load_registry
-    from churn_assets.grounding.staging import staged_specs
-
     return {spec.table: spec.asset_name for spec in staged_specs(load_registry())}
 
 
@@ -190,8 +190,6 @@ def metadata(rows: Sequence[ReadRow]) -> dict[str, Any]:
     """`eval_run`'s lineage metadata: the table (with its schema), a link to each partition read (`read/<asset>
     [<partition>]`, which the UI shows as links), and the versions the check compares."""
     import dagster as dg
-
-    from churn_assets.orchestration.metadata import table_metadata
 
     links = {f"read/{p}": dg.MetadataValue.url(p.link()) for p in dict.fromkeys(r.input for r in rows)}
     return {"inputs_read": table_metadata([r.to_row() for r in rows], COLUMNS), **links,

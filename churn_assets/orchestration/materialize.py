@@ -13,6 +13,7 @@ under the world's use lock (`world_registry.using_world`), so `worlds rm` cannot
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import warnings
@@ -24,7 +25,10 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.repeats import check_repeats
+from churn_assets.fabric.postgres import connection
 from churn_assets.faults import fault_point
+from churn_assets.freshness.scenario import parse_scenario_key
 from churn_assets.orchestration.dead_runs import process_tags, reap_dead_runs
 from churn_assets.orchestration.partitions import (
     scenario_partitions,
@@ -58,15 +62,11 @@ REPEATS_TAG = "churnbench/repeats"
 
 def repeats_tags(repeats: int) -> dict[str, str]:
     """The tags that ask `eval_run` for `repeats` repeats (none for one: a single run's tags are unchanged)."""
-    from churn_assets.evaluation.repeats import check_repeats
-
     return {REPEATS_TAG: str(check_repeats(repeats))} if repeats != 1 else {}
 
 
 def repeats_of(tags: Mapping[str, str] | None) -> int:
     """The repeats a run's tags ask for (1 without the tag); a malformed value is refused in one line."""
-    from churn_assets.evaluation.repeats import check_repeats
-
     raw = (tags or {}).get(REPEATS_TAG, "1")
     try:
         return check_repeats(int(raw))
@@ -127,8 +127,6 @@ def storage_schema_lock(storage_url: str) -> Iterator[None]:
     duplicate table (42P07) or a duplicate key, not Postgres' other answer to two concurrent CREATE TABLEs,
     `type "event_logs" already exists` (42710), which CI met with two commands started together on a new state
     folder. Opening an instance on an existing schema takes about 20 ms, so waiting costs little."""
-    from churn_assets.fabric.postgres import connection
-
     with connection(storage_url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (STORAGE_SCHEMA_LOCK,))
         try:
@@ -158,7 +156,6 @@ def _fail_fast_storage(embedded_postgres: bool) -> Iterator[None]:
     if not embedded_postgres:
         yield
         return
-    import logging
 
     from dagster_postgres import utils as pg_utils
 
@@ -297,8 +294,6 @@ def _world_of(partitions_def: dg.PartitionsDefinition | None, key: str) -> str |
     if partitions_def == world_day_partitions:
         return world_and_day(key)[0]
     if partitions_def == scenario_partitions:
-        from churn_assets.freshness.scenario import parse_scenario_key
-
         return parse_scenario_key(key).world_id
     return None
 

@@ -20,6 +20,8 @@ asset are not involved: nothing of the nightly regression changes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -27,10 +29,49 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from churn_assets.arms.agents.llm import LlmSettings
+from churn_assets.arms.registry import ARMS
+from churn_assets.evaluation.repeats import verdict_matrix
+from churn_assets.evaluation.results import code_version
+from churn_assets.files import atomic_write_text
+from churn_assets.grounding.registry import load_registry
+from churn_assets.orchestration.launches import Launch
 from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
-from churn_assets.orchestration.sweep_records import SweepRecord
-from churn_assets.orchestration.sweeps import run_sweep
-from churn_assets.sweeps.regression import GateResult
+from churn_assets.orchestration.scenario_inputs import scenario_plan
+from churn_assets.orchestration.scenarios import load_scenario, stored_plan
+from churn_assets.orchestration.sweep_records import (
+    NIGHT_TAG,
+    SweepRecord,
+    regression_night,
+    regression_night_dir,
+    scenario_key_of,
+    sweep_report_dir,
+)
+from churn_assets.orchestration.sweeps import run_sweep, with_llm_settings
+from churn_assets.sweeps.presets import customize, preset_spec
+from churn_assets.sweeps.regression import (
+    COMMITTED_BASELINE,
+    BaselineError,
+    GateResult,
+    baseline_path,
+    cell_label,
+    current_hashes,
+    figures_of,
+    gate,
+    load_baseline,
+    make_baseline,
+    write_baseline,
+)
+from churn_assets.sweeps.spec import LLM, cells, resolve_worlds
+from churn_assets.sweeps.stochastic_gate import (
+    ALPHA,
+    StochasticGateError,
+    llm_baseline_path,
+    load_stochastic_baseline,
+    make_stochastic_baseline,
+    report_markdown,
+    stochastic_gate,
+)
 
 Echo = Callable[[str], None]
 REGRESSION_PRESET = "regression"
@@ -60,16 +101,6 @@ class RegressionOutcome:
 def replan_stale_plans(session: Session, spec: Any, echo: Echo) -> int:
     """Replan the preset's scenarios whose stored plan was made from another registry than today's (an LLM
     spec: its scenarios under the agent id of today's CHURNBENCH_LLM_* settings)."""
-    import dataclasses
-
-    from churn_assets.arms.registry import ARMS
-    from churn_assets.grounding.registry import load_registry
-    from churn_assets.orchestration.scenario_inputs import scenario_plan
-    from churn_assets.orchestration.scenarios import load_scenario, stored_plan
-    from churn_assets.orchestration.sweep_records import scenario_key_of
-    from churn_assets.orchestration.sweeps import with_llm_settings
-    from churn_assets.sweeps.spec import LLM, cells, resolve_worlds
-
     registry = load_registry()
     evaluated, _ = cells(spec, resolve_worlds(spec), {name: a.only_policy for name, a in ARMS.items()})
     model_settings = None
@@ -96,21 +127,6 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
     """The regression (see the module doc). `spec`: another `SweepSpec` than the preset's (tests run a smaller
     one against a baseline of their own). `launch`: who launched it and its own run (`launches.Launch`), as for
     `run_sweep`."""
-    from churn_assets.evaluation.results import code_version
-    from churn_assets.orchestration.launches import Launch
-    from churn_assets.orchestration.sweep_records import NIGHT_TAG, regression_night, regression_night_dir
-    from churn_assets.sweeps.presets import preset_spec
-    from churn_assets.sweeps.regression import (
-        BaselineError,
-        baseline_path,
-        current_hashes,
-        figures_of,
-        gate,
-        load_baseline,
-        make_baseline,
-        write_baseline,
-    )
-
     started = time.perf_counter()
     night = regression_night()
     spec = spec or preset_spec(REGRESSION_PRESET)
@@ -163,9 +179,6 @@ class StochasticRegressionOutcome:
 def cell_verdicts_of(record: SweepRecord, repeats: int) -> dict[str, dict[str, Any]]:
     """Cell label -> {"tasks": {task: {"template", "verdicts"}}} of every finished cell, the verdicts of its
     first `repeats` repeats read from their results folders."""
-    from churn_assets.evaluation.repeats import verdict_matrix
-    from churn_assets.sweeps.regression import cell_label
-
     out: dict[str, dict[str, Any]] = {}
     for outcome in record.outcomes.values():
         if outcome.get("status") != "done" or not outcome.get("results"):
@@ -185,25 +198,6 @@ def run_stochastic_regression(session: Session, definitions: Any, *, echo: Echo 
     `sweeps.stochastic_gate` against `baseline` (default `baselines/regression-llm-<model>.json`); with
     `update_baseline` the file is rewritten from this run first (its `alpha` kept). `spec`: another
     `SweepSpec` (tests)."""
-    import json
-
-    from churn_assets.arms.agents.llm import LlmSettings
-    from churn_assets.evaluation.results import code_version
-    from churn_assets.files import atomic_write_text
-    from churn_assets.orchestration.sweep_records import sweep_report_dir
-    from churn_assets.sweeps.presets import customize, preset_spec
-    from churn_assets.sweeps.regression import COMMITTED_BASELINE, current_hashes
-    from churn_assets.sweeps.spec import LLM
-    from churn_assets.sweeps.stochastic_gate import (
-        ALPHA,
-        StochasticGateError,
-        llm_baseline_path,
-        load_stochastic_baseline,
-        make_stochastic_baseline,
-        report_markdown,
-        stochastic_gate,
-    )
-
     started = time.perf_counter()
     settings = LlmSettings.from_env()  # a clear error, before anything runs, when the endpoint is not set
     spec = spec or customize(preset_spec(REGRESSION_PRESET), agent=LLM, repeats=repeats)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from churn_assets.deployment import deployment
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.requests import (
     CLI_FIELDS,
@@ -23,8 +24,9 @@ from churn_assets.evaluation.requests import (
     not_registered,
 )
 from churn_assets.state import StatePaths, load_world_config, require_current_format
+from churn_assets.sweeps.checks import check_sweep, resolved_worlds
 from churn_assets.sweeps.spec import Cell, SweepSpec
-from churn_assets.world.config import WorldConfig
+from churn_assets.world.config import WORLD_ID_RE, WorldConfig
 
 
 def stored_config(paths: StatePaths, world_id: str, field: str) -> WorldConfig | None:
@@ -41,8 +43,6 @@ def stored_config(paths: StatePaths, world_id: str, field: str) -> WorldConfig |
 
 
 def _is_world_id(world_id: str) -> bool:
-    from churn_assets.world.config import WORLD_ID_RE
-
     return bool(WORLD_ID_RE.match(world_id))
 
 
@@ -58,9 +58,6 @@ def check_sweep_request(paths: StatePaths, spec: SweepSpec, fields: Fields = LAU
     """The checked cells of a sweep on this state folder (`churnbench sweep`, `run_sweep`): worlds given by id
     must have a stored config, worlds made from recipes must fit the deployment's calendar (a folder of an older
     format is refused first)."""
-    from churn_assets.deployment import deployment
-    from churn_assets.sweeps.checks import check_sweep, resolved_worlds
-
     require_current_format(paths)
     stored: dict[str, WorldConfig | None] = {}
     calendar = deployment().calendar

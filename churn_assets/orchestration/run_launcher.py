@@ -22,15 +22,21 @@ launcher does not report worker health to Dagster's run monitoring.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
+from dagster._cli.api import _execute_run_command_body
+from dagster._core.instance import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.launcher.base import LaunchRunContext, RunLauncher
-from dagster._serdes import ConfigurableClass
+from dagster._serdes import ConfigurableClass, deserialize_value, serialize_value
 from dagster._serdes.config_class import ConfigurableClassData
+from dagster._utils.interrupts import capture_interrupts
 
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
 
@@ -56,8 +62,6 @@ def source_fingerprint(root: Path = _PACKAGE) -> tuple[float, int]:
 def _context() -> Any:
     """The forkserver context, its server (re)started when the sources changed since it started."""
     global _SERVED
-    import multiprocessing
-    from multiprocessing import forkserver
 
     fingerprint = source_fingerprint()
     with _LOCK:
@@ -74,12 +78,6 @@ def _context() -> Any:
 
 def _run_worker(instance_ref_json: str, run_id: str) -> None:
     """The forked run process: Dagster's run worker body on the launcher's instance."""
-    from dagster._cli.api import _execute_run_command_body
-    from dagster._core.instance import DagsterInstance
-    from dagster._core.instance.ref import InstanceRef
-    from dagster._serdes import deserialize_value
-    from dagster._utils.interrupts import capture_interrupts
-
     with capture_interrupts(), DagsterInstance.from_ref(deserialize_value(instance_ref_json, InstanceRef)) as instance:
         _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
 
@@ -105,8 +103,6 @@ class PreloadedRunLauncher(RunLauncher, ConfigurableClass):
         return cls(inst_data=inst_data)
 
     def launch_run(self, context: LaunchRunContext) -> None:
-        from dagster._serdes import serialize_value
-
         run = context.dagster_run
         process = _context().Process(target=_run_worker, args=(serialize_value(self._instance.get_ref()), run.run_id),
                                      name=f"dagster-run-{run.run_id[:8]}", daemon=False)

@@ -51,6 +51,7 @@ from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
+from churn_assets.services import mongo_client
 from churn_assets.world.calendar import outside_calendar
 from churn_assets.world.ledger import LEDGER_FILE, load_ledger
 from contracts.store import stored_days
@@ -188,8 +189,6 @@ def dbt_models_built(conn: Any, world: str) -> bool:
 
 
 def _complete_operational_days(session: Session, world: str, items: list[ScenarioInput]) -> set[Any]:
-    from churn_assets.services import mongo_client
-
     wanted = [i.day for i in items if i.asset == OPERATIONAL_STORE and i.day is not None]
     client = mongo_client(session.urls.mongodb)
     try:

@@ -20,6 +20,8 @@ run killed while the UI is up shows failed there without waiting for the next co
 """
 
 # No `from __future__ import annotations`: Dagster reads the context annotation at decoration time.
+import json
+import time
 from collections.abc import Iterator
 
 import dagster as dg
@@ -28,6 +30,7 @@ from churn_assets.orchestration.dead_runs import reap_dead_runs
 from churn_assets.orchestration.jobs import build_scenario_job
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, MISSING_INPUTS
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.unbacked import find_unbacked, remove
 
 
 def _missing_inputs(context: dg.RunFailureSensorContext) -> bool:
@@ -75,11 +78,6 @@ UNBACKED_GRACE_S = 300  # a key typed in is left this long first: a run launched
                        "scenario backs (keys typed into \"Add a partition\"), five minutes after it first saw "
                        "them; its tick says which and names the command that registers a world. Requests nothing.")
 def unbacked_partitions(context: dg.SensorEvaluationContext, state: StateResource) -> dg.SensorResult:
-    import json
-    import time
-
-    from churn_assets.orchestration.unbacked import find_unbacked, remove
-
     first_seen: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     if not isinstance(first_seen, dict):  # a cursor of the form before
         first_seen = {}

@@ -50,10 +50,16 @@ from pathlib import Path
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.results import SUMMARY_FILE
+from churn_assets.fabric.postgres import connection
+from churn_assets.fabric.warehouse_content import record_content, recorded_content
 from churn_assets.freshness.scenario import ScenarioError, parse_scenario_key
+from churn_assets.grounding.registry import load_registry
+from churn_assets.grounding.routes import warehouse_views
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, WORLD_DAY_PARTITIONS_NAME, world_day_keys
+from churn_assets.orchestration.scenario_inputs import dbt_models_built
 from churn_assets.orchestration.scenarios import stored_scenario_keys
 from churn_assets.orchestration.world_registry import load_world_config, register_world_days, registered_worlds
 from churn_assets.state import (
@@ -65,6 +71,7 @@ from churn_assets.state import (
     stored_state_format,
     write_state_format,
 )
+from churn_assets.world.ledger import LEDGER_FILE, LedgerError, check_meaning
 
 EVAL_RUN = dg.AssetKey("eval_run")
 MIGRATED_FROM = "migrated_from_scenario_key"
@@ -153,7 +160,6 @@ def migrate_state(session: Session) -> MigrationReport:
         _register_world_days(session, report)
         _move_results(paths, report)
         _rewrite_summaries(paths, report)
-        from churn_assets.evaluation.catalog import RunCatalog
 
         report.catalog_rows = RunCatalog(session.urls.warehouse).rename_scenario_keys(renamed_key)
         _rename_scenario_files(paths, report)
@@ -186,8 +192,6 @@ def _register_world_days(session: Session, report: MigrationReport) -> None:
 
 def _check_ledger_meaning(session: Session, report: MigrationReport) -> None:
     """Each registered world's ledger through the meaning check, recorded in its manifest (format 2 -> 3)."""
-    from churn_assets.world.ledger import LEDGER_FILE, LedgerError, check_meaning
-
     for world in sorted(registered_worlds(session.instance)):
         ledger_dir = session.paths.ledger_dir(world)
         if not (ledger_dir / LEDGER_FILE).exists():
@@ -207,12 +211,6 @@ def _check_ledger_meaning(session: Session, report: MigrationReport) -> None:
 
 def _record_warehouse_content(session: Session, report: MigrationReport) -> None:
     """Each registered world's complete dbt build gets its content hashes recorded, if it has none (format 3)."""
-    from churn_assets.fabric.postgres import connection
-    from churn_assets.fabric.warehouse_content import record_content, recorded_content
-    from churn_assets.grounding.registry import load_registry
-    from churn_assets.grounding.routes import warehouse_views
-    from churn_assets.orchestration.scenario_inputs import dbt_models_built
-
     views = warehouse_views(load_registry())
     with connection(session.urls.warehouse) as conn:
         for world in sorted(registered_worlds(session.instance)):

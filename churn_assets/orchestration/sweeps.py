@@ -21,16 +21,27 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.arms.agents.llm import LlmSettings
+from churn_assets.deployment import task_settings
+from churn_assets.evaluation.catalog import delete_scenario_runs
 from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, Fields
+from churn_assets.fabric.postgres import connection
+from churn_assets.grounding.refresh_cost import refresh_rows
+from churn_assets.orchestration import cells as parallel
+from churn_assets.orchestration.cells import WorkerPool, worker_session
 from churn_assets.orchestration.launches import SWEEP_TAG as SWEEP_TAG  # the tag's one home; re-exported
 from churn_assets.orchestration.launches import Launch, ensure_sweep_runs
-from churn_assets.orchestration.materialize import Session, materialize
-from churn_assets.orchestration.partitions import SWEEP_PARTITIONS_NAME
+from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, Session, materialize, repeats_tags
+from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, SWEEP_PARTITIONS_NAME
+from churn_assets.orchestration.requests import check_sweep_request
+from churn_assets.orchestration.scenarios import stored_plan
 from churn_assets.orchestration.sweep_records import (
     DONE,
     FAILED,
@@ -41,6 +52,8 @@ from churn_assets.orchestration.sweep_records import (
     sweep_file,
     sweep_report_dir,
 )
+from churn_assets.orchestration.world_registry import add_world, is_registered, load_world_config
+from churn_assets.sweeps.exposure_cells import exposure_of_world
 from churn_assets.sweeps.llm_budget import BudgetGuard, estimate
 from churn_assets.sweeps.spec import LLM, Cell, SweepError, SweepSpec, resolve_worlds
 
@@ -57,8 +70,6 @@ def _now() -> str:
 def with_llm_settings(spec: SweepSpec) -> tuple[SweepSpec, Any]:
     """An LLM sweep's spec with the endpoint's model settings and agent id in its options (so a sweep with
     other settings is another sweep), and the settings (from CHURNBENCH_LLM_*: a clear error when unset)."""
-    from churn_assets.arms.agents.llm import LlmSettings
-
     settings = LlmSettings.from_env()
     options = {**spec.options, "model_settings": settings.to_json(), "agent_id": settings.agent_id}
     return dataclasses.replace(spec, options=options), settings
@@ -69,8 +80,6 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
     """Register the sweep's worlds (ledgers materialized when missing) and the sweep; return its record (the
     stored one when the sweep ran before: its outcomes are kept). `checked`: its cells, as the request check
     returned them (nothing is registered before that check)."""
-    from churn_assets.orchestration.world_registry import add_world, is_registered
-
     worlds = resolve_worlds(spec)
     for w in worlds:
         if w.config is not None:
@@ -104,12 +113,6 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
     `workers` processes (each world is independent: its ledger, task set and rates); a job first materializes
     its world's ledger when it is missing, so the worlds' ledgers are generated in parallel too. The rows come
     back in world order whatever order the worlds finish in, so the record is the same for any `workers`."""
-    from concurrent.futures import as_completed
-
-    from churn_assets.deployment import task_settings
-    from churn_assets.orchestration.cells import WorkerPool
-    from churn_assets.orchestration.world_registry import load_world_config
-
     if not record.exposure_cells:
         return
     settings = task_settings()
@@ -139,9 +142,6 @@ def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
                  ) -> tuple[list[dict[str, Any]], float, bool]:
     """One world of `compute_exposure_cells`, in a `WorkerPool` worker: its ledger materialized when missing,
     then `exposure_of_world`; the rows, the seconds it all took and whether the ledger was materialized."""
-    from churn_assets.orchestration.cells import worker_session
-    from churn_assets.sweeps.exposure_cells import exposure_of_world
-
     started = time.perf_counter()
     session, definitions = worker_session()
     ledger_dir = session.paths.ledger_dir(world_id)
@@ -163,9 +163,6 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
     whose finished result has transport failures answers those again (`churnbench run --retry-transport`).
     `tags`: on every run started (the sweep's, `launches.Launch.run_tags`); `on_record`: called with the record
     each time a cell ends (the sweep run's progress table)."""
-    from churn_assets.orchestration import cells as parallel
-    from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, repeats_tags
-
     del definitions  # run_cells loads the code location in each process
     total = len(record.cells)
     finished = 0
@@ -233,10 +230,6 @@ def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str,
 
 def record_refresh_rows(session: Session, record: SweepRecord) -> None:
     """Rows each evaluated cell's planned refreshes copy over (T', T] (`grounding/refresh_cost.py`)."""
-    from churn_assets.fabric.postgres import connection
-    from churn_assets.grounding.refresh_cost import refresh_rows
-    from churn_assets.orchestration.scenarios import stored_plan
-
     with connection(session.urls.warehouse) as conn:
         for key, outcome in record.outcomes.items():
             if outcome.get("status") != DONE:
@@ -264,8 +257,6 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     (`orchestration/requests.check_sweep_request`; `fields`: how its refusals name the fields). `launch`: who
     launched it and its own run (`launches.Launch`): every run it starts carries its sweep id and launcher, and is
     filed under the sweep-runs backfill when the sweep has a run of its own. `on_record`: see `evaluate_cells`."""
-    from churn_assets.orchestration.requests import check_sweep_request
-
     started = time.perf_counter()
     checked = check_sweep_request(session.paths, spec, fields)
     llm = budget = None
@@ -278,8 +269,6 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
         ensure_sweep_runs(session.instance)
     record = register_sweep(session, definitions, spec, echo, checked=checked, tags=tags)
     if llm is not None:
-        from churn_assets.deployment import task_settings
-
         # each repeat of a cell costs what one answering of it does
         est = estimate(llm, len(record.cells) * spec.repeats, task_settings().count, today=spec.t)
         echo(est.describe())
@@ -344,12 +333,6 @@ def remove_sweep(session: Session, removal: Removal) -> None:
     partitions, then the files, the record last (a rerun finds what is left). Materialization history stays:
     Dagster's SQL event storage cannot wipe single partitions (as for `worlds rm`, `world_registry.py`); a
     removed partition no longer shows in the UI's partition lists."""
-    import shutil
-
-    from churn_assets.evaluation.catalog import delete_scenario_runs
-    from churn_assets.fabric.postgres import connection
-    from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
-
     with connection(session.urls.warehouse, autocommit=True) as conn:
         delete_scenario_runs(conn, removal.scenarios)
     instance = session.instance

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from churn_assets.freshness.scenario import ScenarioError, parse_scenario_key
 from churn_assets.orchestration.partitions import (
     SCENARIO_PARTITIONS_NAME,
     WORLD_DAY_PARTITIONS_NAME,
@@ -74,8 +75,6 @@ def world_day_problem(paths: StatePaths, key: str) -> str | None:
 
 
 def scenario_problem(paths: StatePaths, key: str) -> str | None:
-    from churn_assets.freshness.scenario import ScenarioError, parse_scenario_key
-
     try:
         parts = parse_scenario_key(key)
     except ScenarioError as e:

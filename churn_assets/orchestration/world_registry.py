@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.deployment import deployment
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.catalog import catalog_worlds, delete_world_runs
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
-from churn_assets.fabric.postgres import drop_world_schemas, worlds_with_schemas
+from churn_assets.fabric.postgres import connection, drop_world_schemas, worlds_with_schemas
 from churn_assets.fabric.roles import drop_arm_role, worlds_with_arm_roles
 from churn_assets.files import LockTimeoutError, file_lock
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
@@ -52,6 +53,7 @@ from churn_assets.orchestration.partitions import (
     world_of_key,
 )
 from churn_assets.orchestration.scenarios import scenarios_of_world, stored_scenario_keys
+from churn_assets.services import ensure_services, mongo_client
 from churn_assets.state import WORLD_ID_RE, StatePaths, validate_world_id
 from churn_assets.state import WorldNotFoundError as WorldNotFoundError  # re-exported: the registry's callers
 from churn_assets.state import load_world_config as load_world_config
@@ -97,8 +99,6 @@ class ArtefactContext:
 
     @cached_property
     def urls(self) -> ServiceUrls:
-        from churn_assets.services import ensure_services
-
         return ensure_services(self.paths)
 
 
@@ -136,8 +136,6 @@ def _remove_world_folder(ctx: ArtefactContext, world_id: str) -> None:
 
 def _with_mongo(fn: Callable[..., Any]) -> Any:
     """Run `fn(client)` on a pymongo client of the state folder's Mongo server (started if needed)."""
-    from churn_assets.services import mongo_client
-
     def run(ctx: ArtefactContext, *args: Any) -> Any:
         client = mongo_client(ctx.urls.mongodb)
         try:
@@ -149,8 +147,6 @@ def _with_mongo(fn: Callable[..., Any]) -> Any:
 
 def _with_warehouse(fn: Callable[..., Any]) -> Any:
     """Run `fn(conn, ...)` on a connection to the state folder's warehouse database (started if needed)."""
-    from churn_assets.fabric.postgres import connection
-
     def run(ctx: ArtefactContext, *args: Any) -> Any:
         with connection(ctx.urls.warehouse, autocommit=True) as conn:
             return fn(conn, *args)
@@ -204,14 +200,10 @@ WORLD_ARTEFACTS.append(WorldArtefact("scenarios", _worlds_with_scenarios, _remov
 
 
 def _catalog_worlds(conn: Any) -> set[str]:
-    from churn_assets.evaluation.catalog import catalog_worlds
-
     return catalog_worlds(conn)
 
 
 def _delete_catalog_rows(conn: Any, world_id: str) -> None:
-    from churn_assets.evaluation.catalog import delete_world_runs
-
     delete_world_runs(conn, world_id)
 
 

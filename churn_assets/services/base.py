@@ -4,6 +4,7 @@ values, the one error type, and the `Service` interface (embedded unless its URL
 from __future__ import annotations
 
 import abc
+import json
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -138,7 +139,6 @@ def http_health(url: str, timeout: float) -> None:
     """Raise unless `GET <url>/health` answers 200 with `{"status": "ok"}` within `timeout` seconds (the SaaS
     API's and llama.cpp's server's health route alike)."""
     import http.client
-    import json
 
     parts = urlsplit(url)
     if not parts.hostname:

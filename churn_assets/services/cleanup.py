@@ -24,6 +24,8 @@ from pathlib import Path
 from churn_assets.errors import UserFacingError
 from churn_assets.services.base import ServiceError
 from churn_assets.services.postgres import CLUSTER_OWNER_FILE as OWNER_FILE
+from churn_assets.services.process import terminate
+from churn_assets.services.supervisor import MONGO, POSTGRES, SAAS, stop_services
 from churn_assets.state import PG_HOME_PREFIX, StatePaths, pg_root
 
 
@@ -97,8 +99,6 @@ def purge_plan(paths: StatePaths) -> list[PurgeItem]:
 def purge_state_folder(paths: StatePaths) -> list[PurgeItem]:
     """Stop the state folder's embedded services and remove its cluster and the folder; returns what it removed.
     External services (URLs in the environment) are left alone, with their data."""
-    from churn_assets.services.supervisor import stop_services
-
     items = purge_plan(paths)
     stop_services(paths)
     for item in reversed(items):  # the cluster first: a purge cut short leaves a folder `purge` finds again
@@ -159,9 +159,6 @@ def _cluster(path: Path) -> Cluster:
 def remove_cluster(cluster: Cluster) -> None:
     """Stop what still runs for an orphan cluster (its postmaster; the Mongo and SaaS servers of its gone state
     folder) and delete it."""
-    from churn_assets.services.process import terminate
-    from churn_assets.services.supervisor import MONGO, POSTGRES, SAAS
-
     if not cluster.orphan:
         raise ServiceError(f"{cluster.path} is not an orphan ({cluster.reason}); not removed")
     POSTGRES.stop_cluster(cluster.pg_data)

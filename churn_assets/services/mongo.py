@@ -4,6 +4,7 @@ database; its single-file mode does not isolate databases), on a free loopback p
 from __future__ import annotations
 
 import socket
+import struct
 import sys
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,8 +60,6 @@ class MongoService(ProcessService):
 def mongo_ping(host: str, port: int, timeout: float) -> None:
     """`{ping: 1}` as one raw OP_MSG: a real wire-protocol answer without starting a pymongo client,
     whose monitor threads add half a second to the exit of every short command."""
-    import struct
-
     import bson
 
     body = struct.pack("<I", 0) + b"\x00" + bson.encode({"ping": 1, "$db": "admin"})

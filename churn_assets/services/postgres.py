@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import time
 import warnings
@@ -124,7 +125,6 @@ class PostgresService(Service):
             owner = None
         if owner is not None and owner.get("state_id") != state_id:
             self._stop_postmaster(paths)
-            import shutil
 
             shutil.rmtree(paths.pg_home)
             owner = None

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS
+from churn_assets.evaluation.window import bootstrap_mean
+from churn_assets.sweeps.spec import SweepSpec
 
 BOOTSTRAP_SAMPLES = 5000
 BOOTSTRAP_SEED = 0
@@ -283,9 +285,6 @@ def window_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     bootstrap interval over days and templates, min and max, the predicted mean (the mean of the days'
     predictions), the refreshes the schedule makes over (T', T], the rows the evaluated cell at T copied, and
     the evaluated window days with whether their stale answers equal their exposure."""
-    from churn_assets.evaluation.window import bootstrap_mean
-    from churn_assets.sweeps.spec import SweepSpec
-
     spec = SweepSpec.from_json(record["spec"])
     days_of = {(t_prime.isoformat(), t.isoformat()) for t_prime, t, _ in spec.window_cells()}
     if not days_of:

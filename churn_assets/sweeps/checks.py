@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from churn_assets.arms.registry import ARMS
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.requests import (
     LAUNCHPAD_FIELDS,
@@ -36,8 +37,6 @@ def check_sweep(spec: SweepSpec, stored: Mapping[str, WorldConfig | None], field
                 ) -> tuple[list[Cell], list[Cell]]:
     """(evaluated cells, exposure-only cells) of `spec`, every one checked; `stored`: the config of each world
     given by id (None: not registered). Raises `RequestError` on the first cell at fault."""
-    from churn_assets.arms.registry import ARMS
-
     worlds = resolved_worlds(spec, fields)
     configs: dict[str, WorldConfig | None] = {}
     for w in worlds:

@@ -18,12 +18,13 @@ from churn_assets.evaluation.exposure import change_rates, run_exposure
 from churn_assets.evaluation.window import askable
 from churn_assets.freshness.planning import measured_change_rates
 from churn_assets.freshness.scenario import ScenarioPlan, plan_scenario
-from churn_assets.grounding.registry import Registry
+from churn_assets.grounding.registry import Registry, load_registry
 from churn_assets.sweeps.spec import Cell
 from churn_assets.tasks.generator import generate_task_set
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
 from churn_assets.world.config import WorldConfig
+from churn_assets.world.ledger import load_ledger
 
 
 def plan_cell(cell: Cell, config: WorldConfig, records: Sequence[Mapping[str, Any]], registry: Registry,
@@ -97,9 +98,6 @@ def exposure_of_world(ledger_dir: str, config: WorldConfig, cells: Sequence[Cell
     """`world_exposure` of one world from its ledger folder (the sweeps' exposure-only job reads the ledger and
     the registry, CHURNBENCH_REGISTRY included, in its own process). The records are held packed
     (`world.packed`): a tenth of the memory, as fast from 10x on (a 1x world's cells about 10% slower)."""
-    from churn_assets.grounding.registry import load_registry
-    from churn_assets.world.ledger import load_ledger
-
     loaded = load_ledger(ledger_dir, packed=True)
     return world_exposure(config, loaded.records, cells, load_registry(), task_count=task_count,
                           task_seed=task_seed, format_version=loaded.format_version, task_anchor=task_anchor)

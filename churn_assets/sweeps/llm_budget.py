@@ -17,6 +17,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.arms.agents.llm import price_for, system_prompt, task_prompt
+
 CHARS_PER_TOKEN = 4
 TYPICAL_TOOL_ROUNDS = 2
 ROW_CHARS = 60  # a tool result row as the agent renders it, about
@@ -50,8 +52,6 @@ class LlmEstimate:
 
 def estimate(settings: Any, cells: int, tasks_per_cell: int, *, today: dt.date) -> LlmEstimate:
     """The estimate for `cells` cells of `tasks_per_cell` tasks under `settings` (`LlmSettings`)."""
-    from churn_assets.arms.agents.llm import price_for, system_prompt, task_prompt
-
     question = "x" * QUESTION_CHARS
     prompt_tokens = (len(system_prompt(settings.mode, False)) + len(task_prompt(question, today, None))) \
         // CHARS_PER_TOKEN

@@ -6,6 +6,7 @@ documentation (docs/sweeps.md) reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 
 from churn_assets.evaluation.paper import WINDOW_DAYS, WINDOWS, T
 from churn_assets.sweeps.spec import SweepError, SweepSpec, WorldRecipe, WorldRef
+from churn_assets.world.config import load_config
 
 DEFAULT_SEED = 42
 TTL_GRID = (0, 1, 2, 4, 7, 14, 30)
@@ -87,8 +89,6 @@ def uniform_ttl(days: int) -> str:
 def _rate_recipe(seed: int, multiplier: float, args: PresetArgs) -> WorldRecipe:
     """The world config's daily rates (`rates_per_day`) times `multiplier`; day-0 sizes unchanged. x1 is the
     config itself (the same world other sweeps build)."""
-    from churn_assets.world.config import load_config
-
     if multiplier == 1.0:
         return WorldRecipe(seed, args.config_path, args.overrides, label=f"seed {seed}, rates x1")
     base = load_config(args.config_path, seed=seed, overrides=list(args.overrides))
@@ -192,8 +192,6 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
     would describe cells that did not run. The SaaS profile alone keeps the preset's name: it is the plan the
     cells call the API on, not a cell of the grid (decision 189: the deterministic agent's figures are the
     same on every plan)."""
-    import dataclasses
-
     changes: dict[str, Any] = {}  # field name -> value, checked by the dataclass on replace
     if arms:
         changes["arms"] = tuple(arms)
@@ -223,8 +221,6 @@ def customize(spec: SweepSpec, *, arms: Sequence[str] = (), policies: Sequence[s
 def exposure_only_spec(spec: SweepSpec) -> SweepSpec:
     """The spec with its exposure-only cells only (no world evaluated in full): `churnbench sweep
     --exposure-only`. Refused for a preset without exposure-only cells (their stale answers need answers)."""
-    import dataclasses
-
     if not spec.exposure_only:
         raise SweepError(f"sweep {spec.preset}: --exposure-only needs a preset with exposure-only cells "
                          "(ttl-grid); this one evaluates every cell")

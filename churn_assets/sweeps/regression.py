@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,11 @@ from typing import Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import VERDICTS
+from churn_assets.files import atomic_write_text
+from churn_assets.grounding.registry import load_registry
+from churn_assets.sweeps.markdown import table
+from churn_assets.sweeps.spec import resolve_worlds
+from churn_assets.tasks.templates import templates_hash
 from churn_assets.unique_keys import load_json
 
 BASELINE_FORMAT = 1
@@ -177,8 +183,6 @@ def load_baseline(path: Path) -> dict[str, Any]:
 
 
 def write_baseline(path: Path, baseline: Mapping[str, Any]) -> None:
-    from churn_assets.files import atomic_write_text
-
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
@@ -195,8 +199,6 @@ def report_markdown(result: GateResult, figures: Mapping[str, Mapping[str, Any]]
                     baseline_path: str) -> str:
     """The report shown in the UI: the verdict, every finding, then every cell's figures, one table row per cell
     (`sweeps/markdown.py` escapes the `|` of the labels, so each row has one cell per column)."""
-    from churn_assets.sweeps.markdown import table
-
     lines = [f"**{result.summary()}** (baseline `{baseline_path}`)", ""]
     lines += [f"- {line}" for line in result.lines()] or ["- nothing moved"]
     lines += ["", table(figure_rows(figures), FIGURE_COLUMNS).rstrip("\n")]
@@ -212,17 +214,11 @@ COMMITTED_BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "regres
 
 def baseline_path() -> Path:
     """The baseline the gate compares with: `CHURNBENCH_REGRESSION_BASELINE`, else the committed one."""
-    import os
-
     return Path(os.environ.get(BASELINE_ENV) or COMMITTED_BASELINE)
 
 
 def current_hashes(spec: Any) -> dict[str, Any]:
     """The hashes of what a regression sweep (`SweepSpec`) is made from today: each world's config, the registry
     the code reads (`CHURNBENCH_REGISTRY` or the packaged one), the template list."""
-    from churn_assets.grounding.registry import load_registry
-    from churn_assets.sweeps.spec import resolve_worlds
-    from churn_assets.tasks.templates import templates_hash
-
     worlds = {w.label: (w.config.config_hash if w.config is not None else w.world_id) for w in resolve_worlds(spec)}
     return config_hashes(worlds, load_registry().content_hash, templates_hash())

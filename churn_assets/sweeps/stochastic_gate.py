@@ -32,6 +32,7 @@ wrong, every A/A difference is 0 and the gate is untested, whatever rate comes o
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -49,6 +50,7 @@ from churn_assets.evaluation.stats import (
     wilson_interval,
 )
 from churn_assets.evaluation.verdicts import CORRECT
+from churn_assets.sweeps.regression import _flat_hashes
 
 ALPHA = 0.05
 POWER = 0.8
@@ -194,8 +196,6 @@ def cell_verdicts(cell: Mapping[str, Any]) -> tuple[dict[str, list[str]], dict[s
 def stochastic_gate(baseline: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]],
                     hashes: Mapping[str, Any], agent_id: str = "") -> StochasticGateResult:
     """Compare a run's cells (label -> {"tasks": {task: {"template", "verdicts"}}}) with the baseline's."""
-    from churn_assets.sweeps.regression import _flat_hashes
-
     alpha = float(baseline.get("alpha") or ALPHA)
     base_cells: Mapping[str, Mapping[str, Any]] = baseline.get("cells") or {}
     both = sorted(set(base_cells) & set(current))
@@ -228,8 +228,6 @@ def make_stochastic_baseline(cells: Mapping[str, Mapping[str, Any]], hashes: Map
 
 
 def load_stochastic_baseline(path: Path) -> dict[str, Any]:
-    import json
-
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

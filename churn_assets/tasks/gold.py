@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from churn_assets.errors import UserFacingError
+from churn_assets.memo import Memo, memo
 from churn_assets.tasks.answers import Value, last_day, round_half_up, top_of
 from churn_assets.tasks.shared_aggregates import in_scope, shared, shared_aggregates
 from churn_assets.tasks.templates import Template, template
@@ -41,6 +42,7 @@ from churn_assets.world.fold import (
     unassigned_licenses,
     uniform_vintage,
 )
+from churn_assets.world.packed import records_key
 from churn_assets.world.state import STATE_CLASSES, ConsumptionRecord, Contract, WorldState
 
 Params = Mapping[str, Any]
@@ -633,9 +635,7 @@ class GoldResolver:
         return copy.deepcopy(value) if isinstance(value, list | dict | set) else value
 
 
-_SHARED_LOCK = threading.Lock()
-_SHARED: list[GoldResolver] = []
-_SHARED_KEPT = 2  # ledgers, as `load_world_ledger` keeps two
+SHARED: Memo[GoldResolver] = memo("gold.shared_resolver", 2)  # ledgers, as `load_world_ledger` keeps two
 # A shared resolver holding this many sub-states (or this many times as many vintage maps) is replaced by an
 # empty one. A paper's nine cells need 26
 # (every class at T, the cached classes at T' and at their refresh days: counted on its results); a sweep's
@@ -644,21 +644,15 @@ SHARED_MAX_SUBSTATES = 48
 
 
 def shared_resolver(records: Sequence[Mapping[str, Any]], *, format_version: int = 2) -> GoldResolver:
-    """This process's resolver for the ledger object `records`, for evaluations that run in it one after
-    another: a paper's cells in one worker ask gold at T of the same tasks, and fold the classes served at T
-    alike, so each is computed once per worker instead of once per cell. Values are the same as a new
-    resolver's (its states never change once folded, and `gold` returns copies)."""
-    with _SHARED_LOCK:
-        for kept in _SHARED:
-            if kept.records is records and kept.format_version == format_version:
-                if kept.substates < SHARED_MAX_SUBSTATES and kept.vintage_maps < 4 * SHARED_MAX_SUBSTATES:
-                    return kept
-                _SHARED.remove(kept)
-                break
-        resolver = GoldResolver(records, format_version=format_version)
-        _SHARED.append(resolver)
-        del _SHARED[:-_SHARED_KEPT]
-        return resolver
+    """This process's resolver for the ledger records `records` (by `records_key`), for evaluations that run in
+    it one after another: a paper's cells in one worker ask gold at T of the same tasks, and fold the classes
+    served at T alike, so each is computed once per worker instead of once per cell. Values are the same as a
+    new resolver's (its states never change once folded, and `gold` returns copies)."""
+    key = (records_key(records), format_version)
+    kept = SHARED.get(key)
+    if kept is not None and kept.substates < SHARED_MAX_SUBSTATES and kept.vintage_maps < 4 * SHARED_MAX_SUBSTATES:
+        return kept
+    return SHARED.put(key, GoldResolver(records, format_version=format_version))
 
 
 def gold(records: Sequence[Mapping[str, Any]], t: Template | str, params: Params, *, anchor: Day | str,

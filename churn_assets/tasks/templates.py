@@ -23,6 +23,7 @@ warehouse facts).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Mapping
@@ -449,8 +450,6 @@ def _hashable(value: Any) -> Any:
 def templates_hash() -> str:
     """SHA-256 (16 hex digits) of the template list: every field of every template (texts, answer types,
     classes, measures, sampling, weights, what moves the answer). The regression baseline records it."""
-    import dataclasses
-
     data = [{f.name: _hashable(getattr(t, f.name)) for f in dataclasses.fields(t)} for t in TEMPLATES]
     return sha256_hex(canonical_json(data))[:16]
 

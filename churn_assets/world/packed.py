@@ -17,7 +17,8 @@ where they take a list of records. Each access returns a new dict (mutating it c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import orjson
@@ -34,11 +35,13 @@ class PackedRecords(Sequence[dict[str, Any]]):
     def __init__(self) -> None:
         self._lines: list[bytes] = []
         self._strings: dict[str, str] = {}  # one object per distinct string value of parsed records
+        self.head_hash: str | None = None  # the chain's head: the last record's `hash` (None without a chain)
 
     def append(self, record: dict[str, Any]) -> None:
         """Add a verified record (only `PACKED_FIELDS` are kept), as canonical JSON: not `orjson.dumps`, whose
         bytes keep a 4 KiB allocation each (measured: 4 KiB a line against 225 bytes)."""
         self._lines.append(canonical_json({k: record[k] for k in PACKED_FIELDS if k in record}).encode())
+        self.head_hash = record.get("hash")
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -64,6 +67,10 @@ class PackedRecords(Sequence[dict[str, Any]]):
         """The bytes of the packed lines (not counting each line's object header)."""
         return sum(map(len, self._lines))
 
+    def content_digest(self) -> str:
+        """A digest of the packed lines (what `records_key` keys records without a chain by)."""
+        return hashlib.blake2b(b"\n".join(self._lines), digest_size=16).hexdigest()
+
     def _parse(self, line: bytes) -> dict[str, Any]:
         rec: dict[str, Any] = orjson.loads(line)
         strings = self._strings
@@ -83,3 +90,23 @@ def packed(records: Sequence[dict[str, Any]]) -> PackedRecords:
     for rec in records:
         out.append(rec)
     return out
+
+
+def records_key(records: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """A value that identifies a ledger's records, for the caches of `churn_assets/memo.py`: equal keys, equal
+    records. With a hash chain (format 2, as the verifying loader hands them out, list or packed): the count and
+    the head's hash, which commits to every record before it (O(1)). Without one (format 1, records built in a
+    test): a digest of the content (one pass; what is cached on it costs many). Never the object's identity: its
+    `id` is reused once it is freed."""
+    if not records:
+        return ("content", 0, "")
+    if isinstance(records, PackedRecords):
+        if records.head_hash is not None:
+            return ("chain", len(records), records.head_hash)
+        return ("content", len(records), records.content_digest())
+    head = records[-1].get("hash")
+    if isinstance(head, str):
+        return ("chain", len(records), head)
+    digest = hashlib.blake2b(orjson.dumps(list(records), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+                                         default=str), digest_size=16)
+    return ("content", len(records), digest.hexdigest())

@@ -41,10 +41,12 @@ REGISTRY_YAML = Path(__file__).resolve().parents[2] / "churn_assets" / "groundin
 def few_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     import churn_assets.deployment as deployment
     import churn_assets.orchestration.assets.tasks as task_asset
+    import churn_assets.orchestration.sweeps as sweeps
 
     small = TaskSettings(count=TASKS, seed=0)
     monkeypatch.setattr(task_asset, "task_settings", lambda: small)
-    monkeypatch.setattr(deployment, "task_settings", lambda config=None: small)
+    for module in (deployment, sweeps):  # where it is defined and where a sweep reads it
+        monkeypatch.setattr(module, "task_settings", lambda config=None: small)
 
 
 def _registry(tmp_path: Path, name: str, **ttls: int) -> Path:
@@ -96,7 +98,10 @@ def test_the_gate_passes_unchanged_and_names_what_a_degraded_registry_moved(
     assert passing_night.parent.name == "nights" and (passing_night / "regression.md").is_file()
     passed_gate = (passing_night / "regression_gate.json").read_text()
     next_night = dt.date.fromisoformat(passing_night.name) + dt.timedelta(days=1)
-    monkeypatch.setattr(sweep_records, "regression_night", lambda now=None: next_night)
+    import churn_assets.orchestration.regression as orchestration_regression
+
+    for module in (sweep_records, orchestration_regression):  # where it is defined and where the run reads it
+        monkeypatch.setattr(module, "regression_night", lambda now=None: next_night)
     monkeypatch.setenv(REGISTRY_FILE_ENV, str(_registry(tmp_path, "degraded", assignments=3)))
     degraded = run_regression(session, session_defs, spec=spec, echo=lines.append)
     assert degraded.report_dir == passing_night.with_name(next_night.isoformat())

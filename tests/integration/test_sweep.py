@@ -39,10 +39,12 @@ def sweep_world(session: Session, session_defs: dg.Definitions) -> str:
 def few_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     import churn_assets.deployment as deployment
     import churn_assets.orchestration.assets.tasks as task_asset
+    import churn_assets.orchestration.sweeps as sweeps
 
     small = TaskSettings(count=TASKS, seed=0)
     monkeypatch.setattr(task_asset, "task_settings", lambda: small)
-    monkeypatch.setattr(deployment, "task_settings", lambda config=None: small)
+    for module in (deployment, sweeps):  # where it is defined and where a sweep reads it
+        monkeypatch.setattr(module, "task_settings", lambda config=None: small)
 
 
 def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, session_defs: dg.Definitions,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch, StructuredTools
+from churn_assets.arms.extraction import K, extract, search_kinds
 from churn_assets.grounding.rows import (
     ConsumptionRow,
     ContractRow,
@@ -642,8 +643,6 @@ class DeterministicAgent:
         """Answer from retrieved fact records only, by the fixed rule of `arms.extraction`. `by_kind`: search
         only the record kinds that state the template's facts (`grounding_no_source_routing`); False: one
         search over every kind (`classic_rag`, one store of everything)."""
-        from churn_assets.arms.extraction import K, extract, search_kinds
-
         try:
             parsed = parse_question(question)
         except QuestionParseError as e:

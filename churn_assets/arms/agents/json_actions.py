@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from churn_assets.arms.extraction import RECORD_CLASSES
 from churn_assets.grounding.rows import VIEWS
 
 RETRIEVE, SEARCH, ANSWER = "retrieve", "search_records", "answer"
@@ -76,8 +77,6 @@ RETRIEVE_ACTIONS = [retrieve_action(v) for v in VIEWS]
 
 
 def search_action(by_kind: bool) -> dict[str, Any]:
-    from churn_assets.arms.extraction import RECORD_CLASSES
-
     properties: dict[str, Any] = {"query": {"type": "string", "maxLength": TEXT_CHARS},
                                   "k": {"type": "integer", "minimum": 1, "maximum": 100}}
     if by_kind:

@@ -64,13 +64,14 @@ from churn_assets.arms.agents.interface import (
     TokenUsage,
 )
 from churn_assets.arms.agents.local_models import LocalGguf, find_gguf, resolve_gguf, runtime_version
-from churn_assets.arms.extraction import K
+from churn_assets.arms.extraction import RECORD_CLASSES, K
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.fabric.saas_client import SaasRequestError, TransportError
 from churn_assets.freshness.scenario import LLM_AGENT_ID_RE
 from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
 from churn_assets.tasks.parser import QuestionParseError, parse_question
+from churn_assets.unique_keys import load_yaml
 from churn_assets.world.calendar import Day
 
 ENV_BASE_URL = "CHURNBENCH_LLM_BASE_URL"
@@ -364,8 +365,6 @@ class Price:
 
 @cache
 def price_table(path: Path = PRICES_FILE) -> dict[str, Price]:
-    from churn_assets.unique_keys import load_yaml
-
     data = load_yaml(path.read_text(), str(path)) or {}
     return {str(name): Price(float(p["input"]), float(p["output"])) for name, p in (data.get("models") or {}).items()}
 
@@ -459,8 +458,6 @@ RETRIEVE_TOOL: dict[str, Any] = {
 
 
 def search_tool(by_kind: bool) -> dict[str, Any]:
-    from churn_assets.arms.extraction import RECORD_CLASSES
-
     properties: dict[str, Any] = {
         "query": {"type": "string", "description": "what to look for; name the ids you need"},
         "k": {"type": "integer", "description": "how many records (at most the arm's limit)"},
@@ -722,8 +719,6 @@ class LlmAgent:
                             by_kind: bool = True) -> AgentAnswer:
         """`by_kind`: the model may restrict the record kinds searched (default every kind); False: one store
         of everything, searched whole (the classic-RAG arm)."""
-        from churn_assets.arms.extraction import RECORD_CLASSES
-
         top = self.settings.max_records_per_search
         allowed = {"query", "k", "kinds"} if by_kind else {"query", "k"}
 

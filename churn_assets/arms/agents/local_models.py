@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from churn_assets.arms.agents.interface import AgentError
@@ -273,8 +274,6 @@ def find_gguf(sha256: str, env: Mapping[str, str] | None = None) -> LocalGguf:
 
 def runtime_version() -> str:
     """`xllamacpp <version>`: the llama.cpp runtime the local server runs (part of the agent id)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return f"{RUNTIME_DISTRIBUTION} {version(RUNTIME_DISTRIBUTION)}"
     except PackageNotFoundError:

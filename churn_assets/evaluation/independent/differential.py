@@ -20,9 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from churn_assets.evaluation.independent.gold import SqlGold
+from churn_assets.freshness.planning import served_vintage
+from churn_assets.freshness.policies import Off, Tiered
+from churn_assets.grounding.registry import load_registry
 from churn_assets.tasks.answers import Value
+from churn_assets.tasks.generator import candidates, world_pools
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task
+from churn_assets.tasks.templates import TEMPLATES
 from churn_assets.world.events import ENTITY_CLASSES
 
 Day = dt.date
@@ -39,10 +44,6 @@ def _clip(day: Day, first_day: Day) -> Day:
 
 def vintage_maps(anchor: Day, first_day: Day) -> dict[str, VintageMap]:
     """The differential's maps for a world whose calendar starts on `first_day`, asked at `anchor`."""
-    from churn_assets.freshness.planning import served_vintage
-    from churn_assets.freshness.policies import Off, Tiered
-    from churn_assets.grounding.registry import load_registry
-
     registry = load_registry()
     t_prime = _clip(anchor - dt.timedelta(days=GAP), first_day)
     return {
@@ -127,9 +128,6 @@ def sweep_tasks(resolver: GoldResolver, world_id: str, anchor: Day, first_day: D
     candidates), thinned evenly to at most `per_template` each. A task set never asks a tied "top", caps zero
     answers and rarely picks a contract signed after T'; the sweep asks them all, so the two golds also meet
     on the answers a task set avoids (None for an entity a stale class does not know yet, zero counts)."""
-    from churn_assets.tasks.generator import candidates, world_pools
-    from churn_assets.tasks.templates import TEMPLATES
-
     state = resolver.state(dict.fromkeys(ENTITY_CLASSES, anchor), anchor)
     world = world_pools(state, anchor, first_day)
     out: list[Task] = []

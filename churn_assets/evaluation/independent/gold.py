@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.independent.library import Fragment, day_placeholder, library
+from churn_assets.fabric.postgres import ident, schema_name
+from churn_assets.fabric.truth import EVENTS, truth_head
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.templates import Template, template
 from churn_assets.world.events import ENTITY_CLASSES
@@ -151,9 +153,6 @@ def run_with_columns(conn: psycopg.Connection[Any], query: Any, what: str, world
 
 def truth_events(conn: psycopg.Connection[Any], world_id: str) -> tuple[Any, str | None]:
     """The `events` table of a world's format-2 truth schema (as a SQL identifier) and the ledger head it holds."""
-    from churn_assets.fabric.postgres import ident, schema_name
-    from churn_assets.fabric.truth import EVENTS, truth_head
-
     head = truth_head(conn, world_id)
     if head is None:
         raise SqlGoldError(f"world {world_id} has no truth layer ({schema_name(world_id, 'truth')}); run "

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.evaluation.independent.gold import plain_value, run_with_columns, truth_events
 from churn_assets.evaluation.independent.library import day_placeholder, library
+from churn_assets.fabric.mongo import read_collections, read_meta
+from churn_assets.fabric.operational import COLLECTIONS, diff_collections
+from churn_assets.fabric.postgres import schema_name
+from churn_assets.fabric.saas_client import SaasNotFound
 from churn_assets.world.events import ENTITY_CLASSES
+from contracts.model import ContractFacts, ProductRef, TermFacts
+from contracts.parity import check_parity
 
 if TYPE_CHECKING:
     import psycopg
@@ -117,9 +123,6 @@ def operational_documents(truth: StoreTruth, window_days: int) -> dict[str, list
 
 def operational_problems(db: Any, truth: StoreTruth, *, window_days: int, limit: int = 50) -> list[str]:
     """Every difference between the day's Mongo database and the truth schema (empty: parity)."""
-    from churn_assets.fabric.mongo import read_collections, read_meta
-    from churn_assets.fabric.operational import COLLECTIONS, diff_collections
-
     problems = []
     meta = read_meta(db) or {}
     if meta.get("ledger_head_hash") != truth.head_hash:
@@ -175,8 +178,6 @@ def saas_problems(client: SaasClient, truth: StoreTruth, *, window_days: int = 3
                   workers: int = 8) -> list[str]:
     """The SaaS API's answers as of the day against the truth schema: the price list, every ticket, the
     utilization of every product, the entitlements of a sample of users, and a 404 for a user hired later."""
-    from churn_assets.fabric.saas_client import SaasNotFound
-
     world, day = truth.world_id, truth.day.isoformat()
     where = f"SaaS API of {world} as of {day}"
     problems: list[str] = []
@@ -254,8 +255,6 @@ def saas_problems(client: SaasClient, truth: StoreTruth, *, window_days: int = 3
 
 def document_facts(truth: StoreTruth) -> list[ContractFacts]:
     """The facts every document of the day should state (contracts/model.py), from the truth schema."""
-    from contracts.model import ContractFacts, ProductRef, TermFacts
-
     def day(value: str | None) -> Day | None:
         return None if value is None else dt.date.fromisoformat(value)
 
@@ -275,8 +274,6 @@ def document_facts(truth: StoreTruth) -> list[ContractFacts]:
 def document_problems(stored: StoredDay, truth: StoreTruth) -> list[str]:
     """The facts parsed back from the day's Markdown documents against the truth schema, and the files
     against their manifest."""
-    from contracts.parity import check_parity
-
     return [str(p) for p in check_parity(stored, document_facts(truth), truth.day)]
 
 
@@ -315,8 +312,6 @@ CORPUS_RECORDS, CORPUS_BUILDS, EMBEDDINGS = "rag_corpus_records", "rag_corpus_bu
 def _stored_records(conn: psycopg.Connection[Any], world_id: str, day: Day) -> dict[str, tuple[str, str, str]] | None:
     """record id -> (kind, entity id, text) of the corpus built on `day`; None when there is no build."""
     from psycopg import sql
-
-    from churn_assets.fabric.postgres import schema_name
 
     schema = schema_name(world_id, "staging")
     builds = sql.Identifier(schema, CORPUS_BUILDS)

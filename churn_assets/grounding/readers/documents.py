@@ -15,12 +15,11 @@ from churn_assets.grounding.readers.base import Found, ReadContext
 from churn_assets.grounding.routes import Route, RouterError
 from churn_assets.grounding.rows import ContractRow, Request, Row, TermRow
 from churn_assets.grounding.traces import DataIntegrityError
+from contracts.parse import parse_contract_markdown
+from contracts.store import DocumentStoreError, day_dir, read_day
 
 
 def read(ctx: ReadContext, request: Request, route: Route) -> Found:
-    from contracts.parse import parse_contract_markdown
-    from contracts.store import DocumentStoreError, day_dir, read_day
-
     root = ctx.sources.documents_root
     if root is None:
         raise RouterError("this router has no documents folder")

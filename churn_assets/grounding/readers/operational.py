@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from churn_assets.fabric.mongo import collection_hash, read_meta, require_complete
 from churn_assets.grounding.readers.base import Found, ReadContext, as_day, as_day_required
 from churn_assets.grounding.routes import Route, RouterError
 from churn_assets.grounding.rows import LicenseRow, Request, Row, UserRow, seen_on
@@ -40,8 +41,6 @@ def collection(ctx: ReadContext, day: Day, name: str) -> Collection:
 
 
 def _read_collection(ctx: ReadContext, day: Day, name: str) -> Collection:
-    from churn_assets.fabric.mongo import collection_hash, read_meta, require_complete
-
     if ctx.sources.mongo is None:
         raise RouterError("this router has no operational store connection")
     db = require_complete(ctx.sources.mongo, ctx.world_id, day)

@@ -14,6 +14,7 @@ import datetime as dt
 from typing import Any
 
 from churn_assets.canonical import canonical_json, sha256_hex
+from churn_assets.fabric.saas_client import SaasNotFound
 from churn_assets.grounding.readers.base import Found, ReadContext, as_day_required
 from churn_assets.grounding.routes import Route, RouterError
 from churn_assets.grounding.rows import Request, Row, TicketRow, UsageRow
@@ -52,8 +53,6 @@ class _Observed:
 
 
 def read(ctx: ReadContext, request: Request, route: Route) -> Found:
-    from churn_assets.fabric.saas_client import SaasNotFound
-
     client = ctx.sources.saas
     if client is None:
         raise RouterError("this router has no SaaS client")

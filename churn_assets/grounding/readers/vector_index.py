@@ -20,6 +20,7 @@ from churn_assets.grounding.readers.base import Found, ReadContext
 from churn_assets.grounding.routes import Route, RouterError, check_relation
 from churn_assets.grounding.rows import ContractRow, Request, TermRow
 from churn_assets.grounding.traces import DataIntegrityError
+from contracts.parse import NOT_STATED, parse_summary, split_row
 
 INDEX_TABLES = ("vector_index_chunks", "embeddings", "vector_index_builds")
 
@@ -76,8 +77,6 @@ CONTRACT_SECTIONS = (SUMMARY_SECTION, HISTORY_SECTION)
 def contract_from_chunks(contract_id: str, chunks: Sequence[tuple[str, str]]) -> ContractRow:
     """A contract's row from its summary and term-history chunks (sections as `chunks.py` names them; a
     long section comes as several pieces, each repeating the table header)."""
-    from contracts.parse import NOT_STATED, parse_summary, split_row
-
     summary: dict[str, str] = {}
     terms: dict[int, TermRow] = {}
     for section, text in chunks:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.errors import UserFacingError, one_line
+from churn_assets.memo import Memo, memo
 from churn_assets.orchestration.partitions import (
     WORLD_DAY_PARTITIONS_NAME,
     WORLD_PARTITIONS_NAME,
@@ -48,6 +49,7 @@ from churn_assets.world.calendar import Day, outside_calendar
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.fold import fold_ledger
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, LoadedLedger, load_ledger
+from churn_assets.world.packed import records_key
 from churn_assets.world.state import WorldState
 
 ERROR_METADATA = "error"  # a failed step's metadata entry holding its one line (`unbacked.refusal` too)
@@ -111,8 +113,9 @@ class MissingLedgerError(UserFacingError):
     """A world whose ledger has not been materialized."""
 
 
-_LEDGER_LOCK = threading.Lock()
-_LEDGERS: dict[str, tuple[tuple[int, int, int], LoadedLedger]] = {}
+# (path) -> ((ledger size, ledger mtime, manifest mtime), the ledger read then): a backfill's days read it once
+LEDGERS: Memo[tuple[tuple[int, int, int], LoadedLedger]] = memo("assets.world_ledger", 2)
+_LEDGER_LOCK = threading.Lock()  # one read at a time: two threads asking for a ledger wait for one read
 
 
 def load_world_ledger(ledger_dir: Path, world_id: str) -> LoadedLedger:
@@ -126,13 +129,11 @@ def load_world_ledger(ledger_dir: Path, world_id: str) -> LoadedLedger:
     stamp = (stat.st_size, stat.st_mtime_ns, mstat.st_mtime_ns)
     key = str(ledger_dir)
     with _LEDGER_LOCK:
-        cached = _LEDGERS.get(key)
+        cached = LEDGERS.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
         loaded = load_ledger(ledger_dir)
-        if len(_LEDGERS) >= 2:
-            _LEDGERS.pop(next(iter(_LEDGERS)))
-        _LEDGERS[key] = (stamp, loaded)
+        LEDGERS.put(key, (stamp, loaded))
         return loaded
 
 
@@ -146,23 +147,16 @@ def world_ledger(state: StateResource, world_id: str) -> LoadedLedger:
         raise step_failure(e) from None
 
 
-_FOLDS_LOCK = threading.Lock()
-_FOLDS: list[tuple[Sequence[dict[str, Any]], Day, int, WorldState]] = []  # (records, day, format, state)
-_FOLDS_KEPT = 1  # an asset's checks run right after it; more would hold a large world's states for nothing
+# (records, day, format) -> the fold: an asset's checks run right after it; more would hold a large world's
+# states for nothing
+FOLDS: Memo[WorldState] = memo("assets.world_as_of", 1)
 
 
 def world_as_of(loaded: LoadedLedger, day: Day) -> WorldState:
-    """`fold_ledger(loaded.records, day)`, kept for the last `_FOLDS_KEPT` (ledger object, day) pairs of the
-    process. Callers only read the state (as every projection and check does): it is shared."""
-    with _FOLDS_LOCK:
-        for records, kept_day, version, state in _FOLDS:
-            if records is loaded.records and kept_day == day and version == loaded.format_version:
-                return state
-    state = fold_ledger(loaded.records, day, format_version=loaded.format_version)
-    with _FOLDS_LOCK:
-        _FOLDS.append((loaded.records, day, loaded.format_version, state))
-        del _FOLDS[:-_FOLDS_KEPT]
-    return state
+    """`fold_ledger(loaded.records, day)`, kept for the last (ledger records, day) of the process (by value:
+    `records_key`). Callers only read the state (as every projection and check does): it is shared."""
+    key = (records_key(loaded.records), day, loaded.format_version)
+    return FOLDS.get_or_compute(key, lambda: fold_ledger(loaded.records, day, format_version=loaded.format_version))
 
 
 def problems_description(problems: list[str], shown: int = 3) -> str | None:

@@ -16,12 +16,14 @@ from typing import Any
 
 import dagster as dg
 
+from churn_assets.evaluation.independent.stores import document_problems
+from churn_assets.memo import Memo, memo
 from churn_assets.orchestration.assets.common import problems_description, require_world_day, world_ledger
 from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.world.ledger import LoadedLedger
+from churn_assets.world.packed import records_key
 from contracts.build import build_day
 from contracts.facts import contract_facts_as_of, document_records
 from contracts.parity import check_parity
@@ -30,19 +32,18 @@ from contracts.store import DocumentStoreError, day_dir, read_day
 MAX_PROBLEMS_SHOWN = 50  # a check on a badly broken day names the first problems, not thousands
 
 
-_DOCUMENT_RECORDS: dict[str, tuple[LoadedLedger, tuple[Mapping[str, Any], ...]]] = {}
+# (ledger records, format) -> the records documents read: a backfill's days and their checks filter them once
+DOCUMENT_RECORDS: Memo[tuple[Mapping[str, Any], ...]] = memo("assets.document_records", 1)
 
 
 def ledger_document_records(state: StateResource, world_id: str) -> tuple[int, tuple[Mapping[str, Any], ...]]:
-    """(format version, the records documents read) of the world's verified ledger, kept per process:
-    `world_ledger` hands out the same object while the files are unchanged, so it keys the cache."""
+    """(format version, the records documents read) of the world's verified ledger, kept per process (by the
+    records' value, `records_key`)."""
     loaded = world_ledger(state, world_id)
-    cached = _DOCUMENT_RECORDS.get(world_id)
-    if cached is None or cached[0] is not loaded:
-        cached = (loaded, tuple(document_records(loaded.records, format_version=loaded.format_version)))
-        _DOCUMENT_RECORDS.clear()
-        _DOCUMENT_RECORDS[world_id] = cached
-    return loaded.format_version, cached[1]
+    fmt = loaded.format_version
+    key = (records_key(loaded.records), fmt)
+    return fmt, DOCUMENT_RECORDS.get_or_compute(
+        key, lambda: tuple(document_records(loaded.records, format_version=fmt)))
 
 
 @dg.asset(
@@ -118,8 +119,6 @@ with warnings.catch_warnings():
         """The facts parsed back from every Markdown document of the day equal the contract facts computed by
         SQL over the world's truth schema (terms, renewals, expiry, vendor name and tier, the vendor's products,
         status on the day), and every file matches its manifest hash."""
-        from churn_assets.evaluation.independent.stores import document_problems
-
         world_id, day, _ = require_world_day(state, context.partition_key)
         folder = day_dir(state.paths.contracts_root(world_id), day)
         try:

@@ -24,19 +24,26 @@ The deterministic agent's repeats must answer alike: a difference fails the run,
 import dataclasses
 import datetime as dt
 import functools
+import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
 
+from churn_assets.arms.registry import arm_spec, make_arm
 from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.exposure import run_exposure
 from churn_assets.evaluation.repeats import compact, evaluate_repeats, finished_repeats, read_repeats
 from churn_assets.evaluation.results import ResultsStore
 from churn_assets.evaluation.runner import RunSpec, finished_run, transport_failures
 from churn_assets.evaluation.seals import SEAL_METADATA
+from churn_assets.fabric.roles import arm_secret, prepare_arm
+from churn_assets.fabric.sources import close_sources, connect_sources
 from churn_assets.fabric.warehouse_content import WarehouseCheck
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
+from churn_assets.grounding.registry import load_registry
+from churn_assets.grounding.routes import warehouse_views
 from churn_assets.orchestration.assets.common import require_world, step_failure, user_errors, world_ledger
 from churn_assets.orchestration.assets.documents import contract_documents
 from churn_assets.orchestration.assets.index import rag_index, vector_index
@@ -53,6 +60,8 @@ from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asse
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.orchestration.unbacked import Unbacked, refusal, scenario_problem
 from churn_assets.orchestration.world_registry import using_world
+from churn_assets.services import raise_if_a_service_died, saas_api_key, service_errors
+from churn_assets.services.llm import LlmServerConfig, ensure_llm_server, llm_server_failure
 from churn_assets.tasks.gold import shared_resolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
 
@@ -87,13 +96,6 @@ def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
 
 
 def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    from churn_assets.arms.registry import arm_spec, make_arm
-    from churn_assets.fabric.roles import arm_secret, prepare_arm
-    from churn_assets.fabric.sources import close_sources, connect_sources
-    from churn_assets.grounding.registry import load_registry
-    from churn_assets.grounding.routes import warehouse_views
-    from churn_assets.services import saas_api_key, service_errors
-
     paths = state.paths
     with user_errors():
         scenario = load_scenario(paths, context.partition_key)
@@ -120,8 +122,6 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         except UserFacingError as e:
             raise dg.Failure(f"eval_run {scenario.key}: {e}", allow_retries=False) from e
         with user_errors():
-            from churn_assets.evaluation.catalog import RunCatalog
-
             RunCatalog(urls.warehouse).record_experiment(scenario, keys[0], experiment)
         run_dir = store.run_dir(keys[0])
         context.log.info(f"{scenario.key}: reusing the finished result {run_dir}"
@@ -225,8 +225,6 @@ def _seal_metadata(catalog_url: str, store: ResultsStore, keys: list) -> dict:
     """`seal`: each repeat's results folder's seal as the catalog recorded it when the run completed
     (`evaluation/seals.py`), so that editing the files would have to edit this record too; {} for runs completed
     before seals."""
-    from churn_assets.evaluation.catalog import RunCatalog
-
     catalog, seals = RunCatalog(catalog_url), {}
     for key in keys:
         row, name = catalog.get(key), store.run_dir(key).name
@@ -238,8 +236,6 @@ def _seal_metadata(catalog_url: str, store: ResultsStore, keys: list) -> dict:
 
 def _serve_local(paths, settings, gguf) -> str:
     """The base URL of this state folder's model server serving `gguf` as the settings say (started if needed)."""
-    from churn_assets.services.llm import LlmServerConfig, ensure_llm_server
-
     return ensure_llm_server(paths, LlmServerConfig(gguf.path, gguf.sha256, gguf.name, settings.local.n_ctx,
                                                     settings.local.threads))
 
@@ -249,7 +245,6 @@ def _with_llm_server_state(paths, agent, error: Exception) -> str:
     endpoint error it caused reads as a lost connection otherwise."""
     if agent is None or agent.settings.local is None:
         return str(error)
-    from churn_assets.services.llm import llm_server_failure
 
     failure = llm_server_failure(paths)
     if failure is None:
@@ -262,8 +257,6 @@ def _lineage(context: dg.AssetExecutionContext, scenario, run_dir: Path, reused_
     """What the evaluation read (`orchestration/lineage.py`), with the version of each input partition: now, for
     an evaluation that just ran; for a reused result, the versions its first materialization recorded (when the
     latest one holds them for the same experiment), so a reuse does not hide a rematerialized input."""
-    import json
-
     from churn_assets.orchestration import lineage
 
     rows = [json.loads(line) for line in (run_dir / "tasks.jsonl").read_text().splitlines() if line.strip()]
@@ -292,8 +285,6 @@ class _ServiceGuard:
         return self._arm.planned_vintage
 
     def answer(self, task):
-        from churn_assets.services import raise_if_a_service_died
-
         answer = self._arm.answer(task)
         if answer.transport_error is not None:
             raise_if_a_service_died(self._paths, settle_s=0.5)
@@ -304,8 +295,6 @@ class _ServiceGuard:
 
 
 def _metadata(summary: dict, served: dict[str, dt.date], run_dir: str, timings_json: str) -> dict:
-    import json
-
     timings = json.loads(timings_json)
     rows = [dg.TableRecord({"entity_class": c, "refresh_day": d.isoformat()}) for c, d in served.items()]
     verdicts = summary["verdicts"]

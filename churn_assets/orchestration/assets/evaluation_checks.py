@@ -18,10 +18,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from churn_assets.arms.registry import arm_spec
 from churn_assets.grounding.registry import load_registry
 from churn_assets.orchestration.assets.evaluation import eval_run
 from churn_assets.orchestration.partitions import scenario_partitions
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.scenarios import load_scenario, stored_plan
 
 CHECK_PREFIX = "served_age_within_ttl_"
 CACHED_CLASSES = [c.name for c in load_registry().staged_classes]
@@ -44,9 +46,7 @@ def _results_folder(instance: dg.DagsterInstance, partition_key: str) -> Path | 
 
 def _served_age_checks(context: dg.AssetCheckExecutionContext, state: StateResource
                        ) -> Iterator[dg.AssetCheckResult]:
-    from churn_assets.arms.registry import arm_spec
     from churn_assets.evaluation.served_age import observed_days, served_age
-    from churn_assets.orchestration.scenarios import load_scenario, stored_plan
 
     key = context.partition_key
     scenario = load_scenario(state.paths, key)

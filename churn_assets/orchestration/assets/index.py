@@ -21,6 +21,7 @@ from typing import Any
 
 import dagster as dg
 
+from churn_assets.evaluation.independent.stores import rag_problems
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.embeddings import default_encoder, model_load_seconds
 from churn_assets.grounding.rag_corpus import CorpusBuild, build_rag_corpus
@@ -165,7 +166,5 @@ with warnings.catch_warnings():
         contract and used (user, product) pair the truth schema knows on that day, and each record states the
         truth's facts (status and dates, cost center, holder, prices, names and tiers, ticket status, usage per
         window), by SQL over the truth schema."""
-        from churn_assets.evaluation.independent.stores import rag_problems
-
         world_id, day, _ = require_world_day(state, context.partition_key)
         return truth_parity(state, world_id, day, "the RAG corpus", lambda conn, truth: rag_problems(conn, truth))

@@ -27,6 +27,7 @@ from typing import Any
 
 import dagster as dg
 
+from churn_assets.evaluation.independent.stores import operational_problems, saas_problems
 from churn_assets.fabric.mongo import (
     OperationalStoreError,
     read_collections,
@@ -43,6 +44,8 @@ from churn_assets.fabric.operational import (
     document_counts,
     project_operational,
 )
+from churn_assets.fabric.saas_client import SaasClient
+from churn_assets.fabric.saas_profiles import CHECK_PROFILE
 from churn_assets.files import file_lock
 from churn_assets.orchestration.assets.common import (
     problems_description,
@@ -56,7 +59,7 @@ from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.assets.truth_parity import not_checked, truth_parity
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.services import mongo_client
+from churn_assets.services import ServiceError, mongo_client, saas_api_key
 from churn_assets.world.fold import active_users, assigned_licenses, open_tickets
 
 MAX_PROBLEMS_SHOWN = 50
@@ -195,8 +198,6 @@ with warnings.catch_warnings():
                                         ) -> dg.AssetCheckResult:
         """Every document of the day's database equals the documents computed by SQL over the world's truth
         schema (not through the fold), and `_meta` names the ledger head the truth schema holds."""
-        from churn_assets.evaluation.independent.stores import operational_problems
-
         world_id, day, _ = require_world_day(state, context.partition_key)
         try:
             db = require_complete(_client(state.service_urls().mongodb), world_id, day)
@@ -214,11 +215,6 @@ with warnings.catch_warnings():
                                ) -> dg.AssetCheckResult:
         """The SaaS API's answers as of the partition's day (price list, tickets, every product's utilization,
         a sample of users' entitlements, a 404 for a user hired later) equal SQL over the truth schema."""
-        from churn_assets.evaluation.independent.stores import saas_problems
-        from churn_assets.fabric.saas_client import SaasClient
-        from churn_assets.fabric.saas_profiles import CHECK_PROFILE
-        from churn_assets.services import ServiceError, saas_api_key
-
         world_id, day, _ = require_world_day(state, context.partition_key)
         try:
             urls = state.service_urls()

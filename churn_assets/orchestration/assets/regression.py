@@ -8,6 +8,7 @@ baseline's thresholds or a hash changed without a baseline update, and names eve
 and a failing night never overwrites an earlier one."""
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
+import datetime as dt
 import json
 import warnings
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from churn_assets.orchestration.assets.evaluation import eval_run
 from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.partitions import ANY_PARTITION, sweep_partitions
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.state import atomic_write_text
 
 GATE_FILE = "regression_gate.json"
 MAX_LISTED = 50  # findings listed in the check's metadata (the file holds all)
@@ -27,8 +29,6 @@ MAX_LISTED = 50  # findings listed in the check's metadata (the file holds all)
 
 def _gate_file(state: StateResource, sweep_id: str, tags: Mapping[str, str]) -> Path:
     """The gate file of the run's night (its `NIGHT_TAG`, else today): one folder per run date."""
-    import datetime as dt
-
     from churn_assets.orchestration.sweep_records import NIGHT_TAG, regression_night, regression_night_dir
 
     night = dt.date.fromisoformat(tags[NIGHT_TAG]) if NIGHT_TAG in tags else regression_night()
@@ -46,7 +46,6 @@ def _gate_file(state: StateResource, sweep_id: str, tags: Mapping[str, str]) -> 
 )
 def regression_report(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     from churn_assets.orchestration.sweep_records import load_sweep
-    from churn_assets.state import atomic_write_text
     from churn_assets.sweeps.regression import (
         FIGURE_COLUMNS,
         baseline_path,

@@ -4,6 +4,7 @@
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
 import dagster as dg
 
+from churn_assets.grounding.registry import load_registry
 from churn_assets.orchestration.assets.common import user_errors
 from churn_assets.orchestration.assets.evaluation import eval_run
 from churn_assets.orchestration.partitions import ANY_PARTITION, sweep_partitions
@@ -21,7 +22,6 @@ from churn_assets.orchestration.resources import StateResource
                 "`<state>/results/sweeps/<sweep id>/`.",
 )
 def sweep_report(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    from churn_assets.grounding.registry import load_registry
     from churn_assets.orchestration.sweep_records import load_sweep, sweep_report_dir
     from churn_assets.sweeps.report import build_report
 

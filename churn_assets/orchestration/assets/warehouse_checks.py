@@ -13,7 +13,6 @@ All are blocking: nothing downstream runs on a warehouse that disagrees with its
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at
 # decoration time and needs real types, not strings.
 import datetime as dt
-import threading
 import warnings
 from collections.abc import Sequence
 
@@ -31,27 +30,26 @@ from churn_assets.fabric.quality import (
     warehouse_measures,
 )
 from churn_assets.fabric.truth import verify_truth
+from churn_assets.memo import Memo, memo
 from churn_assets.orchestration.assets.common import require_world, user_errors, world_ledger
 from churn_assets.orchestration.assets.warehouse import warehouse_raw, warehouse_truth
 from churn_assets.orchestration.dbt_project import analytics_key
 from churn_assets.orchestration.partitions import world_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.world.ledger import LoadedLedger
+from churn_assets.world.packed import records_key
 
 MAX_REPORTED = 20
 
-_FOLD_LOCK = threading.Lock()
-_FOLD_CACHE: dict[tuple[int, tuple[dt.date, ...]], dict[dt.date, Measures]] = {}
+# (ledger records, days) -> the fold's measures: the four parity checks of a run share one
+FOLD_MEASURES: Memo[dict[dt.date, Measures]] = memo("assets.fold_measures", 1)
 
 
 def _fold_measures(loaded: LoadedLedger, days: Sequence[dt.date]) -> dict[dt.date, Measures]:
-    """The fold's measures, computed once per ledger and days for the four parity checks of a run."""
-    key = (id(loaded), tuple(days))
-    with _FOLD_LOCK:
-        if key not in _FOLD_CACHE:
-            _FOLD_CACHE.clear()
-            _FOLD_CACHE[key] = fold_measures(loaded.records, days)
-        return _FOLD_CACHE[key]
+    """The fold's measures, computed once per ledger (by value, `records_key`) and days for the four parity
+    checks of a run."""
+    key = (records_key(loaded.records), tuple(days))
+    return FOLD_MEASURES.get_or_compute(key, lambda: fold_measures(loaded.records, days))
 
 
 def _parity_result(state: StateResource, world_id: str, measure: str) -> dg.AssetCheckResult:

@@ -20,6 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from churn_assets.evaluation.catalog import CatalogError
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | None = None
@@ -106,8 +108,6 @@ def _adopt(bind: sa.Connection) -> None:
                  if name in found and found[name] != want]
     problems += [f"{name} is not a catalog column" for name in found if name not in wanted]
     if problems:
-        from churn_assets.evaluation.catalog import CatalogError
-
         raise CatalogError(f"{SCHEMA}.{TABLE} exists but is not a results catalog this churnbench can adopt "
                            f"({'; '.join(problems)}); nothing was changed: rename or drop that table and run again")
 
