@@ -20,8 +20,8 @@ the medians and their ratio, and checks that every run gave every cell the same 
 answers, exposure, prediction, experiment hash); exit 1 when they differ.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the op's config and context annotations when it decorates
+# the op and does not resolve string annotations there (it raised "Unable to resolve config type 'CellList'").
 import argparse
 import json
 import os
@@ -111,10 +111,11 @@ def run_pool(cells: list[Any]) -> list[dict]:
 
     results = parallel.run_cells(StatePaths.resolve(), [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
                                                                       c.saas_profile) for c in cells], workers=2)
-    failed = [r for r in results if not r.ok]
+    failed = [r for r in results if not r.ok or r.summary is None]
     if failed:
         raise SystemExit(f"pool: {len(failed)} cell(s) failed, e.g. {failed[0].error}")
-    return [{"key": r.summary["scenario_key"], **{k: r.summary.get(k) for k in FIGURES}} for r in results]
+    summaries = [r.summary for r in results if r.summary is not None]
+    return [{"key": s["scenario_key"], **{k: s.get(k) for k in FIGURES}} for s in summaries]
 
 
 def run_dagster(session: Any, cells: list[Any]) -> list[dict]:
@@ -134,6 +135,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--saas-profile", default="unlimited")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", choices=("pool", "dagster"), default=None)
+    parser.add_argument("--cells", type=int, default=None, help="only the first N cells (a quick check, not a figure)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     from churn_assets.orchestration.materialize import open_session
@@ -141,7 +143,7 @@ def main(argv: list[str]) -> int:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
-    cells = _cells(args.preset, args.saas_profile)
+    cells = _cells(args.preset, args.saas_profile)[:args.cells]
     runs: list[dict[str, Any]] = []
     figures: dict[str, dict[str, Any]] = {}
     differences: list[str] = []
