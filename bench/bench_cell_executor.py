@@ -17,11 +17,11 @@ cells' results folders and catalog rows are removed, so every run evaluates ever
 
 Rounds alternate the two (pool, dagster, pool, dagster, ...). Prints each run's wall time and the load average,
 the medians and their ratio, and checks that every run gave every cell the same figures (verdict counts, stale
-answers, exposure, prediction, experiment hash); exit 1 when they differ.
+answers, exposure, prediction, experiment hash) and evaluated every cell (none reused); exit 1 otherwise.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the op's config and context annotations when it decorates
+# the op and does not resolve string annotations there (it raised "Unable to resolve config type 'CellList'").
 import argparse
 import json
 import os
@@ -63,7 +63,8 @@ def evaluate_cell(context: dg.OpExecutionContext, cell: str) -> dict:
     with open_session(StatePaths.resolve()) as session:
         summary = run_scenario(session, defs_for(str(session.paths.root)), world, arm, dt.date.fromisoformat(t_prime),
                                dt.date.fromisoformat(t), policy, profile, lambda _line: None)
-    return {"key": summary["scenario_key"], **{k: summary.get(k) for k in FIGURES}}
+    return {"key": summary["scenario_key"], "reused": bool(summary.get("reused")),
+            **{k: summary.get(k) for k in FIGURES}}
 
 
 @dg.op
@@ -111,10 +112,12 @@ def run_pool(cells: list[Any]) -> list[dict]:
 
     results = parallel.run_cells(StatePaths.resolve(), [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
                                                                       c.saas_profile) for c in cells], workers=2)
-    failed = [r for r in results if not r.ok]
+    failed = [r for r in results if not r.ok or r.summary is None]
     if failed:
         raise SystemExit(f"pool: {len(failed)} cell(s) failed, e.g. {failed[0].error}")
-    return [{"key": r.summary["scenario_key"], **{k: r.summary.get(k) for k in FIGURES}} for r in results]
+    summaries = [r.summary for r in results if r.summary is not None]
+    return [{"key": s["scenario_key"], "reused": bool(s.get("reused")), **{k: s.get(k) for k in FIGURES}}
+            for s in summaries]
 
 
 def run_dagster(session: Any, cells: list[Any]) -> list[dict]:
@@ -134,6 +137,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--saas-profile", default="unlimited")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", choices=("pool", "dagster"), default=None)
+    parser.add_argument("--cells", type=int, default=None, help="only the first N cells (a quick check, not a figure)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     from churn_assets.orchestration.materialize import open_session
@@ -141,7 +145,7 @@ def main(argv: list[str]) -> int:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
-    cells = _cells(args.preset, args.saas_profile)
+    cells = _cells(args.preset, args.saas_profile)[:args.cells]
     runs: list[dict[str, Any]] = []
     figures: dict[str, dict[str, Any]] = {}
     differences: list[str] = []
@@ -155,11 +159,12 @@ def main(argv: list[str]) -> int:
                 found = run_pool(cells) if variant == "pool" else run_dagster(session, cells)
                 seconds = time.perf_counter() - started
             load_after = os.getloadavg()
+            reused = sum(row.pop("reused") for row in found)  # a reused cell would measure nothing
             runs.append({"variant": variant, "round": round_, "seconds": round(seconds, 1), "cells": len(found),
-                         "cleared": cleared, "load_before": [round(x, 2) for x in load_before],
+                         "cleared": cleared, "reused": reused, "load_before": [round(x, 2) for x in load_before],
                          "load_after": [round(x, 2) for x in load_after]})
-            print(f"round {round_} {variant}: {len(found)} cells in {seconds:.1f} s (load {load_before[0]:.1f} -> "
-                  f"{load_after[0]:.1f})", flush=True)
+            print(f"round {round_} {variant}: {len(found)} cells ({reused} reused) in {seconds:.1f} s (load "
+                  f"{load_before[0]:.1f} -> {load_after[0]:.1f})", flush=True)
             for row in found:
                 before = figures.setdefault(row["key"], row)
                 if before != row:
@@ -172,7 +177,7 @@ def main(argv: list[str]) -> int:
     print(json.dumps(summary, indent=1))
     if args.out is not None:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")
-    return 1 if differences else 0
+    return 1 if differences or any(r["reused"] for r in runs) else 0
 
 
 if __name__ == "__main__":
