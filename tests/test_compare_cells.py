@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_cells", ROOT / "bench" / "compare_cells.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_scripts import load_bench_script
 
 
 def _cell(state: Path, folder: str, **summary: object) -> None:
@@ -25,7 +15,7 @@ def _cell(state: Path, folder: str, **summary: object) -> None:
 
 
 def test_equal_cells_pass_and_a_changed_figure_fails(tmp_path: Path) -> None:
-    compare = _script()
+    compare = load_bench_script("compare_cells")
     a, b = tmp_path / "a", tmp_path / "b"
     _cell(a, "abc__git-1", stale_answers=3, exposure=4, mean_latency_ms=10.0, code_version="git-1")
     _cell(b, "abc__git-2", stale_answers=3, exposure=4, mean_latency_ms=99.0, code_version="git-2")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from bench_scripts import load_bench_script
 
 from churn_assets.evaluation.independent import SqlGold
 from churn_assets.evaluation.independent import gold as sql_gold_module
@@ -34,16 +34,11 @@ from churn_assets.world.ledger import load_ledger
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 T = dt.date(2024, 1, 30)  # the CI world's last day; T' = T - 29 is its first
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("differential_gold", ROOT / "bench" / "differential_gold.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("differential_gold")
 
 
 @pytest.fixture(scope="module")
