@@ -25,3 +25,14 @@ def test_equal_cells_pass_and_a_changed_figure_fails(tmp_path: Path) -> None:
         json.dumps({"experiment_hash": "abc", "stale_answers": 4, "exposure": 4}))
     assert compare.main([str(a), str(b), "--world", "w"]) == 1
     assert compare.main([str(a), str(tmp_path / "empty"), "--world", "w"]) == 1  # nothing in common proves nothing
+
+
+def test_sweep_tables_compare_cell_by_cell(tmp_path: Path) -> None:
+    compare = load_bench_script("compare_cells")
+    head = "kind,status,world_id,arm,policy,t_prime,t,stale_answers,reused,results\n"
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text(head + "evaluated,done,w,grounding,tiered,2024-04-01,2024-04-27,3,False,/x\n")
+    b.write_text(head + "evaluated,done,w,grounding,tiered,2024-04-01,2024-04-27,3,True,/y\n")
+    assert compare.main([str(a), str(b)]) == 0  # where the cell is and whether it was reused are not figures
+    b.write_text(head + "evaluated,done,w,grounding,tiered,2024-04-01,2024-04-27,4,True,/y\n")
+    assert compare.main([str(a), str(b)]) == 1
