@@ -4,7 +4,7 @@ equal apart from where the results are, the code version and the timing fields. 
 and `status`.
 
     python bench/compare_cells.py STATE_A STATE_B [--world default-s42-2906f8]
-    python bench/compare_cells.py A/cells.csv B/cells.csv
+    python bench/compare_cells.py CELLS_A.csv CELLS_B.csv     (each a sweep report's cells.csv)
 
 Used to check that a change left evaluated figures alone (issue 36: `cache-age` before and after). Repeat and
 retry folders are left out (a cell's first answering is compared). Exits 1 when a common cell differs or when
