@@ -66,40 +66,76 @@ Progress = Callable[[int], Tally]
 
 # The DDL of every table of the store (this module's and the RAG corpus'): `{table}` is the table, qualified by
 # the world's staging schema, filled in by `ensure_tables` with `sql.Identifier`.
+_EMBEDDINGS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    content_hash text NOT NULL,
+    model text NOT NULL,
+    content text NOT NULL,
+    embedding vector NOT NULL,
+    PRIMARY KEY (content_hash, model)
+);
+COMMENT ON TABLE {table} IS
+    'Every text embedded for the vector index or the RAG corpus, once per content hash (SHA-256 of content) and model.';
+"""
 
+_CHUNKS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    day date NOT NULL,
+    contract_id text NOT NULL,
+    chunk_no integer NOT NULL,
+    section text NOT NULL,
+    content_hash text NOT NULL,
+    PRIMARY KEY (day, contract_id, chunk_no)
+);
+COMMENT ON TABLE {table} IS
+    'The contract chunks of the vector index as of each day (a vector_index partition); embeddings by content_hash.';
+"""
 
-def _table_ddl(columns: Sequence[str], comment: str) -> LiteralString:
-    body = ",\n    ".join(columns)
-    return f"CREATE TABLE IF NOT EXISTS {{table}} (\n    {body}\n);\nCOMMENT ON TABLE {{table}} IS\n    '{comment}';\n"
+_BUILDS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    day date PRIMARY KEY,
+    model text NOT NULL,
+    documents integer NOT NULL,
+    chunks integer NOT NULL,
+    unique_chunks integer NOT NULL,
+    embedded integer NOT NULL,
+    encoder_calls integer NOT NULL,
+    content_version text NOT NULL,
+    source_version text
+);
+COMMENT ON TABLE {table} IS
+    'One row per built vector_index day (written last): the day''s chunks are complete.';
+"""
 
+_RAG_RECORDS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    day date NOT NULL,
+    record_id text NOT NULL,
+    kind text NOT NULL,
+    entity_id text NOT NULL,
+    refs text[] NOT NULL,
+    content_hash text NOT NULL,
+    PRIMARY KEY (day, record_id)
+);
+COMMENT ON TABLE {table} IS
+    'The classic-RAG corpus as built on each day (data time = day); record texts and embeddings by content_hash.';
+"""
 
-def _day_content_ddl(columns: Sequence[str], key: str, comment: str) -> LiteralString:
-    """A day's content (chunks, records): its texts and embeddings by `content_hash` in the embedding store."""
-    return _table_ddl(("day date NOT NULL", *columns, "content_hash text NOT NULL", f"PRIMARY KEY (day, {key})"),
-                      comment)
-
-
-def _day_builds_ddl(what: str, items: str, counts: Sequence[str], extra: Sequence[str] = ()) -> LiteralString:
-    """One row per built day of `what`, written last: a row says the day's `items` are complete."""
-    return _table_ddl(("day date PRIMARY KEY", "model text NOT NULL", *(f"{c} integer NOT NULL" for c in counts),
-                       "embedded integer NOT NULL", "encoder_calls integer NOT NULL", *extra,
-                       "content_version text NOT NULL", "source_version text"),
-                      f"One row per built {what} day (written last): the day''s {items} are complete.")
-
-
-_EMBEDDINGS_DDL = _table_ddl(
-    ("content_hash text NOT NULL", "model text NOT NULL", "content text NOT NULL", "embedding vector NOT NULL",
-     "PRIMARY KEY (content_hash, model)"),
-    "Every text embedded for the vector index or the RAG corpus, once per content hash (SHA-256 of content) and "
-    "model.")
-_CHUNKS_DDL = _day_content_ddl(
-    ("contract_id text NOT NULL", "chunk_no integer NOT NULL", "section text NOT NULL"), "contract_id, chunk_no",
-    "The contract chunks of the vector index as of each day (a vector_index partition); embeddings by content_hash.")
-_BUILDS_DDL = _day_builds_ddl("vector_index", "chunks", ("documents", "chunks", "unique_chunks"))
-_RAG_RECORDS_DDL = _day_content_ddl(
-    ("record_id text NOT NULL", "kind text NOT NULL", "entity_id text NOT NULL", "refs text[] NOT NULL"), "record_id",
-    "The classic-RAG corpus as built on each day (data time = day); record texts and embeddings by content_hash.")
-_RAG_BUILDS_DDL = _day_builds_ddl("RAG corpus", "records", ("records", "unique_texts"), ("kinds jsonb NOT NULL",))
+_RAG_BUILDS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    day date PRIMARY KEY,
+    model text NOT NULL,
+    records integer NOT NULL,
+    unique_texts integer NOT NULL,
+    embedded integer NOT NULL,
+    encoder_calls integer NOT NULL,
+    kinds jsonb NOT NULL,
+    content_version text NOT NULL,
+    source_version text
+);
+COMMENT ON TABLE {table} IS
+    'One row per built RAG corpus day (written last): the day''s records are complete.';
+"""
 
 TABLE_DDL: dict[str, LiteralString] = {
     EMBEDDINGS_TABLE: _EMBEDDINGS_DDL, CHUNKS_TABLE: _CHUNKS_DDL, BUILDS_TABLE: _BUILDS_DDL,
