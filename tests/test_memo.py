@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from churn_assets.evaluation import exposure
 from churn_assets.fabric.quality import fold_measures
 from churn_assets.memo import Memo, clear_all, memo
 from churn_assets.orchestration.assets import common, warehouse_checks
+from churn_assets.tasks.generator import generate_task_set
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import LoadedLedger, load_ledger
 from churn_assets.world.packed import packed, records_key
@@ -113,3 +115,21 @@ def test_a_rewritten_ledger_file_is_read_again(two_ledgers: tuple[Path, Path], t
     assert again is not loaded and again.head_hash != loaded.head_hash
     assert common.world_as_of(again, day) is not state
     assert len(common.LEDGERS) == 1  # one entry per path: the rewritten file's read replaced the first
+
+
+def test_two_task_sets_of_one_ledger_get_their_own_change_rates(two_ledgers: tuple[Path, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every task set numbers its tasks q001, q002, ...: the change rates were keyed by the task ids, so a task
+    set of another count or seed on the same ledger got the first one's rates (a paper's prediction moved with
+    the order in which one test worker ran its tests)."""
+    monkeypatch.setattr(exposure, "RATES", Memo("test.change_rates", 6))
+    records = load_ledger(two_ledgers[0]).records
+    start, anchor = dt.date(2024, 1, 1), dt.date(2024, 1, 20)
+    first, second = (generate_task_set(records, world_id="w", anchor=anchor, n=12, task_seed=seed).tasks
+                     for seed in (0, 1))
+    assert [t.task_id for t in first] == [t.task_id for t in second] and first != second
+    kept = exposure.change_rates(records, first, start=start, anchor=anchor)
+    fresh = exposure.AnswerChangeRates.measure(records, second, start=start, until=anchor - dt.timedelta(days=1))
+    got = exposure.change_rates(records, second, start=start, anchor=anchor)
+    assert got is not kept and got.changed == fresh.changed
+    assert exposure.change_rates(records, list(first), start=start, anchor=anchor) is kept  # equal tasks: kept

@@ -43,7 +43,7 @@ from churn_assets.memo import Memo, memo
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.gold import GoldResolver, gold_from_state
 from churn_assets.tasks.shared_aggregates import shared_aggregates
-from churn_assets.tasks.task_set import Task
+from churn_assets.tasks.task_set import Task, task_set_hash
 from churn_assets.tasks.templates import ANY, Template
 from churn_assets.world.calendar import Day
 from churn_assets.world.events import EVENT_KINDS
@@ -425,9 +425,11 @@ RATES: Memo[AnswerChangeRates] = memo("exposure.change_rates", 6)  # a paper's t
 def change_rates(records: Sequence[Mapping[str, Any]], tasks: Sequence[Task], *, start: Day, anchor: Day,
                  format_version: int = 2, classes: Collection[str] | None = None) -> AnswerChangeRates:
     """The rates of a task set asked at T for `classes` (None: all), measured to T - 1 (serving every T' < T),
-    kept per process for the same ledger records and task set (a paper's cells share them)."""
+    kept per process for the same ledger records and task set, by content (a paper's cells share them)."""
     until = max(start + ONE_DAY, anchor - ONE_DAY)
-    key = (records_key(records), format_version, tuple(t.task_id for t in tasks), start, until,
+    # The task set by content, not by ids: every task set numbers its tasks q001, q002, ..., so two task sets of
+    # one ledger (another count or seed) share ids and must not share rates.
+    key = (records_key(records), format_version, task_set_hash(tasks), start, until,
            None if classes is None else frozenset(classes))
     return RATES.get_or_compute(key, lambda: AnswerChangeRates.measure(
         records, tasks, start=start, until=until, format_version=format_version, classes=classes))
