@@ -165,3 +165,33 @@ def test_task_set_asset_writes_the_partition(tmp_path: Path) -> None:
     assert metadata["tasks_per_task_tier"] == {"1": 81, "2": 63, "3": 36}
     assert metadata["dagster/row_count"] == 180
     assert {t.anchor for t in read_tasks(path)} == {day.isoformat()}
+
+
+def test_a_task_set_drawn_with_other_settings_is_out_of_date(default_set: GeneratedTaskSet, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A day's task set is one file per (world, T): a deployment that asks for another count or seed finds the
+    file out of date (drawn again, with the reason) and no finished run of it, instead of reusing it silently."""
+    from few_tasks import use_task_count
+
+    from churn_assets.evaluation.runner import finished_run
+    from churn_assets.freshness.scenario import TASK_SET, ScenarioInput
+    from churn_assets.orchestration.scenario_inputs import outdated_task_sets
+    from churn_assets.state import StatePaths
+    from churn_assets.tasks.task_set import drawn_with, write_drawn_with
+
+    paths, day = StatePaths.resolve(tmp_path), dt.date.fromisoformat(T)
+    path = paths.task_set_file("w-s1-abcdef", day)
+    write_tasks(default_set.tasks[:4], path)
+    wanted = ScenarioInput(TASK_SET, "w-s1-abcdef", day)
+    use_task_count(monkeypatch, 4)
+    assert drawn_with(path) is None
+    assert outdated_task_sets(paths, [wanted]) == {
+        wanted: "drawn with an unrecorded count and seed; the deployment asks for 4 tasks, seed 0"}
+    write_drawn_with(path, 4, 0)
+    assert drawn_with(path) == (4, 0) and outdated_task_sets(paths, [wanted]) == {}
+    use_task_count(monkeypatch, 12, seed=3)
+    assert outdated_task_sets(paths, [wanted]) == {
+        wanted: "drawn with 4 tasks, seed 0; the deployment asks for 12 tasks, seed 3"}
+    # No finished run is looked up from it (the store is never reached: the settings are compared first).
+    assert finished_run(None, None, "", None, path, drawn=(12, 3)) is None  # type: ignore[arg-type]
+    assert finished_run(None, None, "", None, path, drawn=(4, 1)) is None  # type: ignore[arg-type]

@@ -143,9 +143,17 @@ def test_the_exposure_command_averages_over_a_window(tmp_path: Path) -> None:
 def test_the_papers_window_rows(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
     """`churnbench paper`'s D+28 window (exposure only, tiered and off, 28 days ending at T, T' = 2024-03-29) as
     its JSON and its printed rows carry it; the figures are those of `policy_windows` on the same task set."""
-    from churn_assets.commands.run import paper_window, window_lines
+    from churn_assets.commands.run import window_lines
+    from churn_assets.evaluation.paper_window import WINDOWS_DIRNAME, paper_window_figures
 
-    window = paper_window(default_world_dir(tmp_path_factory), "default-s42-2906f8", lambda _m: None)
+    world_dir = tmp_path_factory.mktemp("paper-window-world")
+    ledger_dir = default_world_dir(tmp_path_factory)
+
+    def kept_or_computed() -> tuple[dict[str, Any], bool]:  # the packaged deployment's 180 tasks, seed 0
+        return paper_window_figures(ledger_dir, world_dir, "default-s42-2906f8", task_count=180, task_seed=0)
+
+    window, kept = kept_or_computed()
+    assert not kept
     assert (window["t_prime"], window["first"], window["t"], window["days"]) == \
         ("2024-03-29", "2024-03-31", "2024-04-27", 28)
     tiered, off = window["policies"]["tiered"], window["policies"]["off"]
@@ -155,6 +163,14 @@ def test_the_papers_window_rows(world: dict[str, Any], tmp_path_factory: pytest.
     assert "28 arrival days (2024-03-31 .. 2024-04-27, T' = 2024-03-29" in lines[0]
     assert lines[2].startswith("tiering on") and f"{tiered['mean']:.1f} [" in lines[2]
     assert lines[3].startswith("tiering off") and f"{off['min']}-{off['max']}" in lines[3]
+
+    # Kept in the world's folder: a second paper reads them; a file that names another key, or does not parse, is
+    # computed again (and replaced).
+    assert kept_or_computed() == (window, True)
+    [kept_file] = (world_dir / WINDOWS_DIRNAME).iterdir()
+    for broken in ('{"key": "another", "figures": {}}', "{not json"):
+        kept_file.write_text(broken)
+        assert kept_or_computed() == (window, False)
 
 
 def _days(exposed: list[list[tuple[str, bool]]]) -> list[Any]:
@@ -187,3 +203,19 @@ def test_a_paired_difference_is_narrower_than_the_two_intervals() -> None:
     assert one.mean == -1.0 and one.interval_90[0] < -1.0 < one.interval_90[1] + 1e-9
     with pytest.raises(WindowError, match="same window"):
         paired_difference(a, b[1:])
+
+
+def test_the_kept_window_s_key_moves_with_everything_its_figures_depend_on() -> None:
+    from churn_assets.evaluation.paper_window import window_key
+
+    records, registry = [{"seq": 0, "at": "2024-01-01", "hash": "h0"}], load_registry()
+    w = Window(D28, 28, T)
+    base = window_key(records, 2, registry, 180, 0, w, ("tiered", "off"), "git-a")
+    others = [window_key([{**records[0], "hash": "h1"}], 2, registry, 180, 0, w, ("tiered", "off"), "git-a"),
+              window_key(records, 1, registry, 180, 0, w, ("tiered", "off"), "git-a"),
+              window_key(records, 2, registry, 60, 0, w, ("tiered", "off"), "git-a"),
+              window_key(records, 2, registry, 180, 1, w, ("tiered", "off"), "git-a"),
+              window_key(records, 2, registry, 180, 0, Window(D28, 27, T), ("tiered", "off"), "git-a"),
+              window_key(records, 2, registry, 180, 0, w, ("tiered",), "git-a"),
+              window_key(records, 2, registry, 180, 0, w, ("tiered", "off"), "git-b")]
+    assert base not in others and len(set(others)) == len(others)

@@ -24,7 +24,6 @@ from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
 from churn_assets.world.calendar import require_in_calendar
 from churn_assets.world.config import load_config
-from churn_assets.world.ledger import load_ledger
 
 
 class ArmChoice(click.Choice):
@@ -181,7 +180,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     # exists (the cells mostly wait on their inputs and the SaaS API), after them when they build it.
     ledger_dir = paths.ledger_dir(world_id)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        early = pool.submit(paper_window, ledger_dir, world_id, echo) if (ledger_dir / "ledger.jsonl").exists() \
+        early = pool.submit(paper_window, paths, world_id, echo) if (ledger_dir / "ledger.jsonl").exists() \
             else None
         results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
                                     for arm, policy, window in cells],
@@ -191,7 +190,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         if failed:
             raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))
         arrival = early.result() if early is not None and early.exception() is None \
-            else paper_window(ledger_dir, world_id, echo)  # (a ledger the cells had to rebuild is read again)
+            else paper_window(paths, world_id, echo)  # (a ledger the cells had to rebuild is read again)
     runs: list[dict[str, Any]] = []
     for (arm, policy, window), result in zip(cells, results, strict=True):
         s = dict(result.summary or {})
@@ -214,23 +213,21 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     _print_report(world_id, runs, elapsed, llm.agent_id if llm else "deterministic agent", arrival)
 
 
-def paper_window(ledger_dir: Any, world_id: str, echo: Any) -> dict[str, Any]:
+def paper_window(paths: StatePaths, world_id: str, echo: Any) -> dict[str, Any]:
     """The D+28 window of grounding tiered and off, exposure only (for the deterministic agent on `grounding`
-    stale answers equal exposure): T' = D+28's, T over the `WINDOW_DAYS` days ending at T, the world's default
-    task set sampled at T and re-anchored to each day (docs/tasks.md, "Windows of arrival days")."""
+    stale answers equal exposure), computed once per world and kept (`evaluation/paper_window.py`)."""
     from churn_assets.deployment import task_settings
-    from churn_assets.evaluation.window import Window, world_windows
-    from churn_assets.grounding.registry import load_registry
+    from churn_assets.evaluation.paper_window import paper_window_figures
+    from churn_assets.evaluation.window import Window
 
     started = time.perf_counter()
-    loaded = load_ledger(ledger_dir, packed=True)
-    window = Window(WINDOWS["D+28"], WINDOW_DAYS, T)
     settings = task_settings()
-    found = world_windows(loaded.records, world_id, window, ("tiered", "off"), load_registry(),
-                          task_count=settings.count, task_seed=settings.seed, format_version=loaded.format_version)
-    echo(f"D+28 window ({window.describe()}): exposure of tiered and off in {time.perf_counter() - started:.1f} s")
-    return {"t_prime": window.t_prime.isoformat(), "first": window.first.isoformat(), "t": T.isoformat(),
-            "days": WINDOW_DAYS, "policies": {w.policy: w.exposure.to_json() for w in found}}
+    figures, kept = paper_window_figures(paths.ledger_dir(world_id), paths.world_dir(world_id), world_id,
+                                         task_count=settings.count, task_seed=settings.seed)
+    how = "kept from an earlier paper" if kept else "computed"
+    echo(f"D+28 window ({Window(WINDOWS['D+28'], WINDOW_DAYS, T).describe()}): exposure of tiered and off {how} "
+         f"in {time.perf_counter() - started:.1f} s")
+    return figures
 
 
 def _json_run(r: dict[str, Any]) -> dict[str, Any]:

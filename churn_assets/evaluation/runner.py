@@ -51,7 +51,7 @@ from churn_assets.evaluation.verdicts import STALE_VERDICTS, TRANSPORT_FAILURE, 
 from churn_assets.freshness.scenario import Scenario, ScenarioPlan
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
-from churn_assets.tasks.task_set import Task, TaskSetError, read_tasks, task_set_hash
+from churn_assets.tasks.task_set import Task, TaskSetError, drawn_with, read_tasks, task_set_hash
 from churn_assets.world.calendar import Day
 
 
@@ -273,9 +273,13 @@ def finished_summary(store: ResultsStore, spec: RunSpec, *, code: str | None = N
 
 
 def finished_run(store: ResultsStore, scenario: Scenario, config_hash: str, plan: ScenarioPlan, task_file: Path, *,
-                 catalog: RunCatalog | str | None = None) -> tuple[RunSpec, dict[str, Any]] | None:
+                 drawn: tuple[int, int], catalog: RunCatalog | str | None = None
+                 ) -> tuple[RunSpec, dict[str, Any]] | None:
     """(spec, summary) of the finished run of this scenario's identity, or None: also when its task set file is
-    missing or unreadable (the identity needs it; the caller's input check then says what is missing)."""
+    missing or unreadable, or was not drawn with `drawn` (the deployment's task count and seed) (the identity
+    needs it; the caller's input check then says what is missing or out of date)."""
+    if drawn_with(task_file) != drawn:
+        return None
     try:
         tasks = read_tasks(task_file)
     except TaskSetError:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.arms.registry import arm_spec
+from churn_assets.deployment import task_settings
 from churn_assets.fabric.mongo import database_name, read_meta, world_databases
 from churn_assets.fabric.postgres import connection, read_load_key, schema_name
 from churn_assets.fabric.truth import META_TABLE as TRUTH_META_TABLE
@@ -52,6 +53,7 @@ from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
 from churn_assets.services import mongo_client
+from churn_assets.tasks.task_set import drawn_with
 from churn_assets.world.calendar import outside_calendar
 from churn_assets.world.ledger import LEDGER_FILE, load_ledger
 from contracts.store import stored_days
@@ -59,6 +61,8 @@ from contracts.store import stored_days
 if TYPE_CHECKING:
     import dagster as dg
     from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
+
+    from churn_assets.state import StatePaths
 
 BlockingChecks = Mapping[str, tuple["dg.AssetCheckKey", ...]]  # asset key string -> its blocking checks
 
@@ -257,6 +261,28 @@ def unchecked_inputs(instance: dg.DagsterInstance, inputs: Iterable[ScenarioInpu
     return out
 
 
+def drawn_settings() -> tuple[int, int]:
+    """(count, seed) the deployment draws each day's task set with (what a task set's `drawn_with` must be)."""
+    settings = task_settings()
+    return settings.count, settings.seed
+
+
+def outdated_task_sets(paths: StatePaths, inputs: Iterable[ScenarioInput]) -> dict[ScenarioInput, str]:
+    """Task-set inputs drawn with another task count or seed than the deployment asks for now -> why: they are
+    drawn again (a day's task set is one file per world and T, so a changed deployment would otherwise reuse
+    the old questions without a word)."""
+    count, seed = drawn_settings()
+    out = {}
+    for i in inputs:
+        if i.asset != TASK_SET or i.day is None:
+            continue
+        was = drawn_with(paths.task_set_file(i.world, i.day))
+        if was != (count, seed):
+            drawn = "with an unrecorded count and seed" if was is None else f"with {was[0]} tasks, seed {was[1]}"
+            out[i] = f"drawn {drawn}; the deployment asks for {count} tasks, seed {seed}"
+    return out
+
+
 def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, checks: BlockingChecks,
                     check_data: bool = True) -> tuple[set[ScenarioInput], dict[ScenarioInput, str]]:
     """(existing, recorded but not reusable -> why): existing = recorded in the instance, vouched for by the
@@ -267,7 +293,8 @@ def existing_inputs(session: Session, inputs: Iterable[ScenarioInput], *, checks
     if check_data:
         present = present_inputs(session, checked)
         refused |= {i: "recorded as materialized but its data is gone" for i in checked - present}
-        checked = present
+        refused |= outdated_task_sets(session.paths, present)
+        checked = present - refused.keys()
     return checked, refused
 
 

@@ -79,6 +79,7 @@ def _finished(session: Any, scenario: Any, key: str, repeats: int) -> bool:
     from churn_assets.evaluation.results import ResultsStore
     from churn_assets.evaluation.runner import finished_run
     from churn_assets.grounding.registry import load_registry
+    from churn_assets.orchestration.scenario_inputs import drawn_settings
     from churn_assets.orchestration.scenarios import stored_plan
     from churn_assets.orchestration.world_registry import load_world_config
 
@@ -88,6 +89,6 @@ def _finished(session: Any, scenario: Any, key: str, repeats: int) -> bool:
     config = load_world_config(session.paths, scenario.world_id)
     store = ResultsStore(session.paths.results_root)
     found = finished_run(store, scenario, config.config_hash, plan,
-                         session.paths.task_set_file(scenario.world_id, scenario.t))
+                         session.paths.task_set_file(scenario.world_id, scenario.t), drawn=drawn_settings())
     return found is not None and finished_repeats(store, found[0], repeats,
                                                   code=found[1]["code_version"]) is not None

@@ -21,6 +21,7 @@ from churn_assets.files import atomic_write_text
 from churn_assets.tasks.templates import Template, template
 
 TASKS_FILE = "tasks.jsonl"
+DRAWN_WITH_FILE = "drawn_with.json"  # beside it: the deployment's task count and seed it was drawn with
 
 
 class TaskSetError(UserFacingError, ValueError):
@@ -88,6 +89,23 @@ def write_tasks(tasks: Sequence[Task], path: Path) -> str:
     # other's half-written file into place.
     atomic_write_text(path, text)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_drawn_with(path: Path, count: int, seed: int) -> None:
+    """Record beside `tasks.jsonl` (at `path`) the task count and seed it was drawn with: a deployment that asks
+    for another count or seed finds it out of date (`drawn_with`) instead of reusing it silently. Written after
+    the tasks, so a crash between the two leaves a set that is drawn again, never a record of tasks not there."""
+    atomic_write_text(path.parent / DRAWN_WITH_FILE, canonical_json({"count": count, "seed": seed}) + "\n")
+
+
+def drawn_with(path: Path) -> tuple[int, int] | None:
+    """(count, seed) the task set at `path` was drawn with; None when not recorded (a set written before the
+    record existed, or an unreadable record)."""
+    try:
+        found = json.loads((path.parent / DRAWN_WITH_FILE).read_text())
+        return int(found["count"]), int(found["seed"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def read_tasks(path: Path) -> list[Task]:

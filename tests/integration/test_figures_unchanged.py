@@ -45,8 +45,9 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from few_tasks import use_task_count
 
-from churn_assets.deployment import DEPLOYMENT_ENV, TaskSettings
+from churn_assets.deployment import DEPLOYMENT_ENV
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.orchestration.world_registry import add_world
@@ -66,9 +67,7 @@ FIELDS = ("tasks", "verdicts", "stale_answers", "exposure", "prediction", "accur
 
 
 def figures(session: Session, defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    import churn_assets.orchestration.assets.tasks as task_asset
-
-    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=TASKS, seed=0))
+    use_task_count(monkeypatch, TASKS)
     config = load_config(days=DAYS, name=WORLD_NAME)
     add_world(session.paths, session.instance, config)
     materialize(session, defs, ["ledger"], [config.world_id])
@@ -124,9 +123,7 @@ def _batch(spec: dict[str, Any], env: dict[str, str]) -> subprocess.Popen[str]:
 def _reference(session: Session, defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch,
                cell: list[str]) -> Path:
     """The cell run alone in the session's state folder (its inputs are the figures test's when it ran first)."""
-    import churn_assets.orchestration.assets.tasks as task_asset
-
-    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=TASKS, seed=0))
+    use_task_count(monkeypatch, TASKS)
     config = load_config(days=DAYS, name=WORLD_NAME)
     if add_world(session.paths, session.instance, config):
         materialize(session, defs, ["ledger"], [config.world_id])
@@ -224,12 +221,11 @@ def test_repeats_of_the_deterministic_agent_answer_alike_and_a_difference_fails(
     import dataclasses
 
     import churn_assets.arms.agents.deterministic as deterministic
-    import churn_assets.orchestration.assets.tasks as task_asset
     from churn_assets.evaluation.catalog import RunCatalog
     from churn_assets.orchestration.cells import Cell, run_cells
     from churn_assets.orchestration.materialize import MaterializationError, repeats_tags
 
-    monkeypatch.setattr(task_asset, "task_settings", lambda: TaskSettings(count=TASKS, seed=0))
+    use_task_count(monkeypatch, TASKS)
     config = load_config(days=DAYS, name=WORLD_NAME)
     if add_world(session.paths, session.instance, config):
         materialize(session, session_defs, ["ledger"], [config.world_id])

@@ -19,9 +19,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from few_tasks import use_task_count
 
 from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
-from churn_assets.deployment import TaskSettings
 from churn_assets.grounding.registry import REGISTRY_FILE_ENV
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.regression import run_regression
@@ -39,14 +39,7 @@ REGISTRY_YAML = Path(__file__).resolve().parents[2] / "churn_assets" / "groundin
 
 @pytest.fixture
 def few_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import churn_assets.deployment as deployment
-    import churn_assets.orchestration.assets.tasks as task_asset
-    import churn_assets.orchestration.sweeps as sweeps
-
-    small = TaskSettings(count=TASKS, seed=0)
-    monkeypatch.setattr(task_asset, "task_settings", lambda: small)
-    for module in (deployment, sweeps):  # where it is defined and where a sweep reads it
-        monkeypatch.setattr(module, "task_settings", lambda config=None: small)
+    use_task_count(monkeypatch, TASKS)
 
 
 def _registry(tmp_path: Path, name: str, **ttls: int) -> Path:

@@ -9,9 +9,9 @@ import json
 
 import dagster as dg
 import pytest
+from few_tasks import use_task_count
 
 from churn_assets.arms.registry import TIERED_ARM
-from churn_assets.deployment import TaskSettings
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.sweep_records import load_sweep, sweep_file, sweep_report_dir
 from churn_assets.orchestration.sweeps import plan_removal, remove_sweep, run_sweep
@@ -37,14 +37,7 @@ def sweep_world(session: Session, session_defs: dg.Definitions) -> str:
 
 @pytest.fixture
 def few_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import churn_assets.deployment as deployment
-    import churn_assets.orchestration.assets.tasks as task_asset
-    import churn_assets.orchestration.sweeps as sweeps
-
-    small = TaskSettings(count=TASKS, seed=0)
-    monkeypatch.setattr(task_asset, "task_settings", lambda: small)
-    for module in (deployment, sweeps):  # where it is defined and where a sweep reads it
-        monkeypatch.setattr(module, "task_settings", lambda config=None: small)
+    use_task_count(monkeypatch, TASKS)
 
 
 def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, session_defs: dg.Definitions,

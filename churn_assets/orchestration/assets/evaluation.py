@@ -56,7 +56,13 @@ from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
 from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session, repeats_of
 from churn_assets.orchestration.partitions import ANY_PARTITION, SCENARIO_PARTITIONS_NAME, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.orchestration.scenario_inputs import blocking_checks, job_asset_graph, missing_inputs, scenario_plan
+from churn_assets.orchestration.scenario_inputs import (
+    blocking_checks,
+    drawn_settings,
+    job_asset_graph,
+    missing_inputs,
+    scenario_plan,
+)
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.orchestration.unbacked import Unbacked, refusal, scenario_problem
 from churn_assets.orchestration.world_registry import using_world
@@ -113,7 +119,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     # A finished result of the same identity is looked up before the inputs are: reusing it reads no input
     # (decision 190). Its identity needs the task set, so a missing task set goes on to the check below.
     found = finished_run(store, scenario, config.config_hash, plan, paths.task_set_file(world, scenario.t),
-                         catalog=urls.warehouse)
+                         drawn=drawn_settings(), catalog=urls.warehouse)
     keys = finished_repeats(store, found[0], repeats, code=found[1]["code_version"]) if found is not None else None
     if keys is not None and not (retry and any(transport_failures(store.read_summary(k)) for k in keys)):
         # every repeat of the same identity ran to the end before: reused, never run twice

@@ -15,7 +15,7 @@ from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.tasks.generator import generate_task_set
-from churn_assets.tasks.task_set import task_set_counts, write_tasks
+from churn_assets.tasks.task_set import task_set_counts, write_drawn_with, write_tasks
 
 
 @dg.asset(
@@ -37,6 +37,7 @@ def task_set(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         raise step_failure(f"task set {world_id} at {day}: {e}") from None
     path = state.paths.task_set_file(world_id, day)
     digest = write_tasks(generated.tasks, path)
+    write_drawn_with(path, settings.count, settings.seed)
     counts = task_set_counts(generated.tasks)
     context.log.info(f"{world_id} at {day}: {len(generated.tasks)} tasks, hash {digest[:16]}")
     return dg.MaterializeResult(metadata={
