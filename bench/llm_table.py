@@ -52,6 +52,7 @@ def row(cell: dict[str, Any], e: dict[str, Any], load: str = "") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from churn_assets.errors import UserFacingError
     from churn_assets.evaluation.repeats import experiment_keys, read_repeats
     from churn_assets.evaluation.results import ResultsStore
 
@@ -65,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     print("|" + " --- |" * (HEADER.count(" | ") + 1))
     for folder in args.folders:
-        keys = experiment_keys(folder, args.repeats)
+        try:
+            keys = experiment_keys(folder, args.repeats)
+        except UserFacingError as e:
+            print(f"llm_table: {e}", file=sys.stderr)
+            return 1
         if len(keys) < args.repeats:
             print(f"llm_table: {folder}: {len(keys)} complete repeat(s), not {args.repeats}", file=sys.stderr)
             return 1
