@@ -183,11 +183,13 @@ def test_a_task_set_drawn_with_other_settings_is_out_of_date(default_set: Genera
     path = paths.task_set_file("w-s1-abcdef", day)
     write_tasks(default_set.tasks[:4], path)
     wanted = ScenarioInput(TASK_SET, "w-s1-abcdef", day)
-    use_task_count(monkeypatch, 4)
-    assert drawn_with(path) is None
-    assert outdated_task_sets(paths, [wanted]) == {
-        wanted: "drawn with an unrecorded count and seed; the deployment asks for 4 tasks, seed 0"}
+    use_task_count(monkeypatch, 12)
+    assert drawn_with(path) is None  # a set of before the record: taken as it is (its settings cannot be known)
+    assert outdated_task_sets(paths, [wanted]) == {}
     write_drawn_with(path, 4, 0)
+    assert outdated_task_sets(paths, [wanted]) == {
+        wanted: "drawn with 4 tasks, seed 0; the deployment asks for 12 tasks, seed 0"}
+    use_task_count(monkeypatch, 4)
     assert drawn_with(path) == (4, 0) and outdated_task_sets(paths, [wanted]) == {}
     use_task_count(monkeypatch, 12, seed=3)
     assert outdated_task_sets(paths, [wanted]) == {

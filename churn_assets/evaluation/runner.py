@@ -276,9 +276,10 @@ def finished_run(store: ResultsStore, scenario: Scenario, config_hash: str, plan
                  drawn: tuple[int, int], catalog: RunCatalog | str | None = None
                  ) -> tuple[RunSpec, dict[str, Any]] | None:
     """(spec, summary) of the finished run of this scenario's identity, or None: also when its task set file is
-    missing or unreadable, or was not drawn with `drawn` (the deployment's task count and seed) (the identity
-    needs it; the caller's input check then says what is missing or out of date)."""
-    if drawn_with(task_file) != drawn:
+    missing or unreadable, or is recorded as drawn with another count and seed than `drawn` (the deployment's)
+    (the identity needs it; the caller's input check then says what is missing or out of date)."""
+    recorded = drawn_with(task_file)
+    if recorded is not None and recorded != drawn:
         return None
     try:
         tasks = read_tasks(task_file)

@@ -268,18 +268,18 @@ def drawn_settings() -> tuple[int, int]:
 
 
 def outdated_task_sets(paths: StatePaths, inputs: Iterable[ScenarioInput]) -> dict[ScenarioInput, str]:
-    """Task-set inputs drawn with another task count or seed than the deployment asks for now -> why: they are
-    drawn again (a day's task set is one file per world and T, so a changed deployment would otherwise reuse
-    the old questions without a word)."""
+    """Task-set inputs recorded as drawn with another task count or seed than the deployment asks for now -> why:
+    they are drawn again (a day's task set is one file per world and T, so a changed deployment would otherwise
+    reuse the old questions without a word). A set with no record (written before the record existed) is taken
+    as it is, as before: its count and seed cannot be known without drawing it again."""
     count, seed = drawn_settings()
     out = {}
     for i in inputs:
         if i.asset != TASK_SET or i.day is None:
             continue
         was = drawn_with(paths.task_set_file(i.world, i.day))
-        if was != (count, seed):
-            drawn = "with an unrecorded count and seed" if was is None else f"with {was[0]} tasks, seed {was[1]}"
-            out[i] = f"drawn {drawn}; the deployment asks for {count} tasks, seed {seed}"
+        if was is not None and was != (count, seed):
+            out[i] = f"drawn with {was[0]} tasks, seed {was[1]}; the deployment asks for {count} tasks, seed {seed}"
     return out
 
 
