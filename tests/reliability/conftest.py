@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from few_tasks import use_task_count
 
 from churn_assets.deployment import DEPLOYMENT_ENV
 from churn_assets.faults import FAULT_ENV
@@ -60,3 +61,11 @@ def cli(churnbench_exe: str, cli_environ: dict[str, str]) -> Cli:
 
 def run_args(world: str, arm: str = "naive") -> list[str]:
     return ["run", "--world", world, "--arm", arm, "--t-prime", T_PRIME, "--t", T]
+
+
+@pytest.fixture
+def cli_task_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process asks for the CLI's `TASKS`: an in-process run of the suite's window reads the task sets its CLI
+    runs drew, and a set records the count it was drawn with (decision 306), so a process asking for another
+    count would draw the day again instead of resuming the CLI's run."""
+    use_task_count(monkeypatch, TASKS)

@@ -37,7 +37,7 @@ def _catalog_row(session: Session, key: str) -> object:
 
 
 def test_a_run_killed_at_each_point_resumes_to_the_results_of_an_uninterrupted_run(
-        session: Session, session_defs: dg.Definitions, small_world: str, cli: Cli) -> None:
+        session: Session, session_defs: dg.Definitions, small_world: str, cli: Cli, cli_task_count: None) -> None:
     from churn_assets.fabric.mongo import database_name, read_meta
     from churn_assets.services import mongo_client
 
