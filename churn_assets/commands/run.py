@@ -18,7 +18,7 @@ from churn_assets.commands.days import cli_day
 from churn_assets.commands.experiment_lines import experiment_lines, interval, result_line
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.errors import UserFacingError
-from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOW_DAYS, WINDOWS, T, paper_cells
+from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T, paper_cells
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
@@ -217,15 +217,14 @@ def paper_window(paths: StatePaths, world_id: str, echo: Any) -> dict[str, Any]:
     """The D+28 window of grounding tiered and off, exposure only (for the deterministic agent on `grounding`
     stale answers equal exposure), computed once per world and kept (`evaluation/paper_window.py`)."""
     from churn_assets.deployment import task_settings
-    from churn_assets.evaluation.paper_window import paper_window_figures
-    from churn_assets.evaluation.window import Window
+    from churn_assets.evaluation.paper_window import PAPER_WINDOW, paper_window_figures
 
     started = time.perf_counter()
     settings = task_settings()
     figures, kept = paper_window_figures(paths.ledger_dir(world_id), paths.world_dir(world_id), world_id,
                                          task_count=settings.count, task_seed=settings.seed)
     how = "kept from an earlier paper" if kept else "computed"
-    echo(f"D+28 window ({Window(WINDOWS['D+28'], WINDOW_DAYS, T).describe()}): exposure of tiered and off {how} "
+    echo(f"D+28 window ({PAPER_WINDOW.describe()}): exposure of tiered and off {how} "
          f"in {time.perf_counter() - started:.1f} s")
     return figures
 

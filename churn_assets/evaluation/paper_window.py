@@ -12,11 +12,11 @@ parse, or names another key. Decision 305.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.evaluation.paper import WINDOW_DAYS, WINDOWS, T
 from churn_assets.evaluation.results import code_version
 from churn_assets.evaluation.window import Window, world_windows
@@ -27,6 +27,7 @@ from churn_assets.world.packed import records_key
 
 WINDOWS_DIRNAME = "windows"
 PAPER_POLICIES = ("tiered", "off")
+PAPER_WINDOW = Window(WINDOWS["D+28"], WINDOW_DAYS, T)  # T' = D+28's, T over the WINDOW_DAYS days ending at T
 
 
 def window_key(records: Any, format_version: int, registry: Registry, task_count: int, task_seed: int,
@@ -36,7 +37,7 @@ def window_key(records: Any, format_version: int, registry: Registry, task_count
              "registry": registry.content_hash, "tasks": [task_count, task_seed],
              "window": [window.t_prime.isoformat(), window.days, window.t_end.isoformat()],
              "policies": list(policies), "code": code}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return sha256_hex(canonical_json(parts))
 
 
 def paper_window_figures(ledger_dir: Path, world_dir: Path, world_id: str, *, task_count: int,
@@ -44,7 +45,7 @@ def paper_window_figures(ledger_dir: Path, world_dir: Path, world_id: str, *, ta
     """(the window's figures as `churnbench paper --json` prints them, whether they were kept from before), for
     the world's task set drawn with `task_count` and `task_seed` (the deployment's)."""
     loaded = load_ledger(ledger_dir, packed=True)
-    window = Window(WINDOWS["D+28"], WINDOW_DAYS, T)
+    window = PAPER_WINDOW
     registry = load_registry()
     key = window_key(loaded.records, loaded.format_version, registry, task_count, task_seed, window,
                      PAPER_POLICIES, code_version())
