@@ -1,5 +1,5 @@
 """A process whose pool ran on the fork server waits for it at exit, so its parent's `wait4` counts the workers
-(the bench's peak RSS and CPU of `churnbench paper`; orchestration/cells.py)."""
+(the bench's peak RSS and CPU of `churnbench paper`; orchestration/fork_server.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 CHILD = textwrap.dedent("""
     import multiprocessing, sys
     from concurrent.futures import ProcessPoolExecutor
-    from churn_assets.orchestration import cells
+    from churn_assets.orchestration import fork_server
 
     def hold(mib):
         block = bytearray(mib * 1024 * 1024)
@@ -25,7 +25,7 @@ CHILD = textwrap.dedent("""
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([])
         if sys.argv[1] == "wait":
-            cells._wait_for_fork_server_at_exit()
+            fork_server.stop_at_exit()
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
             pool.submit(hold, 300).result()
 """)

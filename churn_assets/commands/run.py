@@ -20,6 +20,7 @@ from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T, paper_cells
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.orchestration.fork_server import start_fork_server
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
 from churn_assets.world.calendar import require_in_calendar
@@ -148,6 +149,9 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
     their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
+    workers = workers or default_workers()
+    if workers > 1:  # the workers' imports run while this process imports and opens the state folder
+        start_fork_server()
     from churn_assets.orchestration.cells import Cell, run_cells
     from churn_assets.orchestration.materialize import repeats_tags
     from churn_assets.orchestration.world_registry import add_world, is_registered
@@ -184,7 +188,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
             else None
         results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
                                     for arm, policy, window in cells],
-                            workers=workers or default_workers(), progress=echo, replan=replan,
+                            workers=workers, progress=echo, replan=replan,
                             tags=repeats_tags(repeats) or None)
         failed = [r for r in results if not r.ok]
         if failed:

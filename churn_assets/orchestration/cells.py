@@ -40,7 +40,6 @@ import atexit
 import contextlib
 import datetime as dt
 import importlib
-import multiprocessing
 import os
 import threading
 import time
@@ -49,7 +48,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.arms.registry import ARMS
@@ -58,6 +56,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.requests import Request
 from churn_assets.freshness.scenario import LEDGER, RAG_INDEX, VECTOR_INDEX, ScenarioInput
 from churn_assets.grounding.embeddings import TORCH_THREADS_ENV, load_model
+from churn_assets.orchestration import fork_server
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, open_session
 from churn_assets.orchestration.requests import check_run
@@ -445,10 +444,6 @@ class _WorkerState:
 
 
 _WORKER: _WorkerState | None = None
-# Modules the workers' fork server imports before forking them: 6-8 s per process on these machines (dagster-dbt
-# and dbt alone 2.6 s), paid once instead of once per worker. Not torch: a worker that needs the embedding model
-# imports it then, while the others work (preloading it made the first build wait 26 s; decision 198).
-WORKER_PRELOAD = (CODE_LOCATION_MODULE,)
 
 
 def _start_worker(root: str, torch_threads: int, environment: dict[str, str]) -> None:
@@ -538,25 +533,6 @@ def _preload_encoder() -> None:
     _PRELOAD.start()
 
 
-_FORK_SERVER_WAITED = False
-
-
-def _wait_for_fork_server_at_exit() -> None:
-    """At exit, stop the fork server and wait for it (once per process). multiprocessing leaves it to notice
-    this process is gone, unwaited: its workers, which it waits for, then counted for nobody, so a parent's
-    `wait4` (the bench's peak RSS and CPU of `churnbench paper`) saw none of the cells' memory or CPU: a
-    two-worker cold paper measured 270 MiB and 6 s of CPU, 1,070 MiB and 95 s once the server is waited for.
-    `_stop` is what CPython's own tests call (3.8 to 3.13); an interpreter without it keeps the old behaviour."""
-    global _FORK_SERVER_WAITED
-    if _FORK_SERVER_WAITED:
-        return
-    _FORK_SERVER_WAITED = True
-
-    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
-    if callable(stop):
-        atexit.register(stop)
-
-
 class WorkerPool:
     """The workers: `workers` processes of a fork server, or this process itself when `workers` is 1 (then a job runs
     when it is submitted, on the caller's session and `definitions`). A job is a module-level function that
@@ -600,10 +576,7 @@ class WorkerPool:
         # A fork server, not fork: this process holds Dagster's storage connections, pymongo clients and threads;
         # the server is a fresh interpreter that imports the code location once, and each worker is forked from
         # it with those modules imported (no connection or thread is open there). Decision 198.
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(WORKER_PRELOAD))
-        _wait_for_fork_server_at_exit()
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=context,
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=fork_server.context(),
                                    initializer=_start_worker,
                                    initargs=(str(self.session.paths.root), max(1, cores // self.workers),
                                              dict(os.environ)))
