@@ -44,3 +44,28 @@ def test_cells_that_call_the_saas_api_rank_before_corpus_cells_and_a_corpus_cell
     assert all(j.args[2] is True for j in jobs.values())  # some cell needs the model: every worker preloads it
     only_saas = _Prepared(cells[1:], ["k1", "k2"], {}, {"k1": 0, "k2": 1}, {"k1": [], "k2": []}, [], {})
     assert all(j.args[2] is False for j in _jobs(only_saas, {}))
+
+
+def test_a_cell_asks_for_the_preload_only_when_the_corpus_cells_come_next() -> None:
+    """The embedding model is loaded beside the last cells that call the SaaS API, not beside every worker's
+    first cell (whose work before its first call it slowed)."""
+    from churn_assets.orchestration.cells import Cell, _submitted_args
+
+    t_prime, t = DAYS
+    arms = ("grounding", "naive", "hierarchical", "classic_rag")
+    cells = [Cell(WORLD, arm, "tiered", t_prime, t) for arm in arms]
+    keys = [f"k{i}" for i in range(len(cells))]
+    prepared = _Prepared(cells, keys, {}, {k: i for i, k in enumerate(keys)}, {k: [] for k in keys}, [], {})
+    jobs = {j.id[1]: j for j in _jobs(prepared, {})}
+    assert [k for k, j in jobs.items() if j.corpus] == ["k3"]
+    pending = dict(jobs.items())
+
+    def submit(key: str) -> bool:
+        job = pending.pop(key)
+        return bool(_submitted_args(job, {j.id: j for j in pending.values()}, workers=2)[2])
+
+    assert submit("k0") is False  # two other cells that call the API are still waiting
+    assert submit("k1") is True  # one is left: this worker's next cell is likely the corpus cell
+    assert submit("k2") is True
+    assert submit("k3") is True
+    assert _submitted_args(jobs["k0"], {}, workers=2)[:2] == jobs["k0"].args[:2]
