@@ -41,7 +41,7 @@ def test_cells_that_call_the_saas_api_rank_before_corpus_cells_and_a_corpus_cell
                          [], {})
     jobs = {j.id[1]: j for j in _jobs(prepared, {})}
     assert jobs["k0"].rank < jobs["k1"].rank == jobs["k2"].rank  # the SaaS cells are taken first
-    assert all(j.args[2] is True for j in jobs.values())  # some cell needs the model: every worker preloads it
+    assert all(j.args[2] is True for j in jobs.values())  # some cell needs the model: a preload may be asked for
     only_saas = _Prepared(cells[1:], ["k1", "k2"], {}, {"k1": 0, "k2": 1}, {"k1": [], "k2": []}, [], {})
     assert all(j.args[2] is False for j in _jobs(only_saas, {}))
 
