@@ -469,6 +469,18 @@ def _renamed_path(path: str, old: str, new: str) -> str:
     return str(Path(*parts))
 
 
+def durable_connection(url: str) -> Any:
+    """A psycopg connection whose commits wait for their WAL flush. The embedded cluster commits asynchronously
+    (decision 26: Dagster's event log and the rebuildable stores lose at most the last fraction of a second on a
+    crash), but a catalog row is a record of what ran, not a projection of the ledger: a run's start (its attempt)
+    committed just before Postgres was killed was lost that way (decision 309). The catalog writes a few rows
+    per run, so the flush costs nothing measurable."""
+    conn = connect(url)
+    conn.execute("SET synchronous_commit = on")
+    conn.commit()
+    return conn
+
+
 class RunCatalog:
     """The catalog of one warehouse database (a libpq URL); each call opens a short connection."""
 
@@ -486,7 +498,8 @@ class RunCatalog:
             # timeout); NullPool closes each connection after its call, so nothing outlives it (forked
             # Dagster runs included).
             url = self.url
-            self._engine = sa.create_engine("postgresql+psycopg://", creator=lambda: connect(url), poolclass=NullPool)
+            self._engine = sa.create_engine("postgresql+psycopg://", creator=lambda: durable_connection(url),
+                                            poolclass=NullPool)
         return self._engine.connect()
 
     def _ensure(self, conn: sa.Connection, *, create: bool) -> bool:

@@ -471,3 +471,22 @@ def test_repeats_are_rows_of_their_own_beside_the_experiment_summary(database: s
     with connection(database, autocommit=True) as conn:
         assert delete_world_runs(conn, WORLD) == 3
         assert conn.execute(b"SELECT count(*) FROM churnbench.results_experiments").fetchone() == (0,)
+
+
+def test_the_catalog_commits_durably_on_a_database_that_commits_asynchronously(database: str,
+                                                                               services: ServiceUrls) -> None:
+    """The embedded cluster's commits are asynchronous (decision 26); a catalog row must survive a Postgres crash
+    (decision 309: a run's attempt committed just before Postgres was killed was lost), so the catalog's own
+    connections wait for the WAL flush."""
+    import sqlalchemy as sa
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = conninfo_to_dict(database)["dbname"]
+    with connection(services.postgres_server, autocommit=True) as conn:  # whatever the server's own default
+        conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(sql.Identifier(name)))
+    with connection(database) as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    catalog = RunCatalog(database)
+    catalog.start(SCENARIO, key("dddd000000000001"), Path("/r/durable"))
+    with catalog._connect() as conn:
+        assert conn.execute(sa.text("SHOW synchronous_commit")).scalar() == "on"
