@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from test_exposure import default_world_dir
 
 from churn_assets.cli import main
-from churn_assets.evaluation.exposure import change_rates, run_exposure
+from churn_assets.evaluation.exposure import AnswerChangeRates, change_rates, run_exposure
 from churn_assets.evaluation.window import (
     Window,
     WindowError,
@@ -219,3 +219,31 @@ def test_the_kept_window_s_key_moves_with_everything_its_figures_depend_on() -> 
               window_key(records, 2, registry, 180, 0, w, ("tiered",), "git-a"),
               window_key(records, 2, registry, 180, 0, w, ("tiered", "off"), "git-b")]
     assert base not in others and len(set(others)) == len(others)
+
+
+class _OneDayMissed(AnswerChangeRates):
+    """Every task misses exactly the day it is asked (offset 0), of one class: the seam `window_interval` reads."""
+
+    def missed_days(self, task: Any, vintage: Any, anchor: dt.date) -> dict[str, tuple[int, int]]:
+        return {"c": (0, 0)}
+
+
+def test_resampling_the_history_widens_the_window_interval_by_the_rates_uncertainty() -> None:
+    """Day i of a 30-day history moves the answers of tasks 0 .. i-1, so a window day's count is uniform over
+    0-29. Drawing the window's 28 days from the history gives the mean a spread of about sd / sqrt(28); first
+    resampling the history adds the uncertainty of a 30-day past, about sd * sqrt(1/28 + 1/30): some 1.4 times
+    wider. A history whose days are all alike leaves nothing to resample."""
+    from types import SimpleNamespace
+
+    t_prime = START + dt.timedelta(days=30)
+    history = [START + dt.timedelta(days=i + 1) for i in range(30)]
+    tasks = [SimpleNamespace(task_id=f"q{k}") for k in range(30)]
+    rows = [(t_prime + dt.timedelta(days=j + 1), tasks, {}, set()) for j in range(28)]
+    rates = _OneDayMissed(START, t_prime, {(f"q{k}", "c"): [d for i, d in enumerate(history) if k < i]
+                                           for k in range(30)})
+    lo, hi = rates.window_interval(rows, t_prime, 28)
+    assert (lo, hi) == rates.window_interval(rows, t_prime, 28, resample_history=False)
+    wide_lo, wide_hi = rates.window_interval(rows, t_prime, 28, resample_history=True)
+    assert wide_lo < lo < 14.5 < hi < wide_hi and (wide_hi - wide_lo) > 1.2 * (hi - lo), (lo, hi, wide_lo, wide_hi)
+    alike = _OneDayMissed(START, t_prime, {(f"q{k}", "c"): history for k in range(30)})
+    assert alike.window_interval(rows, t_prime, 28, resample_history=True) == (30.0, 30.0)

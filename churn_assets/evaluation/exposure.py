@@ -280,13 +280,18 @@ class AnswerChangeRates:
         return int(lo), int(hi)
 
     def window_interval(self, rows: Sequence[tuple[Day, Sequence[Task], Mapping[str, Day], Collection[str]]],
-                        t_prime: Day, days: int, *, level: float = 0.9, samples: int = 2000, seed: int = 0
-                        ) -> tuple[float, float]:
+                        t_prime: Day, days: int, *, level: float = 0.9, samples: int = 2000, seed: int = 0,
+                        resample_history: bool = False) -> tuple[float, float]:
         """The central `level` interval of the mean count of exposed tasks over a window of `days` days, from
         `rows` (anchor T, the tasks asked on T, the vintage served on T, task ids not counted) of its days after
         T' (a day not given counts 0). As `interval`, by resampling measured days, but one draw per calendar day
         shared by every T of the window: a day's answer changes are missed by every T whose served data predates
-        it, as one real day's changes are (the window's days are not independent draws)."""
+        it, as one real day's changes are (the window's days are not independent draws).
+
+        `resample_history`: each sample first resamples the measured history itself (as many days, with
+        replacement) and draws the window's days from that, so the interval also carries the uncertainty of the
+        rates measured on a finite past (a two-stage bootstrap). Off by default; an experiment of the window
+        calibration (`bench/decompose_window_bias.py --resample-history`, docs/tasks.md)."""
         import numpy as np
 
         measured = self.measured_days(t_prime)
@@ -304,6 +309,9 @@ class AnswerChangeRates:
         width = max(depths)
         rng = np.random.default_rng(seed)
         drawn = rng.integers(0, len(measured), size=(samples, width))  # column i: the day last_day - i
+        if resample_history:  # drawn after, so the default's draws are unchanged
+            history = rng.integers(0, len(measured), size=(samples, len(measured)))
+            drawn = np.take_along_axis(history, drawn, axis=1)
         cumulative: dict[tuple[str, str], Any] = {}  # (task, class) -> samples x (width + 1) running hit counts
 
         def hits_before(task_id: str, c: str) -> Any:

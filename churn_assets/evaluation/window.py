@@ -217,16 +217,17 @@ def paired_difference(first: Sequence[DayExposure], second: Sequence[DayExposure
     return WindowSummary(sum(per_day) / len(per_day), bootstrap_mean(diff), min(per_day), max(per_day), per_day)
 
 
-def window_prediction(days: Sequence[DayExposure], rates: AnswerChangeRates,
-                      t_prime: Day) -> tuple[float, tuple[float, float] | None]:
+def window_prediction(days: Sequence[DayExposure], rates: AnswerChangeRates, t_prime: Day, *,
+                      resample_history: bool = False) -> tuple[float, tuple[float, float] | None]:
     """The predicted window mean (the mean of the per-day predictions) and its 90% interval (None when nothing is
-    predicted), resampling measured days once per calendar day for every T of the window at once."""
+    predicted), resampling measured days once per calendar day for every T of the window at once
+    (`resample_history`: see `AnswerChangeRates.window_interval`)."""
     mean = sum(d.run.prediction for d in days) / len(days)
     rows = [(d.anchor, d.tasks, d.run.vintage, {t.task_id for t in d.run.tasks if t.degenerate})
             for d in days if d.anchor > t_prime]
     if not rows:
         return mean, None
-    return mean, rates.window_interval(rows, t_prime, len(days))
+    return mean, rates.window_interval(rows, t_prime, len(days), resample_history=resample_history)
 
 
 @dataclass(frozen=True)
