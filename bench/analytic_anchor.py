@@ -34,10 +34,13 @@ import json
 import math
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# The default world of a seed, simulated as the calibration does (bench/ is not a package).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from calibrate_predictor import default_world
 
 T = dt.date(2024, 4, 27)
 T_PRIME = dt.date(2024, 3, 29)
@@ -68,20 +71,11 @@ def anchor(seed: int, days: int, t_prime: dt.date = T_PRIME, t: dt.date = T, ech
     from churn_assets.freshness.policies import parse_policy
     from churn_assets.grounding.registry import load_registry
     from churn_assets.tasks.generator import generate_task_set
-    from churn_assets.tasks.gold import GoldResolver
     from churn_assets.tasks.templates import template
-    from churn_assets.world.config import load_config
-    from churn_assets.world.ledger import load_ledger
-    from churn_assets.world.simulator import generate_ledger
 
     started = time.perf_counter()
     registry = load_registry()
-    config = load_config(seed=seed)
-    with tempfile.TemporaryDirectory(prefix="anchor-") as tmp:
-        generate_ledger(config, Path(tmp))
-        records = load_ledger(Path(tmp), packed=True).records
-    start = dt.date.fromisoformat(records[0]["at"])
-    resolver = GoldResolver(records)
+    config, records, start, resolver = default_world(seed)
     tasks = generate_task_set(records, world_id=config.world_id, anchor=t, resolver=resolver).tasks
     rates = change_rates(records, tasks, start=start, anchor=t)
     class_rates = measured_change_rates(records, start, t_prime, list(registry.classes))

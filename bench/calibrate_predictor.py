@@ -41,6 +41,21 @@ def parse_gaps(text: str) -> list[int]:
     return out
 
 
+def default_world(seed: int) -> tuple[Any, Any, dt.date, Any]:
+    """The default world of a seed simulated in memory: its config, its ledger's records (packed), its first day and
+    a gold resolver over them (the calibration's, the decomposition's and the analytic anchor's worlds)."""
+    from churn_assets.tasks.gold import GoldResolver
+    from churn_assets.world.config import load_config
+    from churn_assets.world.ledger import load_ledger
+    from churn_assets.world.simulator import generate_ledger
+
+    config = load_config(seed=seed)
+    with tempfile.TemporaryDirectory(prefix=f"world-s{seed}-") as tmp:
+        generate_ledger(config, Path(tmp))
+        records = load_ledger(Path(tmp), packed=True).records
+    return config, records, dt.date.fromisoformat(records[0]["at"]), GoldResolver(records)
+
+
 def calibrate(seeds: list[int], gaps: list[int], echo: Any = print) -> list[dict[str, Any]]:
     from churn_assets.evaluation.exposure import run_exposure
     from churn_assets.freshness.planning import served_vintage
@@ -88,21 +103,12 @@ def calibrate_windows(seeds: list[int], gaps: list[int], days: int, echo: Any = 
     from churn_assets.evaluation.exposure import change_rates
     from churn_assets.grounding.registry import load_registry
     from churn_assets.tasks.generator import generate_task_set
-    from churn_assets.tasks.gold import GoldResolver
-    from churn_assets.world.config import load_config
-    from churn_assets.world.ledger import load_ledger
-    from churn_assets.world.simulator import generate_ledger
 
     registry = load_registry()
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         started = time.perf_counter()
-        config = load_config(seed=seed)
-        with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
-            generate_ledger(config, Path(tmp))
-            records = load_ledger(Path(tmp), packed=True).records
-        start = dt.date.fromisoformat(records[0]["at"])
-        resolver = GoldResolver(records)
+        config, records, start, resolver = default_world(seed)
         for end in ends:
             tasks = generate_task_set(records, world_id=config.world_id, anchor=end, resolver=resolver).tasks
             rates = change_rates(records, tasks, start=start, anchor=end)  # to T - 1: serves every T' before T

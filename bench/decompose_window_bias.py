@@ -29,14 +29,13 @@ import argparse
 import csv
 import datetime as dt
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 # The calibration's windows, seeds and day, from its script (bench/ is not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import DEFAULT_SEEDS, T, parse_gaps
+from calibrate_predictor import DEFAULT_SEEDS, T, default_world, parse_gaps
 
 DAYS = 28
 
@@ -63,21 +62,12 @@ def decompose(seeds: list[int], gaps: list[int], policies: list[str], echo: Any 
     from churn_assets.evaluation.window import Window, policy_windows, window_prediction
     from churn_assets.grounding.registry import load_registry
     from churn_assets.tasks.generator import generate_task_set
-    from churn_assets.tasks.gold import GoldResolver
-    from churn_assets.world.config import load_config
-    from churn_assets.world.ledger import load_ledger
-    from churn_assets.world.simulator import generate_ledger
 
     registry = load_registry()
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         started = time.perf_counter()
-        config = load_config(seed=seed)
-        with tempfile.TemporaryDirectory(prefix="decompose-") as tmp:
-            generate_ledger(config, Path(tmp))
-            records = load_ledger(Path(tmp), packed=True).records
-        start = dt.date.fromisoformat(records[0]["at"])
-        resolver = GoldResolver(records)
+        config, records, start, resolver = default_world(seed)
         tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
         rates = change_rates(records, tasks, start=start, anchor=T)  # to T - 1, as the calibration
         oracle = AnswerChangeRates.measure(records, tasks, start=start, until=T)  # every day to T itself
