@@ -62,21 +62,12 @@ def calibrate(seeds: list[int], gaps: list[int], echo: Any = print) -> list[dict
     from churn_assets.freshness.policies import Off, Tiered
     from churn_assets.grounding.registry import load_registry
     from churn_assets.tasks.generator import generate_task_set
-    from churn_assets.tasks.gold import GoldResolver
-    from churn_assets.world.config import load_config
-    from churn_assets.world.ledger import load_ledger
-    from churn_assets.world.simulator import generate_ledger
 
     registry = load_registry()
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         started = time.perf_counter()
-        config = load_config(seed=seed)
-        with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
-            generate_ledger(config, Path(tmp))
-            records = load_ledger(Path(tmp)).records
-        start = dt.date.fromisoformat(records[0]["at"])
-        resolver = GoldResolver(records)
+        config, records, start, resolver = default_world(seed)
         tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
         for gap in gaps:
             t_prime = T - dt.timedelta(days=gap)
