@@ -13,6 +13,9 @@ move on some day their served data missed: the same change measurement the rates
 - M - E, the **non-additivity**: a task whose answer moved on a missed day but whose stale answer equals the one
   at T anyway (a change and a change back, or changes of two classes that cancel, or a day's move of a windowed
   question that leaves the window by T). The predictor counts any move as exposure, so this is its model error.
+  It is the difference of two counts, each a column: `moved_not_exposed` (moved on a missed day, not exposed at T)
+  and `exposed_not_moved` (exposed at T with no measured move: a move that shows only when two classes are rolled
+  back together, which the per-class measurement cannot see).
 
 M is an oracle (it reads the window's changes); it is computed here to explain the calibration, never to predict.
 Nothing is fitted. Same windows as `python bench/calibrate_predictor.py --window 28` (the default world of each
@@ -40,20 +43,35 @@ from calibrate_predictor import DEFAULT_SEEDS, T, default_world, parse_gaps
 DAYS = 28
 
 
-def realized(oracle: Any, day: Any) -> int:
+def moved_tasks(oracle: Any, day: Any) -> set[str]:
     """Tasks of one window day (not degenerate) whose answer moved, by the measured changes, on a missed day."""
     skip = {t.task_id for t in day.run.tasks if t.degenerate}
     vintage = day.run.vintage
-    count = 0
+    moved = set()
     for task in day.tasks:
         if task.task_id in skip:
             continue
         for c, (near, far) in oracle.missed_days(task, vintage, day.anchor).items():
             missed = {day.anchor - dt.timedelta(days=o) for o in range(near, far + 1)}
             if missed & set(oracle.changed.get((task.task_id, c), ())):
-                count += 1
+                moved.add(task.task_id)
                 break
-    return count
+    return moved
+
+
+def realized(oracle: Any, day: Any) -> int:
+    """Tasks of one window day (not degenerate) whose answer moved, by the measured changes, on a missed day."""
+    return len(moved_tasks(oracle, day))
+
+
+def mismatches(oracle: Any, day: Any) -> tuple[int, int]:
+    """The two ways M and E part on one window day: tasks that moved on a missed day but are not exposed (the move
+    was undone by T: a change and a change back), and tasks exposed without any measured move (a move that shows
+    only when classes are rolled back together, as an offboarding removes a user's spend twice over: the user leaves
+    and their licenses are unassigned the same day, so rolling back either class alone moves nothing)."""
+    moved = moved_tasks(oracle, day)
+    exposed = {t.task_id for t in day.run.tasks if t.exposed}
+    return len(moved - exposed), len(exposed - moved)
 
 
 def decompose(seeds: list[int], gaps: list[int], policies: list[str], echo: Any = print,
@@ -76,11 +94,14 @@ def decompose(seeds: list[int], gaps: list[int], policies: list[str], echo: Any 
             for w in policy_windows(records, tasks, window, policies, registry, start=start,
                                     calendar_days=config.days, resolver=resolver, rates=rates):
                 moved = sum(realized(oracle, d) for d in w.days) / len(w.days)
+                undone, joint = (sum(x) / len(w.days) for x in zip(*(mismatches(oracle, d) for d in w.days),
+                                                                   strict=True))
                 lo, hi = w.prediction_interval_90 or (0.0, 0.0)
                 row = {"seed": seed, "first_gap": gap, "t_prime": window.t_prime.isoformat(),
                        "policy": w.policy_id, "predicted": round(w.prediction or 0.0, 2),
                        "interval_lo": round(lo, 2), "interval_hi": round(hi, 2),
-                       "moved": round(moved, 2), "measured": round(w.exposure.mean, 2)}
+                       "moved": round(moved, 2), "measured": round(w.exposure.mean, 2),
+                       "moved_not_exposed": round(undone, 2), "exposed_not_moved": round(joint, 2)}
                 if resample_history:
                     _, wide = window_prediction(w.days, rates, window.t_prime, resample_history=True)
                     row["history_lo"], row["history_hi"] = (round(x, 2) for x in wide or (0.0, 0.0))
@@ -108,6 +129,11 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "non_additivity": mean(lambda r: r["moved"] - r["measured"]),
                     "mean_abs_rate_shift": mean(lambda r: abs(r["predicted"] - r["moved"])),
                     "mean_abs_non_additivity": mean(lambda r: abs(r["moved"] - r["measured"])),
+                    # M - E = moved_not_exposed - exposed_not_moved, window by window
+                    "moved_not_exposed": mean(lambda r: r["moved_not_exposed"]) if "moved_not_exposed" in cells[0]
+                    else "",
+                    "exposed_not_moved": mean(lambda r: r["exposed_not_moved"]) if "exposed_not_moved" in cells[0]
+                    else "",
                     "history_inside": sum(r["history_lo"] <= r["measured"] <= r["history_hi"] for r in cells)
                     if "history_lo" in cells[0] else ""})
     return out
@@ -131,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             writer.writeheader()
             writer.writerows(rows)
     cols = ["seed", "policy", "windows", "inside", "moved_inside", "predicted", "moved", "measured", "rate_shift",
-            "non_additivity", "mean_abs_rate_shift", "mean_abs_non_additivity"] + \
+            "non_additivity", "mean_abs_rate_shift", "mean_abs_non_additivity", "moved_not_exposed",
+            "exposed_not_moved"] + \
         (["history_inside"] if args.resample_history else [])
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))

@@ -46,3 +46,16 @@ def test_the_summary_splits_the_error_through_the_moved_tasks() -> None:
     assert (s["windows"], s["inside"], s["moved_inside"]) == (2, 1, 0)
     assert (s["rate_shift"], s["non_additivity"]) == (0.0, 1.0)
     assert (s["mean_abs_rate_shift"], s["mean_abs_non_additivity"]) == (4.0, 2.0)
+
+
+def test_the_non_additivity_splits_into_undone_moves_and_moves_only_classes_together_show() -> None:
+    bias = load_bench_script("decompose_window_bias")
+    oracle = _Oracle({("q1", "prices"): (T - dt.timedelta(days=2),),  # moved, exposed
+                      ("q2", "prices"): (T - dt.timedelta(days=1),)})  # moved, changed back by T: not exposed
+    day = _day("q1", "q2", "q3")
+    for t in day.run.tasks:  # q3: exposed with no measured move (two classes' changes that only show together)
+        t.exposed = t.task_id in ("q1", "q3")
+    assert bias.realized(oracle, day) == 2
+    undone, joint = bias.mismatches(oracle, day)
+    assert (undone, joint) == (1, 1)
+    assert bias.realized(oracle, day) - sum(t.exposed for t in day.run.tasks) == undone - joint
