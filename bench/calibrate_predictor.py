@@ -56,19 +56,41 @@ def default_world(seed: int) -> tuple[Any, Any, dt.date, Any]:
     return config, records, dt.date.fromisoformat(records[0]["at"]), GoldResolver(records)
 
 
+def default_world_tasks(seed: int) -> tuple[Any, Any, dt.date, Any, Any]:
+    """`default_world(seed)` and its default task set sampled at T (every calibration script's seed loop starts so)."""
+    from churn_assets.tasks.generator import generate_task_set
+
+    config, records, start, resolver = default_world(seed)
+    tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
+    return config, records, start, resolver, tasks
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows as CSV, the first row's keys as the header."""
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def markdown_table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    """Rows as a Markdown table of `cols`."""
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def calibrate(seeds: list[int], gaps: list[int], echo: Any = print) -> list[dict[str, Any]]:
     from churn_assets.evaluation.exposure import run_exposure
     from churn_assets.freshness.planning import served_vintage
     from churn_assets.freshness.policies import Off, Tiered
     from churn_assets.grounding.registry import load_registry
-    from churn_assets.tasks.generator import generate_task_set
 
     registry = load_registry()
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         started = time.perf_counter()
-        config, records, start, resolver = default_world(seed)
-        tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
+        config, records, start, resolver, tasks = default_world_tasks(seed)
         for gap in gaps:
             t_prime = T - dt.timedelta(days=gap)
             for policy in (Tiered(), Off()):
@@ -255,10 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_windows(seeds, parse_gaps(args.gaps), args.window, args.out, args.json, ends, args.name)
     rows = calibrate(seeds, parse_gaps(args.gaps), echo=lambda m: print(m, file=sys.stderr, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "predictor_calibration.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out / "predictor_calibration.csv", rows)
     result = {"t": T.isoformat(), "seeds": seeds, "summary": summary(rows),
               "per_seed": {s: summary([r for r in rows if r["seed"] == s]) for s in seeds}, "cells": rows}
     (args.out / "predictor_calibration.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -284,10 +303,7 @@ def main_windows(seeds: list[int], gaps: list[int], days: int, out: Path, as_jso
                  name: str) -> int:
     rows = calibrate_windows(seeds, gaps, days, echo=lambda m: print(m, file=sys.stderr, flush=True), ends=ends)
     out.mkdir(parents=True, exist_ok=True)
-    with (out / f"{name}.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / f"{name}.csv", rows)
     result: dict[str, Any] = {"ends": [e.isoformat() for e in ends], "days": days, "seeds": seeds,
                               "summary": window_summary(rows),
               "per_seed": {s: window_summary([r for r in rows if r["seed"] == s]) for s in seeds},

@@ -29,7 +29,6 @@ uncertainty of rates measured on a finite past as well; `history_inside` counts 
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import sys
 import time
@@ -38,7 +37,7 @@ from typing import Any
 
 # The calibration's windows, seeds and day, from its script (bench/ is not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import DEFAULT_SEEDS, T, default_world, parse_gaps
+from calibrate_predictor import DEFAULT_SEEDS, T, default_world_tasks, markdown_table, parse_gaps, write_csv
 
 DAYS = 28
 
@@ -79,14 +78,12 @@ def decompose(seeds: list[int], gaps: list[int], policies: list[str], echo: Any 
     from churn_assets.evaluation.exposure import AnswerChangeRates, change_rates
     from churn_assets.evaluation.window import Window, policy_windows, window_prediction
     from churn_assets.grounding.registry import load_registry
-    from churn_assets.tasks.generator import generate_task_set
 
     registry = load_registry()
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         started = time.perf_counter()
-        config, records, start, resolver = default_world(seed)
-        tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
+        config, records, start, resolver, tasks = default_world_tasks(seed)
         rates = change_rates(records, tasks, start=start, anchor=T)  # to T - 1, as the calibration
         oracle = AnswerChangeRates.measure(records, tasks, start=start, until=T)  # every day to T itself
         for gap in gaps:
@@ -152,18 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = decompose([int(s) for s in args.seeds.split(",")], parse_gaps(args.gaps), args.policies.split(","),
                      echo=print, resample_history=args.resample_history)
     if args.out:
-        with args.out.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows)
     cols = ["seed", "policy", "windows", "inside", "moved_inside", "predicted", "moved", "measured", "rate_shift",
             "non_additivity", "mean_abs_rate_shift", "mean_abs_non_additivity", "moved_not_exposed",
             "exposed_not_moved"] + \
         (["history_inside"] if args.resample_history else [])
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for s in summarize(rows):
-        print("| " + " | ".join(str(s[c]) for c in cols) + " |")
+    print(markdown_table(summarize(rows), cols))
     return 0
 
 

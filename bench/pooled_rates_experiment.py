@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import DEFAULT_SEEDS, T, default_world, parse_gaps
+from calibrate_predictor import DEFAULT_SEEDS, T, default_world_tasks, markdown_table, parse_gaps, write_csv
 
 DAYS = 28
 MIN_GROUP = 3  # fewer tasks than this in a group: the prior weighs as much as one task's own history
@@ -99,14 +99,12 @@ def run(seeds: list[int], gaps: list[int], policies: list[str]) -> list[dict[str
     from churn_assets.evaluation.exposure import change_rates
     from churn_assets.evaluation.window import Window, policy_windows
     from churn_assets.grounding.registry import load_registry
-    from churn_assets.tasks.generator import generate_task_set
 
     registry = load_registry()
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         started = time.perf_counter()
-        config, records, start, resolver = default_world(seed)
-        tasks = generate_task_set(records, world_id=config.world_id, anchor=T, resolver=resolver).tasks
+        config, records, start, resolver, tasks = default_world_tasks(seed)
         rates = change_rates(records, tasks, start=start, anchor=T)
         for gap in gaps:
             window = Window(T - dt.timedelta(days=DAYS - 1 + gap), DAYS, T)
@@ -170,15 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows = run([int(s) for s in args.seeds.split(",")], parse_gaps(args.gaps), args.policies.split(","))
     if args.out:
-        with args.out.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows)
     cols = ["seed", "policy", "windows", "plug_in_error", "pooled_error", "inside", "inside_shifted"]
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for s in summarize(rows):
-        print("| " + " | ".join(str(s[c]) for c in cols) + " |")
+    print(markdown_table(summarize(rows), cols))
     return 0
 
 

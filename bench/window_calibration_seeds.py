@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import DEFAULT_SEEDS
+from calibrate_predictor import DEFAULT_SEEDS, markdown_table
 
 POLICIES = ("tiered", "off")
 
@@ -132,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = read_rows(args.rows)
     cols = ["seeds", "n_seeds", "policy", "windows", "inside", "share", "mean_error", "seeds_under"]
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for g in groups(rows):
-        print("| " + " | ".join(str(g[c]) for c in cols) + " |")
+    print(markdown_table(groups(rows), cols))
     for name, subset in (("all seeds", rows), ("other seeds", [r for r in rows if r["seed"] not in DEFAULT_SEEDS])):
         reached, total = draws_reaching(subset, args.target)
         if total:
