@@ -58,19 +58,15 @@ def moved_tasks(oracle: Any, day: Any) -> set[str]:
     return moved
 
 
-def realized(oracle: Any, day: Any) -> int:
-    """Tasks of one window day (not degenerate) whose answer moved, by the measured changes, on a missed day."""
-    return len(moved_tasks(oracle, day))
-
-
-def mismatches(oracle: Any, day: Any) -> tuple[int, int]:
-    """The two ways M and E part on one window day: tasks that moved on a missed day but are not exposed (the move
-    was undone by T: a change and a change back), and tasks exposed without any measured move (a move that shows
-    only when classes are rolled back together, as an offboarding removes a user's spend twice over: the user leaves
-    and their licenses are unassigned the same day, so rolling back either class alone moves nothing)."""
+def day_counts(oracle: Any, day: Any) -> tuple[int, int, int]:
+    """One window day's tasks that moved on a missed day, and the two ways M and E part: moved but not exposed at T
+    (for example a change and a change back), and exposed at T without any measured move (for example a move that
+    shows only when two classes are rolled back together: an offboarding removes a user's spend through the user
+    leaving and through their licenses' unassignment on the same day, so rolling back either class alone moves
+    nothing)."""
     moved = moved_tasks(oracle, day)
     exposed = {t.task_id for t in day.run.tasks if t.exposed}
-    return len(moved - exposed), len(exposed - moved)
+    return len(moved), len(moved - exposed), len(exposed - moved)
 
 
 def decompose(seeds: list[int], gaps: list[int], policies: list[str], echo: Any = print,
@@ -90,15 +86,16 @@ def decompose(seeds: list[int], gaps: list[int], policies: list[str], echo: Any 
             window = Window(T - dt.timedelta(days=DAYS - 1 + gap), DAYS, T)
             for w in policy_windows(records, tasks, window, policies, registry, start=start,
                                     calendar_days=config.days, resolver=resolver, rates=rates):
-                moved = sum(realized(oracle, d) for d in w.days) / len(w.days)
-                undone, joint = (sum(x) / len(w.days) for x in zip(*(mismatches(oracle, d) for d in w.days),
-                                                                   strict=True))
+                counts = [day_counts(oracle, d) for d in w.days]
+                moved, moved_not_exposed, exposed_not_moved = (sum(c[i] for c in counts) / len(counts)
+                                                               for i in range(3))
                 lo, hi = w.prediction_interval_90 or (0.0, 0.0)
                 row = {"seed": seed, "first_gap": gap, "t_prime": window.t_prime.isoformat(),
                        "policy": w.policy_id, "predicted": round(w.prediction or 0.0, 2),
                        "interval_lo": round(lo, 2), "interval_hi": round(hi, 2),
                        "moved": round(moved, 2), "measured": round(w.exposure.mean, 2),
-                       "moved_not_exposed": round(undone, 2), "exposed_not_moved": round(joint, 2)}
+                       "moved_not_exposed": round(moved_not_exposed, 2),
+                       "exposed_not_moved": round(exposed_not_moved, 2)}
                 if resample_history:
                     _, wide = window_prediction(w.days, rates, window.t_prime, resample_history=True)
                     row["history_lo"], row["history_hi"] = (round(x, 2) for x in wide or (0.0, 0.0))

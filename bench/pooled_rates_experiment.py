@@ -16,6 +16,9 @@ compares both with the measured mean. Fixed before any run:
   with no move at all predicts nothing, as the plug-in does.
 - A task's probability of staying unmoved over n missed days of class c is the beta-binomial's
   E[(1 - p)^n] under the posterior Beta(m p_g + k, m (1 - p_g) + N - k); classes multiply, as in the plug-in.
+- Simplifications, kept as fixed: the group's variance divides by the number of tasks (not one less), which in
+  groups of 3-5 tasks pools somewhat more than an unbiased variance would; and p_g includes the task's own k,
+  which the posterior then adds again.
 
 It writes, per window, the plug-in mean (recomputed; it must equal the product's prediction, and the script
 stops if it does not), the pooled mean and the measured mean, and prints per seed and policy the mean error of
@@ -58,7 +61,12 @@ def prior_weight(counts: Sequence[int], days: int) -> float:
 
 
 def unmoved(alpha: float, beta: float, n: int) -> float:
-    """E[(1 - p)^n] for p ~ Beta(alpha, beta)."""
+    """E[(1 - p)^n] for p ~ Beta(alpha, beta); a weight of 0 on either side is the point mass at that end (a group
+    whose every task moved on every day, or none)."""
+    if n == 0 or alpha <= 0.0:
+        return 1.0
+    if beta <= 0.0:
+        return 0.0
     return math.exp(math.lgamma(beta + n) + math.lgamma(alpha + beta)
                     - math.lgamma(beta) - math.lgamma(alpha + beta + n))
 

@@ -115,7 +115,8 @@ def plot(rows: list[dict[str, Any]], path: Path, target: float, named: Sequence[
     ax.set_ylim(0, 1.05)
     hit, n = coverage(rows)
     reached, total = draws_reaching(rows, target)
-    ax.set_title(f"Window predictor over {len(seeds)} seeds (35 windows of 28 days per seed and policy): "
+    per_cell = n // len({(r["seed"], r["policy"]) for r in rows})
+    ax.set_title(f"Window predictor over {len(seeds)} seeds ({per_cell} windows per seed and policy): "
                  f"{hit}/{n} inside; {reached}/{total} three-seed draws reach {target:.0%}", fontsize=10)
     fig.legend(*ax.get_legend_handles_labels(), fontsize=8, ncol=4, loc="lower center", frameon=False)
     ax.grid(axis="y", alpha=0.3)

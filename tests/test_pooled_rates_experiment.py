@@ -41,6 +41,7 @@ def test_unmoved_is_the_beta_mean_of_staying_unmoved() -> None:
     assert math.isclose(exp.unmoved(2e6, 8e6, 5), 0.8**5, rel_tol=1e-5)
     # Spread over p, staying unmoved is likelier than at the mean rate (Jensen): pooling has to raise P elsewhere.
     assert exp.unmoved(2.0, 8.0, 5) > 0.8**5
+    assert (exp.unmoved(0.0, 5.0, 3), exp.unmoved(5.0, 0.0, 3)) == (1.0, 0.0)  # never moves / always moves
 
 
 def test_the_prior_weight_follows_the_spread_of_the_groups_counts() -> None:
@@ -49,7 +50,9 @@ def test_the_prior_weight_follows_the_spread_of_the_groups_counts() -> None:
     assert exp.prior_weight([0, 0, 0], 50) == 50.0  # no move at all: the moments say nothing
     alike = exp.prior_weight([2, 2, 3, 2, 3], 50)  # no more spread than one rate gives: pool almost fully
     spread = exp.prior_weight([0, 0, 0, 0, 12], 50)  # one task moves, the others never: pool little
-    assert alike > 1e5 and spread < 5
+    assert alike > 1e5
+    # mean 2.4, variance 23.04, p 0.048: rho = (23.04 / (50 * 0.048 * 0.952) - 1) / 49, m = 1 / rho - 1
+    assert math.isclose(spread, 4.394, abs_tol=1e-3)
 
 
 def test_pooling_gives_a_task_with_no_measured_move_a_share_of_its_groups_rate() -> None:
@@ -59,4 +62,5 @@ def test_pooling_gives_a_task_with_no_measured_move_a_share_of_its_groups_rate()
     pooled = exp.PooledRates(rates, tasks, T_PRIME)
     fresh_by_plug_in = 1 - (1 - rates.rate("q1", "prices", T_PRIME)) ** 10
     assert fresh_by_plug_in == 0.0
-    assert pooled.probability(rates, tasks[0], {}, T_PRIME) > 0.2
+    # The counts vary less than one rate gives (m at its cap): q1 takes the group's rate 8 / 200 almost exactly.
+    assert math.isclose(pooled.probability(rates, tasks[0], {}, T_PRIME), 1 - 0.96**10, rel_tol=1e-4)
