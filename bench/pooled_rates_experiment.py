@@ -99,10 +99,6 @@ class PooledRates:
         return 1.0 - keep
 
 
-def plug_in(rates: Any, task: Any, vintage: Any, anchor: dt.date, t_prime: dt.date) -> float:
-    return float(rates.probability(task, vintage, anchor, t_prime))
-
-
 def run(seeds: list[int], gaps: list[int], policies: list[str]) -> list[dict[str, Any]]:
     from churn_assets.evaluation.exposure import change_rates
     from churn_assets.evaluation.window import Window, policy_windows
@@ -125,7 +121,7 @@ def run(seeds: list[int], gaps: list[int], policies: list[str]) -> list[dict[str
                     for task in d.tasks:
                         if task.task_id in skip:
                             continue
-                        plug += plug_in(rates, task, d.run.vintage, d.anchor, window.t_prime)
+                        plug += rates.probability(task, d.run.vintage, d.anchor, window.t_prime)  # the product's
                         pool += pooled.probability(rates, task, d.run.vintage, d.anchor)
                 plug /= len(w.days)
                 pool /= len(w.days)
