@@ -73,6 +73,16 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+# A bound moved by a difference of CSV figures (rounded to 2 decimals) can land a float's error away from a value
+# it equals, so `inside` counts a value within this of a bound as on it (issue 34's review found such a tie).
+TIE = 1e-9
+
+
+def inside(value: float, lo: float, hi: float) -> bool:
+    """`value` in [lo, hi], a value within TIE of a bound counting as on it."""
+    return lo - TIE <= value <= hi + TIE
+
+
 def markdown_table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     """Rows as a Markdown table of `cols`."""
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

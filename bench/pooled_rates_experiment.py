@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import DEFAULT_SEEDS, T, default_world_tasks, markdown_table, parse_gaps, write_csv
+from calibrate_predictor import DEFAULT_SEEDS, T, default_world_tasks, inside, markdown_table, parse_gaps, write_csv
 
 DAYS = 28
 MIN_GROUP = 3  # fewer tasks than this in a group: the prior weighs as much as one task's own history
@@ -145,8 +145,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for seed, policy in keys:
         cells = [r for r in rows if r["policy"] == policy and seed in ("all", r["seed"])]
         n = len(cells)
-        shifted = sum(r["interval_lo"] + r["pooled"] - r["plug_in"] <= r["measured"]
-                      <= r["interval_hi"] + r["pooled"] - r["plug_in"] for r in cells)
+        shifted = sum(inside(r["measured"], r["interval_lo"] + r["pooled"] - r["plug_in"],
+                             r["interval_hi"] + r["pooled"] - r["plug_in"]) for r in cells)
         out.append({"seed": seed, "policy": policy, "windows": n,
                     "plug_in_error": round(sum(r["plug_in"] - r["measured"] for r in cells) / n, 2),
                     "pooled_error": round(sum(r["pooled"] - r["measured"] for r in cells) / n, 2),

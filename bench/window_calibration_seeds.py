@@ -126,12 +126,17 @@ def plot(rows: list[dict[str, Any]], path: Path, target: float, named: Sequence[
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def rows_parser(doc: str, plot_help: str) -> argparse.ArgumentParser:
+    """The arguments of a script reading the decomposition's rows: the CSVs, `--plot` and `--target`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("rows", nargs="+", type=Path, help="CSVs of bench/decompose_window_bias.py --out")
-    ap.add_argument("--plot", type=Path, help="write each seed's share inside to this PNG")
-    ap.add_argument("--target", type=float, default=0.8)
-    args = ap.parse_args(argv)
+    ap.add_argument("--plot", type=Path, help=plot_help)
+    ap.add_argument("--target", type=float, default=0.8, help="the issue's share of windows inside (0.8)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = rows_parser(__doc__, "write each seed's share inside to this PNG").parse_args(argv)
     rows = read_rows(args.rows)
     cols = ["seeds", "n_seeds", "policy", "windows", "inside", "share", "mean_error", "seeds_under"]
     print(markdown_table(groups(rows), cols))

@@ -14,18 +14,19 @@ other seeds:
   * `pooled_no_model_error`: pooled rates and a model that knew which moves are undone by T and which moves no class
     makes alone, an oracle: its centre is the pooled centre less the window's own non-additivity M - E, so E is inside
     exactly when M (`moved`, the window mean of tasks whose answer moved on a missed day) is inside the moved interval.
-    This is the predictor the three fixes of docs/tasks.md would build, at best; its only error is the rate shift.
+    An idealised version of the three fixes of docs/tasks.md: its only error is the rate shift left after pooling. It
+    is the most accurate centre, not a bound on what a real predictor with its own errors and interval would hold.
 
-For each centre it prints the smallest k (0.01 steps) at which the other seeds' windows reach 90% inside, an interval
-honest on seeds it was not tuned on, and what that k holds on the named seeds; then the smallest k at which the named
-seeds reach the target, and what that k holds on the other seeds (the level such an interval really has). Scaling
-keeps the bootstrap interval's shape; a re-derived interval of another model could differ in shape, so the figures
-are a what-if of width, not a new predictor's calibration.
+For each centre and policy it prints the smallest k (0.01 steps) at which the other seeds' windows reach 90% inside
+(an interval honest by construction on the other seeds) and what that k holds on the named seeds, the test; then, per
+centre, the smallest k (one for both policies) at which the named seeds reach the target, and what that k holds on
+the other seeds (the level such an interval really has). Scaling keeps the bootstrap interval's shape; a re-derived
+interval of another model could differ in shape, so the figures are a what-if of width, not a new predictor's
+calibration.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from collections.abc import Iterable, Sequence
@@ -33,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import DEFAULT_SEEDS, markdown_table
-from window_calibration_seeds import POLICIES, read_rows
+from calibrate_predictor import DEFAULT_SEEDS, inside, markdown_table
+from window_calibration_seeds import POLICIES, read_rows, rows_parser
 
 CENTRES = ("published", "pooled", "pooled_no_model_error")
 NOMINAL = 0.9
@@ -53,10 +54,15 @@ def read_moved(paths: Sequence[Path]) -> dict[tuple[int, int, str], float]:
 
 
 def read_pooled(path: Path) -> dict[tuple[int, int, str], float]:
-    """(seed, first gap, policy) -> the pooled centre's shift (pooled - plug-in)."""
+    """(seed, first gap, policy) -> the pooled centre's shift (pooled - plug-in); a window given twice is refused."""
+    out: dict[tuple[int, int, str], float] = {}
     with path.open(newline="") as fh:
-        return {(int(r["seed"]), int(r["first_gap"]), r["policy"]): float(r["pooled"]) - float(r["plug_in"])
-                for r in csv.DictReader(fh)}
+        for r in csv.DictReader(fh):
+            key = (int(r["seed"]), int(r["first_gap"]), r["policy"])
+            if key in out:
+                raise SystemExit(f"{path}: the window {key} is given twice")
+            out[key] = float(r["pooled"]) - float(r["plug_in"])
+    return out
 
 
 def cells(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float],
@@ -75,7 +81,7 @@ def cells(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], floa
 def held(windows: Iterable[dict[str, Any]], scale: float) -> tuple[int, int]:
     """(windows inside the interval with both half-widths times `scale`, windows)."""
     ws = list(windows)
-    hit = sum(w["centre"] - scale * w["below"] <= w["value"] <= w["centre"] + scale * w["above"] for w in ws)
+    hit = sum(inside(w["value"], w["centre"] - scale * w["below"], w["centre"] + scale * w["above"]) for w in ws)
     return hit, len(ws)
 
 
@@ -101,11 +107,12 @@ def reach(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], floa
     out = []
     for centre in CENTRES:
         ws = cells(rows, moved, shifts, centre)
-        total = [0, 0]
+        total, complete = [0, 0], True
         for policy in POLICIES:
             mine = [w for w in ws if w["seed"] in named and w["policy"] == policy]
             others = [w for w in ws if w["seed"] not in named and w["policy"] == policy]
             if not mine or not others:
+                complete = False
                 continue
             scale = smallest_scale(others, NOMINAL)
             (m1, n1), (o1, p1) = held(mine, 1.0), held(others, 1.0)
@@ -115,8 +122,10 @@ def reach(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], floa
                 hit, n = held(mine, scale)
                 total = [total[0] + hit, total[1] + n]
                 row |= {"mean width there": round(mean_width(others, scale), 1), "named there": f"{hit}/{n}"}
+            else:
+                complete = False
             out.append(row)
-        if total[1]:
+        if total[1] and complete:  # a sum over one policy only would read as both
             out.append({"centre": centre, "policy": "both", "named there": f"{total[0]}/{total[1]} "
                         f"({total[0] / total[1]:.0%})"})
     return out
@@ -148,6 +157,9 @@ def plot(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float
             ax = axes[line][col]
             mine = [w for w in ws if w["seed"] in named and w["policy"] == policy]
             others = [w for w in ws if w["seed"] not in named and w["policy"] == policy]
+            if not mine or not others:
+                ax.set_visible(False)
+                continue
             for group, members, style in (("named", mine, "-"), ("other", others, "--")):
                 ax.plot(scales, [held(members, s)[0] / len(members) for s in scales], style, color="black",
                         label=f"{group} seeds")
@@ -178,11 +190,8 @@ def plot(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("rows", nargs="+", type=Path, help="CSVs of bench/decompose_window_bias.py --out")
+    ap = rows_parser(__doc__, "write the share inside against the scale to this PNG")
     ap.add_argument("--pooled", type=Path, required=True, help="CSV of bench/pooled_rates_experiment.py --out")
-    ap.add_argument("--plot", type=Path, help="write the share inside against the scale to this PNG")
-    ap.add_argument("--target", type=float, default=0.8)
     args = ap.parse_args(argv)
     rows = read_rows(args.rows)
     moved, shifts = read_moved(args.rows), read_pooled(args.pooled)
