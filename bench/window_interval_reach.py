@@ -182,8 +182,9 @@ def plot(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float
     for line in range(len(POLICIES)):
         axes[line][0].set_ylabel("windows inside")
     fig.legend(*axes[0][0].get_legend_handles_labels(), fontsize=8, ncol=6, loc="lower center", frameon=False)
-    fig.suptitle("Window predictor: what a wider interval holds on the named seeds (42, 7, 11) and the 20 others",
-                 fontsize=10)
+    other_seeds = sorted({r["seed"] for r in rows} - set(named))
+    fig.suptitle(f"Window predictor: what a wider interval holds on the named seeds ({', '.join(map(str, named))}) "
+                 f"and the {len(other_seeds)} others", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)
