@@ -137,6 +137,17 @@ def run(seeds: list[int], gaps: list[int], policies: list[str]) -> list[dict[str
     return rows
 
 
+def read_rows(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The windows of CSVs written by `--out`, their figures as numbers."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        with path.open(newline="") as fh:
+            rows += [{**r, "seed": int(r["seed"]), "first_gap": int(r["first_gap"]),
+                      **{k: float(r[k]) for k in ("plug_in", "pooled", "interval_lo", "interval_hi", "measured")}}
+                     for r in csv.DictReader(fh)]
+    return rows
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per seed and policy (and over all seeds per policy): windows, mean error of each centre, windows inside the
     published interval and inside it moved by the pooled centre's shift."""
@@ -164,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=Path, nargs="*", help="summarize these CSVs of --out instead of running")
     args = ap.parse_args(argv)
     if args.rows:
-        rows = []
-        for path in args.rows:
-            with path.open(newline="") as fh:
-                rows += [{**r, "seed": int(r["seed"]), **{k: float(r[k]) for k in
-                         ("plug_in", "pooled", "interval_lo", "interval_hi", "measured")}} for r in csv.DictReader(fh)]
+        rows = read_rows(args.rows)
     else:
         rows = run([int(s) for s in args.seeds.split(",")], parse_gaps(args.gaps), args.policies.split(","))
     if args.out:

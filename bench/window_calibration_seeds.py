@@ -27,8 +27,8 @@ POLICIES = ("tiered", "off")
 
 
 def read_rows(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """The windows of every file (seed, first gap, policy, predicted, interval, measured); a seed in two files is
-    refused (its windows would count twice)."""
+    """The windows of every file (seed, first gap, policy, predicted, interval, moved M, measured); a seed in two
+    files is refused (its windows would count twice)."""
     rows: list[dict[str, Any]] = []
     owner: dict[int, Path] = {}
     for path in paths:
@@ -40,7 +40,7 @@ def read_rows(paths: Sequence[Path]) -> list[dict[str, Any]]:
                 rows.append({"seed": seed, "first_gap": int(r["first_gap"]), "policy": r["policy"],
                              "predicted": float(r["predicted"]),
                              "lo": float(r["interval_lo"]), "hi": float(r["interval_hi"]),
-                             "measured": float(r["measured"])})
+                             "moved": float(r["moved"]), "measured": float(r["measured"])})
     return rows
 
 

@@ -27,7 +27,6 @@ calibration.
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibrate_predictor import DEFAULT_SEEDS, inside, markdown_table
+from pooled_rates_experiment import read_rows as read_pooled_rows
 from window_calibration_seeds import POLICIES, read_rows, rows_parser
 
 CENTRES = ("published", "pooled", "pooled_no_model_error")
@@ -43,36 +43,25 @@ STEP = 0.01
 MAX_SCALE = 4.0
 
 
-def read_moved(paths: Sequence[Path]) -> dict[tuple[int, int, str], float]:
-    """(seed, first gap, policy) -> M, the `moved` column of `bench/decompose_window_bias.py --out`."""
-    out = {}
-    for path in paths:
-        with path.open(newline="") as fh:
-            for r in csv.DictReader(fh):
-                out[(int(r["seed"]), int(r["first_gap"]), r["policy"])] = float(r["moved"])
-    return out
-
-
 def read_pooled(path: Path) -> dict[tuple[int, int, str], float]:
     """(seed, first gap, policy) -> the pooled centre's shift (pooled - plug-in); a window given twice is refused."""
     out: dict[tuple[int, int, str], float] = {}
-    with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            key = (int(r["seed"]), int(r["first_gap"]), r["policy"])
-            if key in out:
-                raise SystemExit(f"{path}: the window {key} is given twice")
-            out[key] = float(r["pooled"]) - float(r["plug_in"])
+    for r in read_pooled_rows([path]):
+        key = (r["seed"], r["first_gap"], r["policy"])
+        if key in out:
+            raise SystemExit(f"{path}: the window {key} is given twice")
+        out[key] = r["pooled"] - r["plug_in"]
     return out
 
 
-def cells(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float],
-          shifts: dict[tuple[int, int, str], float], centre: str) -> list[dict[str, Any]]:
+def cells(rows: Sequence[dict[str, Any]], shifts: dict[tuple[int, int, str], float],
+          centre: str) -> list[dict[str, Any]]:
     """Each window as (seed, centre, lower and upper half-widths, the value that must fall inside) for `centre`."""
     out = []
     for r in rows:
         key = (r["seed"], r["first_gap"], r["policy"])
         shift = 0.0 if centre == "published" else shifts[key]
-        value = moved[key] if centre == "pooled_no_model_error" else r["measured"]
+        value = r["moved"] if centre == "pooled_no_model_error" else r["measured"]
         out.append({"seed": r["seed"], "policy": r["policy"], "centre": r["predicted"] + shift,
                     "below": r["predicted"] - r["lo"], "above": r["hi"] - r["predicted"], "value": value})
     return out
@@ -99,14 +88,14 @@ def mean_width(windows: Sequence[dict[str, Any]], scale: float) -> float:
     return sum(scale * (w["below"] + w["above"]) for w in windows) / len(windows)
 
 
-def reach(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float],
-          shifts: dict[tuple[int, int, str], float], named: Sequence[int] = DEFAULT_SEEDS) -> list[dict[str, Any]]:
+def reach(rows: Sequence[dict[str, Any]], shifts: dict[tuple[int, int, str], float],
+          named: Sequence[int] = DEFAULT_SEEDS) -> list[dict[str, Any]]:
     """Per centre and policy: the named and other seeds' windows inside at the published width, the scale whose
     interval holds 90% of the other seeds' windows of the policy (chosen without the named seeds), the mean width it
     gives there and the named seeds' windows it holds; a row per centre sums both policies."""
     out = []
     for centre in CENTRES:
-        ws = cells(rows, moved, shifts, centre)
+        ws = cells(rows, shifts, centre)
         total, complete = [0, 0], True
         for policy in POLICIES:
             mine = [w for w in ws if w["seed"] in named and w["policy"] == policy]
@@ -131,18 +120,16 @@ def reach(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], floa
     return out
 
 
-def one_scale_for(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float],
-                  shifts: dict[tuple[int, int, str], float], centre: str, target: float,
+def one_scale_for(rows: Sequence[dict[str, Any]], shifts: dict[tuple[int, int, str], float], centre: str, target: float,
                   named: Sequence[int] = DEFAULT_SEEDS) -> tuple[float, tuple[int, int]] | None:
     """The smallest scale, one for both policies, at which the named seeds' windows reach `target`, and the other
     seeds' windows it holds (the level such an interval really has)."""
-    ws = cells(rows, moved, shifts, centre)
+    ws = cells(rows, shifts, centre)
     scale = smallest_scale([w for w in ws if w["seed"] in named], target)
     return None if scale is None else (scale, held([w for w in ws if w["seed"] not in named], scale))
 
 
-def plot(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float],
-         shifts: dict[tuple[int, int, str], float], path: Path, target: float,
+def plot(rows: Sequence[dict[str, Any]], shifts: dict[tuple[int, int, str], float], path: Path, target: float,
          named: Sequence[int] = DEFAULT_SEEDS) -> None:
     import matplotlib
 
@@ -152,7 +139,7 @@ def plot(rows: Sequence[dict[str, Any]], moved: dict[tuple[int, int, str], float
     scales = [round(i * 0.05, 2) for i in range(10, 61)]
     fig, axes = plt.subplots(len(POLICIES), len(CENTRES), figsize=(13, 7), sharey=True, sharex=True)
     for col, centre in enumerate(CENTRES):
-        ws = cells(rows, moved, shifts, centre)
+        ws = cells(rows, shifts, centre)
         for line, policy in enumerate(POLICIES):
             ax = axes[line][col]
             mine = [w for w in ws if w["seed"] in named and w["policy"] == policy]
@@ -195,15 +182,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pooled", type=Path, required=True, help="CSV of bench/pooled_rates_experiment.py --out")
     args = ap.parse_args(argv)
     rows = read_rows(args.rows)
-    moved, shifts = read_moved(args.rows), read_pooled(args.pooled)
+    shifts = read_pooled(args.pooled)
     missing = sorted({(r["seed"], r["first_gap"], r["policy"]) for r in rows} - shifts.keys())
     if missing:
         raise SystemExit(f"{args.pooled}: no pooled centre for {len(missing)} window(s), the first {missing[0]}")
     cols = ["centre", "policy", "named at x1", "others at x1", "scale for 90% of others", "mean width there",
             "named there"]
-    print(markdown_table([{c: r.get(c, "") for c in cols} for r in reach(rows, moved, shifts)], cols))
+    print(markdown_table([{c: r.get(c, "") for c in cols} for r in reach(rows, shifts)], cols))
     for centre in CENTRES:
-        found = one_scale_for(rows, moved, shifts, centre, args.target)
+        found = one_scale_for(rows, shifts, centre, args.target)
         if found is None:
             print(f"{centre}: no scale up to x{MAX_SCALE} holds {args.target:.0%} of the named seeds' windows")
             continue
@@ -211,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{centre}: the named seeds reach {args.target:.0%} at x{scale:.2f} (one scale for both policies), "
               f"where the other seeds' windows hold {hit}/{n} ({hit / n:.0%})")
     if args.plot:
-        plot(rows, moved, shifts, args.plot, args.target)
+        plot(rows, shifts, args.plot, args.target)
     return 0
 
 

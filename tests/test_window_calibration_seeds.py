@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bench_scripts import load_bench_script
 
-FIELDS = ["seed", "first_gap", "policy", "predicted", "interval_lo", "interval_hi", "measured"]
+FIELDS = ["seed", "first_gap", "policy", "predicted", "interval_lo", "interval_hi", "moved", "measured"]
 
 
 def _write(path: Path, seeds_inside: dict[int, bool]) -> Path:
@@ -21,7 +21,8 @@ def _write(path: Path, seeds_inside: dict[int, bool]) -> Path:
             for policy in ("tiered", "off"):
                 for gap in (1, 2):
                     w.writerow({"seed": seed, "first_gap": gap, "policy": policy, "predicted": 10.0,
-                                "interval_lo": 8.0, "interval_hi": 12.0, "measured": 9.5 if ok else 15.0})
+                                "interval_lo": 8.0, "interval_hi": 12.0, "moved": 10.0,
+                                "measured": 9.5 if ok else 15.0})
     return path
 
 

@@ -21,7 +21,8 @@ def _files(tmp_path: Path, *, moved: float | None = None, pooled_shift: float = 
     rows_path, pooled_path = tmp_path / "rows.csv", tmp_path / "pooled.csv"
     with rows_path.open("w", newline="") as fr, pooled_path.open("w", newline="") as fp:
         rows = csv.DictWriter(fr, fieldnames=FIELDS)
-        pooled = csv.DictWriter(fp, fieldnames=["seed", "first_gap", "policy", "plug_in", "pooled"])
+        pooled = csv.DictWriter(fp, fieldnames=["seed", "first_gap", "policy", "plug_in", "pooled", "interval_lo",
+                                                "interval_hi", "measured"])
         rows.writeheader()
         pooled.writeheader()
         for seed, step in ((42, 0.5), (1, -0.25)):
@@ -34,15 +35,15 @@ def _files(tmp_path: Path, *, moved: float | None = None, pooled_shift: float = 
                     if seed != leave_out:
                         for _ in range(2 if twice and gap == 1 else 1):
                             pooled.writerow({"seed": seed, "first_gap": gap, "policy": policy, "plug_in": 10.0,
-                                             "pooled": 10.0 + pooled_shift})
+                                             "pooled": 10.0 + pooled_shift, "interval_lo": 8.0,
+                                             "interval_hi": 12.5, "measured": measured})
     return [rows_path], pooled_path
 
 
 def _load(tmp_path: Path, **kw):  # type: ignore[no-untyped-def]
     reach = load_bench_script("window_interval_reach")
     paths, pooled = _files(tmp_path, **kw)
-    rows = reach.read_rows(paths)
-    return reach, rows, reach.read_moved(paths), reach.read_pooled(pooled)
+    return reach, reach.read_rows(paths), reach.read_pooled(pooled)
 
 
 def _by(table: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
@@ -50,8 +51,8 @@ def _by(table: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
 
 
 def test_the_scale_is_chosen_on_the_other_seeds_and_tested_on_the_named_ones(tmp_path: Path) -> None:
-    reach, rows, moved, shifts = _load(tmp_path)
-    by = _by(reach.reach(rows, moved, shifts, named=(42,)))
+    reach, rows, shifts = _load(tmp_path)
+    by = _by(reach.reach(rows, shifts, named=(42,)))
     row = by[("published", "tiered")]
     assert (row["named at x1"], row["others at x1"]) == ("5/10", "8/10")  # 0.5..2.5 above; 0.25..2.0 below
     # Seed 1's 9th window is 2.25 below the centre: x1.13 of the lower half-width 2.0 (x1.12 holds 8).
@@ -59,14 +60,14 @@ def test_the_scale_is_chosen_on_the_other_seeds_and_tested_on_the_named_ones(tmp
     # At x1.13 the upper half-width is 2.825: seed 42's windows 0.5 .. 2.5 above are inside, 3.0 .. 5.0 are not.
     assert row["named there"] == "5/10"
     assert by[("published", "both")]["named there"] == "10/20 (50%)"
-    others = [w for w in reach.cells(rows, moved, shifts, "published") if w["seed"] == 1]
+    others = [w for w in reach.cells(rows, shifts, "published") if w["seed"] == 1]
     assert reach.held(others, 1.12) == (16, 20) and reach.held(others, 1.13) == (18, 20)
     assert reach.mean_width(others, 1.13) == pytest.approx(1.13 * 4.5)
 
 
 def test_the_pooled_centre_moves_the_interval_and_the_oracle_reads_moved(tmp_path: Path) -> None:
-    reach, rows, moved, shifts = _load(tmp_path, moved=12.0, pooled_shift=-1.0)
-    by = _by(reach.reach(rows, moved, shifts, named=(42,)))
+    reach, rows, shifts = _load(tmp_path, moved=12.0, pooled_shift=-1.0)
+    by = _by(reach.reach(rows, shifts, named=(42,)))
     # Centre 9: seed 1's windows from 0.75 above to 1.5 below it; the 9th in scale is 1.25 below, x0.63 of 2.0.
     assert by[("pooled", "off")]["scale for 90% of others"] == "x0.63"
     # The oracle's value is M = 12, 3.0 above the pooled centre 9 in every window: x1.20 of 2.5 holds them all.
@@ -75,9 +76,9 @@ def test_the_pooled_centre_moves_the_interval_and_the_oracle_reads_moved(tmp_pat
 
 
 def test_one_scale_for_the_named_seeds_reports_what_it_holds_on_the_others(tmp_path: Path) -> None:
-    reach, rows, moved, shifts = _load(tmp_path)
+    reach, rows, shifts = _load(tmp_path)
     # 80% of the named windows need the 8th, 4.0 above = x1.6 of 2.5; seed 1's windows, at most 2.5 below, all hold.
-    assert reach.one_scale_for(rows, moved, shifts, "published", 0.8, named=(42,)) == (1.6, (20, 20))
+    assert reach.one_scale_for(rows, shifts, "published", 0.8, named=(42,)) == (1.6, (20, 20))
 
 
 def test_a_pooled_file_missing_or_repeating_a_window_is_refused(tmp_path: Path,
