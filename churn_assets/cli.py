@@ -12,6 +12,7 @@ import click
 from churn_assets.commands.bench import bench
 from churn_assets.commands.error_output import report
 from churn_assets.commands.llm import llm
+from churn_assets.commands.measures import measures
 from churn_assets.commands.migrate import migrate
 from churn_assets.commands.project import project
 from churn_assets.commands.regression import gate_power, regression
@@ -80,3 +81,4 @@ main.add_command(verify_results)
 main.add_command(bench)
 main.add_command(migrate)
 main.add_command(llm)
+main.add_command(measures)

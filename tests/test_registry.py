@@ -39,9 +39,8 @@ def _raw() -> dict:
     (lambda d: d["entity_classes"]["prices"].update(freshness_tier="tepid"), "unknown freshness tier 'tepid'"),
     (lambda d: d["entity_classes"]["prices"].update(ttl_days=-2), "ttl_days must be an integer >= 0"),
     (lambda d: d["freshness_tiers"]["warm"].update(ttl_days=-1), "tier warm: ttl_days"),
-    (lambda d: (d["entity_classes"]["prices"].update(measures=["spend"]),
-                d["entity_classes"]["assignments"].update(measures=["spend"])),
-     "measure 'spend' is registered on both"),
+    (lambda d: d["measures"]["list_price"].update(reads=["price_history"]), "unknown entity class 'price_history'"),
+    (lambda d: d["measures"]["list_price"].update(args=["sku"]), "unknown measure argument 'sku'"),
     (lambda d: d["entity_classes"]["prices"].update(staged={"table": "assignments"}), "belongs to both"),
     (lambda d: d["entity_classes"]["prices"]["source"].update(store="ftp"), "unknown source store 'ftp'"),
     (lambda d: d["entity_classes"].update(price_history=d["entity_classes"]["prices"]), "unknown entity class"),
@@ -67,9 +66,17 @@ def test_retiering_keeps_names() -> None:
 # --- typed config --------------------------------------------------------------------------------------------
 
 
-def test_content_hash_is_unchanged() -> None:
-    """Computed before the registry had a schema: the packaged file still says exactly the same."""
-    assert load_registry().content_hash == "1a66da42f0aae323"
+def test_content_hash_is_pinned() -> None:
+    """The packaged file's meaning, pinned: a re-tiered class or a changed measure definition is a new plan, so a
+    change here must be deliberate (it was 1a66da42f0aae323 before measures were declared with their reads and
+    arguments, docs/decisions.md 312)."""
+    assert load_registry().content_hash == "4a5e14b2b6516caa"
+
+
+def test_a_changed_measure_definition_changes_the_hash() -> None:
+    data = copy.deepcopy(_raw())
+    data["measures"]["list_price"]["reads"] = ["prices", "assignments"]
+    assert parse_registry(data).content_hash != load_registry().content_hash
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
@@ -81,7 +88,10 @@ def test_content_hash_is_unchanged() -> None:
     (lambda d: d["entity_classes"]["prices"]["source"].update(relation=""), "class prices: source.relation must be"),
     (lambda d: d["entity_classes"]["prices"].pop("source"), "class prices: source is missing"),
     (lambda d: d["entity_classes"].update(prices=5), "class prices: must be a mapping"),
-    (lambda d: d["entity_classes"]["prices"].update(measures="list_price"), "class prices: measures must be a list"),
+    (lambda d: d["entity_classes"]["prices"].update(measures=["list_price"]), "class prices: unknown key 'measures'"),
+    (lambda d: d["measures"]["list_price"].update(reads=[]), "measure list_price: reads"),
+    (lambda d: d["measures"]["list_price"].update(args="product"), "measure list_price: args must be"),
+    (lambda d: d["measures"]["list_price"].pop("meaning"), "measure list_price: meaning is missing"),
     (lambda d: d["freshness_tiers"].update(tepid={"ttl_days": 3}), "unknown freshness tier 'tepid'"),
     (lambda d: d["freshness_tiers"]["live"].update(ttl_days=3), "tier live is read at T and takes no ttl_days"),
     (lambda d: d["freshness_tiers"]["warm"].update(ttl_days=None), "tier warm: ttl_days must be an integer >= 0"),
@@ -100,11 +110,11 @@ def test_bad_entries_are_one_line_naming_the_file_and_the_class(mutate, message:
 def test_empty_values_mean_none() -> None:
     """YAML's empty value for a list, a staged mapping or a tier is the empty one, as before the schema."""
     data = copy.deepcopy(_raw())
-    data["entity_classes"]["cost_center_membership"]["measures"] = None
+    data["measures"]["unassigned_licenses"]["args"] = None
     data["entity_classes"]["tickets"]["staged"] = None
     data["freshness_tiers"]["live"] = None
     reg = parse_registry(data, "test.yaml")
-    assert reg["cost_center_membership"].measures == () and reg["tickets"].staged_location is None
+    assert reg.measures["unassigned_licenses"].args == () and reg["tickets"].staged_location is None
     assert reg.tier_ttls["live"] is None and reg.content_hash == load_registry().content_hash
 
 

@@ -1,4 +1,5 @@
-"""The registry of entity classes (`registry.yaml`): source, staged location, freshness tier, TTL, measures.
+"""The registry of entity classes (`registry.yaml`): source, staged location, freshness tier, TTL; and the measures
+(the semantic model) declared over those classes.
 
 One file feeds the router, the refresh planner and the production freshness policies. The loader
 refuses a bad file with a message naming the class and the problem.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,6 +20,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 from churn_assets.grounding.traces import SOURCE_STORES
+from churn_assets.tasks.templates import PLACEHOLDERS
 from churn_assets.unique_keys import DuplicateKeyError, load_yaml
 from churn_assets.world.events import ENTITY_CLASSES
 from churn_assets.world.validation import StrictModel, fail, none_is, one_of, parse
@@ -54,7 +56,6 @@ class EntityClass:
     source: Source
     staged_table: str | None  # <world>_staging.<table>
     staged_index: str | None  # an index asset (contract_terms -> vector_index)
-    measures: tuple[str, ...]
 
     @property
     def is_live(self) -> bool:
@@ -81,19 +82,37 @@ class EntityClass:
 
 
 @dataclass(frozen=True)
+class MeasureDecl:
+    """A registered measure: its name, the classes it reads (the only ones it may request), its arguments (question
+    placeholders, typed by their kind), the unit of its value and a one-line meaning."""
+
+    name: str
+    reads: tuple[str, ...]
+    args: tuple[str, ...]
+    unit: str
+    meaning: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reads": list(self.reads), "args": list(self.args), "unit": self.unit, "meaning": self.meaning}
+
+
+@dataclass(frozen=True)
 class Registry:
     classes: dict[str, EntityClass]
     tier_ttls: dict[str, int | None]
+    measures: dict[str, MeasureDecl] = field(default_factory=dict)
 
     @property
     def content_hash(self) -> str:
         """SHA-256 (16 hex digits) of what the registry says: tiers, and per class its tier, TTL, source,
-        staged location and measures. A scenario's plan records it: a re-tiered registry is a new plan."""
+        staged location; and every measure's definition (classes read, arguments, unit, meaning). A scenario's plan
+        records it: a re-tiered registry, or a changed measure, is a new plan."""
         data = {"tiers": self.tier_ttls,
                 "classes": {c.name: {"tier": c.freshness_tier, "ttl_days": c.ttl_days,
                                      "source": [c.source.store, c.source.relation],
-                                     "staged": [c.staged_table, c.staged_index], "measures": list(c.measures)}
-                            for c in self.classes.values()}}
+                                     "staged": [c.staged_table, c.staged_index]}
+                            for c in self.classes.values()},
+                "measures": {m.name: m.to_json() for m in self.measures.values()}}
         return sha256_hex(canonical_json(data))[:16]
 
     def __getitem__(self, name: str) -> EntityClass:
@@ -111,11 +130,16 @@ class Registry:
     def live_classes(self) -> list[EntityClass]:
         return [c for c in self.classes.values() if c.is_live]
 
-    def class_of_measure(self, measure: str) -> EntityClass:
-        for c in self.classes.values():
-            if measure in c.measures:
-                return c
-        raise RegistryError(f"measure {measure!r} is not registered on any entity class")
+    def measure(self, name: str) -> MeasureDecl:
+        try:
+            return self.measures[name]
+        except KeyError:
+            raise RegistryError(f"measure {name!r} is not registered (known: {len(self.measures)} measures; "
+                                "`churnbench measures` lists them)") from None
+
+    def measures_reading(self, entity_class: str) -> list[str]:
+        """The measures that read `entity_class`, in registry order (a class's "supported measures")."""
+        return [m.name for m in self.measures.values() if entity_class in m.reads]
 
     def with_tiers(self, overrides: dict[str, str]) -> Registry:
         """A copy with some classes moved to another freshness tier (their TTL follows the tier)."""
@@ -125,8 +149,8 @@ class Registry:
             if tier not in self.tier_ttls:
                 raise RegistryError(f"class {name}: unknown freshness tier {tier!r}")
             classes[name] = EntityClass(c.name, tier, self.tier_ttls[tier], c.source, c.staged_table,
-                                        c.staged_index, c.measures)
-        return Registry(classes, self.tier_ttls)
+                                        c.staged_index)
+        return Registry(classes, self.tier_ttls, self.measures)
 
 
 def load_registry(path: str | Path | None = None) -> Registry:
@@ -165,14 +189,16 @@ def parse_registry(data: Any, where: str = "registry") -> Registry:
                     label=_label)
     tier_ttls = {tier: entry.ttl_days for tier, entry in checked.freshness_tiers.items()}
     classes = {name: _entity_class(name, entry, tier_ttls) for name, entry in checked.entity_classes.items()}
-    return Registry(classes, tier_ttls)
+    measures = {name: MeasureDecl(name, tuple(m.reads), tuple(m.args), m.unit, m.meaning)
+                for name, m in checked.measures.items()}
+    return Registry(classes, tier_ttls, measures)
 
 
 def _entity_class(name: str, entry: ClassEntry, tier_ttls: dict[str, int | None]) -> EntityClass:
     tier = entry.freshness_tier
     ttl = None if tier == LIVE else (entry.ttl_days if entry.ttl_days is not None else tier_ttls[tier])
     return EntityClass(name, tier, ttl, Source(entry.source.store, entry.source.relation), entry.staged.table,
-                       entry.staged.index, tuple(entry.measures))
+                       entry.staged.index)
 
 
 # --- the file's schema --------------------------------------------------------------------------------------
@@ -206,8 +232,6 @@ class ClassEntry(StrictModel):
     ttl_days: TtlDays = None  # type: ignore[assignment]
     source: SourceEntry
     staged: Annotated[StagedEntry, BeforeValidator(none_is(dict)), Field(default_factory=StagedEntry)]
-    measures: Annotated[list[str], BeforeValidator(none_is(list)),
-                        Field(default_factory=list, description="a list of names")]
 
     @model_validator(mode="after")
     def _staged_unless_live(self) -> ClassEntry:
@@ -224,6 +248,24 @@ class ClassEntry(StrictModel):
 ClassName = Annotated[str, BeforeValidator(one_of(ENTITY_CLASSES, "entity class",
                                                   ": classes can be re-tiered, not renamed"))]
 TierName = Annotated[str, BeforeValidator(one_of(FRESHNESS_TIERS, "freshness tier"))]
+ArgName = Annotated[str, BeforeValidator(one_of(tuple(PLACEHOLDERS), "measure argument",
+                                                ": arguments are question placeholders"))]
+MeasureName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", description="a snake_case name")]
+
+
+class MeasureEntry(StrictModel):
+    reads: Annotated[list[ClassName], Field(min_length=1, description="a non-empty list of entity classes")]
+    args: Annotated[list[ArgName], BeforeValidator(none_is(list)),
+                    Field(default_factory=list, description="a list of placeholder names")]
+    unit: Annotated[str, Field(min_length=1, description="a unit word")]
+    meaning: Annotated[str, Field(min_length=1, description="one line")]
+
+    @model_validator(mode="after")
+    def _distinct(self) -> MeasureEntry:
+        for what, names in (("reads", self.reads), ("args", self.args)):
+            if len(set(names)) != len(names):
+                raise fail(f"{what} names a value twice")
+        return self
 
 
 class RegistryFile(StrictModel):
@@ -231,6 +273,8 @@ class RegistryFile(StrictModel):
                                BeforeValidator(none_is(dict)), Field(default_factory=dict)]
     entity_classes: Annotated[dict[ClassName, ClassEntry],
                               Field(description="a mapping of class name to its entry")]
+    measures: Annotated[dict[MeasureName, MeasureEntry], BeforeValidator(none_is(dict)),
+                        Field(default_factory=dict, description="a mapping of measure name to its entry")]
 
     @model_validator(mode="after")
     def _consistent(self) -> RegistryFile:
@@ -248,9 +292,8 @@ class RegistryFile(StrictModel):
 
 
 def _check_classes(classes: dict[str, ClassEntry], declared: tuple[str, ...]) -> None:
-    """Each class's tier is one the file declares; each staged location and measure has one owner."""
+    """Each class's tier is one the file declares; each staged location has one owner."""
     staged_owner: dict[str, str] = {}
-    measure_owner: dict[str, str] = {}
     for name, entry in classes.items():
         if entry.freshness_tier not in declared:
             raise fail(f"class {name}: unknown freshness tier {entry.freshness_tier!r} "
@@ -259,15 +302,11 @@ def _check_classes(classes: dict[str, ClassEntry], declared: tuple[str, ...]) ->
             if loc in staged_owner:
                 raise fail(f"staged location {loc!r} belongs to both {staged_owner[loc]} and {name}")
             staged_owner[loc] = name
-        for m in entry.measures:
-            if m in measure_owner:
-                raise fail(f"measure {m!r} is registered on both {measure_owner[m]} and {name}")
-            measure_owner[m] = name
 
 
 def _label(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
     """Name the class or tier an error is in ("class prices: ttl_days ..."), as the registry always has."""
-    kinds = {"entity_classes": "class", "freshness_tiers": "tier"}
+    kinds = {"entity_classes": "class", "freshness_tiers": "tier", "measures": "measure"}
     if len(loc) >= 2 and isinstance(loc[0], str) and loc[0] in kinds and "[key]" not in loc:
         return f"{kinds[loc[0]]} {loc[1]}: ", loc[2:]
     return "", loc

@@ -155,7 +155,7 @@ class Template:
     text: str
     answer: AnswerType
     classes: tuple[str, ...]  # entity classes the gold reads (and an agent must read)
-    measure: str  # registry measure (registered on exactly one class)
+    measure: str  # the registry measure whose call answers the question (its args are the placeholders)
     sampling: tuple[Domain, ...]
     weight: int  # tasks of this template in the default 180-task set
     # What moves the answer, for the analytic predictor: event tags (a kind, or `kind:qualifier` as
@@ -240,28 +240,28 @@ TEMPLATES: tuple[Template, ...] = (
        changes_in="window"),
     _t("t1_purchases", "license purchases (window)", SPEND, 1,
        f"How many new licenses were purchased {INCL}?",
-       INTEGER, (A,), "license_purchases", (OneOf("days", WINDOWS),), 4, {"license_purchased"},
+       INTEGER, (A,), "licenses_purchased", (OneOf("days", WINDOWS),), 4, {"license_purchased"},
        changes_in="window"),
     _t("t1_reclamations", "reclamations in the last N days", SAVE, 1,
        f"How many idle licenses were reclaimed {INCL}?",
-       INTEGER, (A,), "reclamations", (OneOf("days", WINDOWS),), 5, {"license_unassigned:reclaimed_idle"},
+       INTEGER, (A,), "idle_licenses_reclaimed", (OneOf("days", WINDOWS),), 5, {"license_unassigned:reclaimed_idle"},
        changes_in="window"),
     _t("t1_freed_by_offboarding", "licenses freed by offboardings (window)", SAVE, 1,
        f"How many licenses were freed because their holder was offboarded {INCL}?",
-       INTEGER, (A,), "offboarding_unassignments", (OneOf("days", WINDOWS),), 2,
+       INTEGER, (A,), "licenses_freed_by_offboarding", (OneOf("days", WINDOWS),), 2,
        {"license_unassigned:offboarded"}, changes_in="window"),
     _t("t1_unassigned_licenses", "unassigned licenses", SAVE, 1,
        "How many licenses currently have no holder?",
        INTEGER, (A,), "unassigned_licenses", (), 1, HOLDING | {"license_purchased"}),
     _t("t1_offboardings", "offboardings in the last N days", CRIT, 1,
        f"How many users were offboarded {INCL}?",
-       INTEGER, (U,), "offboardings", (OneOf("days", WINDOWS),), 3, {"user_offboarded"}, changes_in="window"),
+       INTEGER, (U,), "users_offboarded", (OneOf("days", WINDOWS),), 3, {"user_offboarded"}, changes_in="window"),
     _t("t1_hires", "hires (window)", CRIT, 1,
        f"How many users were hired {INCL}?",
-       INTEGER, (U,), "hires", (OneOf("days", WINDOWS),), 2, {"user_hired"}, changes_in="window"),
+       INTEGER, (U,), "users_hired", (OneOf("days", WINDOWS),), 2, {"user_hired"}, changes_in="window"),
     _t("t1_open_tickets_product", "open tickets of a product", CRIT, 1,
        "How many support tickets on product {product} are currently open or in progress?",
-       INTEGER, (TK,), "open_tickets", (Pick("product", "products"),), 3, TICKETS, ("product",)),
+       INTEGER, (TK,), "open_tickets_of_product", (Pick("product", "products"),), 3, TICKETS, ("product",)),
     _t("t1_open_tickets_priority", "open tickets by priority", CRIT, 1,
        "How many {priority}-priority support tickets are currently open or in progress?",
        INTEGER, (TK,), "open_tickets_by_priority", (OneOf("priority", TICKET_PRIORITIES),), 3, TICKETS),
@@ -278,12 +278,12 @@ TEMPLATES: tuple[Template, ...] = (
     _t("t1_reassignments_product", "reassignments in the last N days", UTIL, 1,
        "How many direct reassignments (a license moved straight from its holder to another user, without "
        "being freed first) of licenses of product {product} were recorded " + INCL + "?",
-       INTEGER, (A,), "reassignments", (Pick("product", "products"), OneOf("days", WINDOWS)), 8,
+       INTEGER, (A,), "direct_reassignments", (Pick("product", "products"), OneOf("days", WINDOWS)), 8,
        {"license_reassigned"}, ("product",), changes_in="window"),
     _t("t1_held_licenses_change", "change over time: licenses with a holder", UTIL, 1,
        "What was the net change in the number of licenses with a holder between {day1} and {day2} "
        "(count at the end of {day2} minus count at the end of {day1})?",
-       INTEGER, (A,), "held_licenses", (SPANS,), 5, HOLDING, changes_in="span"),
+       INTEGER, (A,), "held_licenses_net_change", (SPANS,), 5, HOLDING, changes_in="span"),
     _t("t1_api_calls_product", "API calls of a product in a window", UTIL, 1,
        "How many API calls were made on product {product} " + INCL + "?",
        INTEGER, (CO,), "api_calls", (Pick("product", "api_products"), OneOf("days", USAGE_WINDOWS)), 8,
@@ -303,40 +303,41 @@ TEMPLATES: tuple[Template, ...] = (
     # ----- task_tier 2: cross-source --------------------------------------------------------------
     _t("t2_cost_center_spend", "monthly license spend of a cost center", SPEND, 2,
        "What is the current monthly license spend of cost center {cost_center}?",
-       MONEY, (A, U, M, P), "monthly_spend", (Pick("cost_center", "cost_centers"),), 9, SPEND_MOVES,
+       MONEY, (A, U, M, P), "cost_center_spend", (Pick("cost_center", "cost_centers"),), 9, SPEND_MOVES,
        ("cost_center",)),
     _t("t2_total_spend", "total monthly spend", SPEND, 2,
        "What is the total monthly license spend across all licenses, allocated and unallocated?",
-       MONEY, (A, P), "monthly_spend", (), 1, {"license_purchased", "price_changed"}),
+       MONEY, (A, P), "total_spend", (), 1, {"license_purchased", "price_changed"}),
     _t("t2_vendor_spend", "monthly spend on a vendor's products", SPEND, 2,
        "What is the monthly list-price spend on all licenses, assigned or not, of products sold by vendor "
        "{vendor}?",
-       MONEY, (A, P), "monthly_spend", (Pick("vendor", "vendors"),), 4, {"license_purchased", "price_changed"},
+       MONEY, (A, P), "vendor_spend", (Pick("vendor", "vendors"),), 4, {"license_purchased", "price_changed"},
        ("vendor",)),
     _t("t2_top_cost_center", "top-spending cost center", SPEND, 2,
        "Which cost center has the highest monthly license spend?",
-       ENTITY, (A, U, M, P), "monthly_spend", (), 1, SPEND_MOVES),
+       ENTITY, (A, U, M, P), "top_spending_cost_center", (), 1, SPEND_MOVES),
     _t("t2_top_cost_center_in_unit", "top-spending cost center (per business unit)", SPEND, 2,
        "Which cost center in business unit {business_unit} has the highest monthly license spend?",
-       ENTITY, (A, U, M, P), "monthly_spend", (Pick("business_unit", "business_units"),), 3, SPEND_MOVES,
+       ENTITY, (A, U, M, P), "top_spending_cost_center_in_unit", (Pick("business_unit", "business_units"),), 3,
+       SPEND_MOVES,
        ("business_unit",)),
     _t("t2_cost_centers_above", "cost centers above a spend threshold (list)", SPEND, 2,
        "Which cost centers have a monthly license spend above {threshold}?",
-       ENTITY_LIST, (A, U, M, P), "monthly_spend", (SpendThreshold(),), 3, SPEND_MOVES),
+       ENTITY_LIST, (A, U, M, P), "cost_centers_above_spend", (SpendThreshold(),), 3, SPEND_MOVES),
     _t("t2_spend_change_cost_center", "change over time: spend of a cost center", SPEND, 2,
        "By how much did the monthly license spend of cost center {cost_center} change between {day1} and "
        "{day2} (spend at the end of {day2} minus spend at the end of {day1})?",
-       MONEY, (A, U, M, P), "monthly_spend", (Pick("cost_center", "cost_centers"), SPANS), 4, SPEND_MOVES,
+       MONEY, (A, U, M, P), "cost_center_spend_change", (Pick("cost_center", "cost_centers"), SPANS), 4, SPEND_MOVES,
        ("cost_center",), changes_in="span"),
     _t("t2_unallocated_spend", "unallocated monthly spend", SAVE, 2,
        "What is the monthly spend on licenses not allocated to any cost center (unassigned, or held by an "
        "inactive user or by a user without a cost center)?",
-       MONEY, (A, U, M, P), "monthly_spend", (), 1,
+       MONEY, (A, U, M, P), "unallocated_spend", (), 1,
        HOLDING | {"license_purchased", "user_offboarded:with_license", "price_changed"}),
     _t("t2_idle_licenses_cost_center", "idle licenses in a cost center", SAVE, 2,
        "How many licenses held by active users of cost center {cost_center} had no usage recorded on the "
        "license itself " + INCL + "?",
-       INTEGER, (A, U, M, UT), "idle_licenses",
+       INTEGER, (A, U, M, UT), "idle_licenses_in_cost_center",
        (Pick("cost_center", "cost_centers"), OneOf("days", IDLE_WINDOWS)), 5,
        HOLDING | {"license_reassigned:across_cost_centers", "user_offboarded:with_license",
                   "user_moved_cost_center:with_license"} | CONSUMPTION, ("cost_center",)),
@@ -362,16 +363,17 @@ TEMPLATES: tuple[Template, ...] = (
     _t("t2_active_users_change_cost_center", "change over time: active users of a cost center", CRIT, 2,
        "What was the net change in the number of active users in cost center {cost_center} between {day1} "
        "and {day2} (count at the end of {day2} minus count at the end of {day1})?",
-       INTEGER, (U, M), "active_users", (Pick("cost_center", "cost_centers"), SPANS), 3,
+       INTEGER, (U, M), "active_users_net_change", (Pick("cost_center", "cost_centers"), SPANS), 3,
        {"user_hired", "user_offboarded", "user_moved_cost_center"}, ("cost_center",), changes_in="span"),
     _t("t2_tickets_opened_cost_center", "tickets of a cost center (window)", CRIT, 2,
        f"How many support tickets were opened {INCL} by users whose recorded cost center today is "
        "{cost_center} (offboarded users included: their last cost center counts)?",
-       INTEGER, (TK, M), "tickets_opened", (OneOf("days", WINDOWS), Pick("cost_center", "cost_centers")), 2,
+       INTEGER, (TK, M), "tickets_opened_by_cost_center",
+       (OneOf("days", WINDOWS), Pick("cost_center", "cost_centers")), 2,
        {"user_moved_cost_center"} | TICKETS, ("cost_center",)),
     _t("t2_tickets_opened_vendor", "tickets on a vendor's products (window)", CRIT, 2,
        "How many support tickets on products of vendor {vendor} were opened " + INCL + "?",
-       INTEGER, (TK, P), "tickets_opened", (Pick("vendor", "vendors"), OneOf("days", WINDOWS)), 2,
+       INTEGER, (TK, P), "tickets_opened_on_vendor_products", (Pick("vendor", "vendors"), OneOf("days", WINDOWS)), 2,
        {"product_listed"} | TICKETS, ("vendor",)),
     _t("t2_seat_utilization", "fraction of seats actively used", UTIL, 2,
        "What fraction of the licenses of product {product} held by active users were used " + INCL
@@ -381,7 +383,7 @@ TEMPLATES: tuple[Template, ...] = (
        HOLDING | {"user_offboarded:with_license"} | CONSUMPTION, ("product",)),
     _t("t2_license_holders_product", "licenses of a product held by active users", UTIL, 2,
        "How many licenses of product {product} are held by active users?",
-       INTEGER, (A, U), "license_holders", (Pick("product", "products"),), 4,
+       INTEGER, (A, U), "licenses_held_by_active_users", (Pick("product", "products"),), 4,
        HOLDING | {"user_offboarded:with_license"}, ("product",)),
     # ----- task_tier 3: cross-modality (contract documents) ---------------------------------------
     _t("t3_contract_annual_value", "contract annual value", SPEND, 3,
@@ -391,7 +393,7 @@ TEMPLATES: tuple[Template, ...] = (
     _t("t3_vendor_contract_value", "annual value of a vendor's active contracts", SPEND, 3,
        "What is the total annual value, under their latest terms, of the contracts with vendor {vendor} "
        "that are active today (one of their recorded terms covers today)?",
-       MONEY, (CT,), "contract_annual_value", (Pick("vendor", "vendors"),), 3, CONTRACT_TERMS, ("vendor",)),
+       MONEY, (CT,), "vendor_active_contract_value", (Pick("vendor", "vendors"),), 3, CONTRACT_TERMS, ("vendor",)),
     _t("t3_committed_seat_gap", "committed seats vs assigned seats", SAVE, 3,
        "How many committed seats of the latest term of contract {contract} are not matched by licenses "
        "purchased under it and held by active users (committed seats minus those licenses; negative when "
@@ -419,7 +421,7 @@ TEMPLATES: tuple[Template, ...] = (
        ("contract",)),
     _t("t3_contract_vendor_name", "vendor of a contract", CRIT, 3,
        "What is the current name of the vendor of contract {contract}?",
-       TEXT, (CT, VD), "vendor_name", (Pick("contract", "contracts"),), 3, {"vendor_changed:renamed"},
+       TEXT, (CT, VD), "contract_vendor_name", (Pick("contract", "contracts"),), 3, {"vendor_changed:renamed"},
        ("contract",)),
     _t("t3_contracts_expiring", "contracts expiring within N days (list)", CRIT, 3,
        "Which contracts active today (one of their recorded terms covers today) have their last day between "
