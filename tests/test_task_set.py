@@ -194,6 +194,14 @@ def test_a_task_set_drawn_with_other_settings_is_out_of_date(default_set: Genera
     use_task_count(monkeypatch, 12, seed=3)
     assert outdated_task_sets(paths, [wanted]) == {
         wanted: "drawn with 4 tasks, seed 0; the deployment asks for 12 tasks, seed 3"}
+    # A file of an earlier format (here: a template's measure under its old name) is drawn again.
+    use_task_count(monkeypatch, 4)
+    path.write_text(path.read_text().replace('"measure":"', '"measure":"old_', 1))
+    assert outdated_task_sets(paths, [wanted]) == {wanted: "written in an earlier task format (its templates' "
+                                                           "fields changed since)"}
+    write_tasks(default_set.tasks[:4], path)
+    assert outdated_task_sets(paths, [wanted]) == {}
+    use_task_count(monkeypatch, 12, seed=3)
     # No finished run is looked up from it (the store is never reached: the settings are compared first).
     assert finished_run(None, None, "", None, path, drawn=(12, 3)) is None  # type: ignore[arg-type]
     assert finished_run(None, None, "", None, path, drawn=(4, 1)) is None  # type: ignore[arg-type]

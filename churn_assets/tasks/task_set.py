@@ -131,6 +131,16 @@ def read_tasks(path: Path) -> list[Task]:
     return tasks
 
 
+def in_current_format(path: Path) -> bool:
+    """Whether the task file at `path` reads back to exactly its bytes: False for a file written by an earlier
+    version (another field set, such as a template's measure renamed when measures were registered: issue 45) or
+    an unreadable one. Such a set is drawn again rather than reused with a hash today's code cannot reproduce."""
+    try:
+        return task_lines(read_tasks(path)).encode() == Path(path).read_bytes()
+    except (TaskSetError, OSError, KeyError):
+        return False
+
+
 def task_set_counts(tasks: Sequence[Task]) -> dict[str, dict[str, int]]:
     """Tasks per task_tier, intent and template (asset metadata and the CLI summary)."""
     return {
