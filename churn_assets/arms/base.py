@@ -16,6 +16,7 @@ no Dagster.
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from churn_assets.arms.agents.interface import Agent, AgentAnswer, StructuredToo
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.saas_client import TransportError
 from churn_assets.freshness.scenario import Scenario
+from churn_assets.grounding.measures import SemanticModel
 from churn_assets.grounding.router import Router
 from churn_assets.grounding.rows import Request, Row
 from churn_assets.grounding.traces import TraceEntry, disagreements, served_vintage
@@ -91,11 +93,15 @@ class TracedTools(StructuredTools, Protocol):
 
 class TracingTools:
     """The agent's structured tools over a router: every call is one traced retrieval. `serves` limits the
-    classes an arm may read (None: every class); a request for another class answers None."""
+    classes an arm may read (None: every class); a request for another class answers None. `semantic_model`: the
+    registry's measures, offered to an agent that can call them (arms with a semantic model; None: raw views only).
+    A measure reads through these same tools, so its reads are traced and restricted like any other."""
 
-    def __init__(self, router: Router, serves: frozenset[str] | None = None) -> None:
+    def __init__(self, router: Router, serves: frozenset[str] | None = None,
+                 semantic_model: SemanticModel | None = None) -> None:
         self.router = router
         self.serves = serves
+        self.semantic_model = semantic_model
         self.traces: list[TraceEntry] = []
 
     def retrieve(self, requests: Sequence[Request], note: str = "") -> list[list[Row] | None]:
@@ -163,6 +169,7 @@ class RouterArm(Arm):
     """An arm whose agent reads structured rows through the router."""
 
     serves: frozenset[str] | None = None  # classes the arm may read (None: all)
+    semantic: bool = False  # whether the arm offers the registry's measures to its agent (the grounding arms)
 
     def __init__(self, scenario: Scenario, router: Router) -> None:
         super().__init__(scenario)
@@ -173,7 +180,12 @@ class RouterArm(Arm):
         return dict(self.router.served) if self.router.served else {}
 
     def tools(self, question: str) -> TracedTools:
-        return TracingTools(self.router, self.serves)
+        return TracingTools(self.router, self.serves, self.semantic_model)
+
+    @functools.cached_property
+    def semantic_model(self) -> SemanticModel | None:
+        """The router registry's measures, when the arm offers them (built once per arm)."""
+        return SemanticModel(self.router.registry) if self.semantic else None
 
     def _answer(self, question: str) -> tuple[AgentAnswer, list[TraceEntry]]:
         tools = self.tools(question)

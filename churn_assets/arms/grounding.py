@@ -3,15 +3,16 @@
 - `grounding`: the registry, the router and the staged caches. Staged classes are served from their cache
   partition of the scenario's served-vintage map (the refresh policy's, computed by `freshness/`), live
   classes at T from their source (the SaaS API for utilization and tickets, the warehouse for consumption).
-  The agent's plan follows the template's registered measure: it reads every class the measure's definition
-  needs (docs/rules.md, "Registry coverage").
+  The agent's answer comes from the template's registered measure: it reads every class the measure's definition
+  needs (docs/rules.md, "Registry coverage"); a model-backed agent is offered the measures as an action or tool.
 - `grounding_no_freshness_tiers`: the same arm under policy `off`: every staged class served as of T'
   (live classes still at T).
-- `grounding_no_semantic_model`: no registry measures. The classes an answer may read come from a fixed
-  keyword map over the question text (`KEYWORD_CLASSES`); the router serves those classes whole (never a
-  computed measure), and a class the words do not name is not served, so the agent falls back as
-  docs/arms.md ("The deterministic agent") documents (e.g. "monthly license spend" names licenses and cost centers
-  but not prices or user status: licenses are priced at their purchase price, every holder counts as active).
+- `grounding_no_semantic_model`: no registry measures (a model-backed agent reads raw views only). The classes an
+  answer may read come from a fixed keyword map over the question text (`KEYWORD_CLASSES`); the router serves
+  those classes whole (the agent computes over them), and a class the words do not name is not served, so the
+  agent falls back as docs/arms.md ("The deterministic agent") documents (e.g. "monthly license spend" names
+  licenses and cost centers but not prices or user status: licenses are priced at their purchase price, every
+  holder counts as active).
 - `grounding_no_source_routing`: no routing: everything through the RAG corpus (`rag_index`) built at T',
   top-k fact records per question, answered by the extraction rule (`arms.extraction`). Its planned vintage
   is every class at T'.
@@ -41,6 +42,7 @@ class GroundingArm(RouterArm):
     """Serves `served`, the scenario plan's served-vintage map (planned once, by `freshness.scenario`)."""
 
     name = "grounding"
+    semantic = True  # the registry's measures are the agent's interface (docs/measures.md)
 
     def __init__(self, scenario: Scenario, registry: Registry, sources: Sources, served: Mapping[str, Day]) -> None:
         missing = [c for c in registry.classes if c not in served]
@@ -79,6 +81,7 @@ class NoSemanticModelArm(GroundingArm):
     """`grounding` without registry measures: reads only the classes the question's keywords name."""
 
     name = "grounding_no_semantic_model"
+    semantic = False
 
     def tools(self, question: str) -> Any:
         return TracingTools(self.router, keyword_classes(question))

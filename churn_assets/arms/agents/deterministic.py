@@ -48,7 +48,10 @@ class DeterministicAgent:
             return AgentAnswer(None, "unknown", None, parse_error=str(e))
         tmpl = parsed.template
         try:
-            result = self.semantic_model.call(tmpl.measure, parsed.params, today, tools)
+            # The arm's semantic model when it offers one (its router's registry), else the same measures run here
+            # over whatever the tools serve (an arm without one, e.g. the keyword ablation, with its fallbacks).
+            model = getattr(tools, "semantic_model", None) or self.semantic_model
+            result = model.call(tmpl.measure, parsed.params, today, tools)
         except MeasureArgumentError as e:
             raise AgentError(f"template {tmpl.template_id}: {e}") from None
         value = tmpl.answer.normalize(result.value)
