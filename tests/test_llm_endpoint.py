@@ -25,16 +25,10 @@ import pytest
 import yaml
 from test_llm_agent import PRICE_QUESTION, QUESTION, ROWS, FakeRouter, T
 
-from churn_assets.arms.agents.llm import (
-    PRICES_FILE,
-    REPEAT_TEMPERATURE,
-    RETRIEVE_TOOL,
-    LlmAgent,
-    LlmEndpointError,
-    LlmSettings,
-    repeat_seed,
-    search_tool,
-)
+from churn_assets.arms.agents.llm import LlmAgent, LlmEndpointError
+from churn_assets.arms.agents.llm_settings import REPEAT_TEMPERATURE, LlmSettings, repeat_seed
+from churn_assets.arms.agents.llm_tools import RETRIEVE_TOOL, search_tool
+from churn_assets.arms.agents.llm_usage import PRICES_FILE
 from churn_assets.arms.base import RouterArm, TracingTools
 from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.rows import VIEWS, Request
