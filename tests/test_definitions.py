@@ -101,7 +101,7 @@ def test_dagster_yaml_uses_psycopg2_and_postgres_storage(tmp_path: Path) -> None
     text = dagster_yaml_text(StatePaths.resolve(tmp_path), urls)
     assert 'postgres_url: "postgresql+psycopg2://postgres@/dagster?host=/x"' in text
     # an LLM run's line per answer (`evaluation/answer_lines.py`) is captured into the run's event log
-    assert yaml.safe_load(text)["python_logs"] == {"managed_python_loggers": ["churn_assets.answers"]}
+    assert yaml.safe_load(text)["python_logs"] == {"managed_python_loggers": ["churn_assets.evaluation.answer_lines"]}
 
 
 def _materialize(world_id: str, state: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-ANSWER_LOGGER = "churn_assets.answers"
+ANSWER_LOGGER = __name__  # churn_assets.evaluation.answer_lines
 logging.getLogger(ANSWER_LOGGER).setLevel(logging.INFO)
 
 
