@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from churn_assets.deployment import Calendar, DeploymentConfigError, deployment, parse_deployment
 from churn_assets.orchestration.assets.ledger import ledger, ledger_hash_chain
@@ -99,6 +100,8 @@ def test_dagster_yaml_uses_psycopg2_and_postgres_storage(tmp_path: Path) -> None
                        dagster_storage="postgresql://postgres@/dagster?host=/x", mongodb="mongodb://h:1/")
     text = dagster_yaml_text(StatePaths.resolve(tmp_path), urls)
     assert 'postgres_url: "postgresql+psycopg2://postgres@/dagster?host=/x"' in text
+    # an LLM run's line per answer (`evaluation/answer_lines.py`) is captured into the run's event log
+    assert yaml.safe_load(text)["python_logs"] == {"managed_python_loggers": ["churn_assets.evaluation.answer_lines"]}
 
 
 def _materialize(world_id: str, state: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:

@@ -27,23 +27,17 @@ from pydantic import Field
 
 from churn_assets.arms.agents.deterministic import DeterministicAgent
 from churn_assets.arms.agents.interface import AgentAnswer
-from churn_assets.arms.agents.llm import (
-    ANSWER_NOW,
+from churn_assets.arms.agents.llm import LlmAgent, LlmEndpointError, agent_for_scenario
+from churn_assets.arms.agents.llm_prompts import ANSWER_NOW, answer_text, stated_as_of
+from churn_assets.arms.agents.llm_settings import (
     ENV_API_KEY,
     ENV_BASE_URL,
     ENV_MODEL,
     ENV_OPENAI_API_KEY,
-    LlmAgent,
     LlmConfigError,
-    LlmEndpointError,
     LlmSettings,
-    Price,
-    agent_for_scenario,
-    answer_text,
-    price_for,
-    price_table,
-    stated_as_of,
 )
+from churn_assets.arms.agents.llm_usage import Price, price_for, price_table
 from churn_assets.arms.agents.local_models import LocalModelError
 from churn_assets.arms.base import RouterArm, TracingTools
 from churn_assets.arms.registry import define_scenario, scenario_from_json

@@ -25,16 +25,10 @@ import pytest
 import yaml
 from test_llm_agent import PRICE_QUESTION, QUESTION, ROWS, FakeRouter, T
 
-from churn_assets.arms.agents.llm import (
-    PRICES_FILE,
-    REPEAT_TEMPERATURE,
-    RETRIEVE_TOOL,
-    LlmAgent,
-    LlmEndpointError,
-    LlmSettings,
-    repeat_seed,
-    search_tool,
-)
+from churn_assets.arms.agents.llm import LlmAgent, LlmEndpointError
+from churn_assets.arms.agents.llm_settings import REPEAT_TEMPERATURE, LlmSettings, repeat_seed
+from churn_assets.arms.agents.llm_tools import RETRIEVE_TOOL, search_tool
+from churn_assets.arms.agents.llm_usage import PRICES_FILE
 from churn_assets.arms.base import RouterArm, TracingTools
 from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.rows import VIEWS, Request
@@ -460,3 +454,96 @@ def test_an_endpoint_that_ignores_the_schema_stops_the_run_in_one_line(endpoint:
     assert "\n" not in str(caught.value) and "invalid JSON replies in a row" in str(caught.value)
     assert len(endpoint.seen) == MAX_INVALID_REPLIES and router.calls == []
     assert "not JSON" in endpoint.bodies[-1]["messages"][-1]["content"]
+
+
+def _actions_allowed(schema: dict[str, Any]) -> set[str]:
+    """The `action` values a JSON schema of one turn lets through, read from the schema the server received
+    (not rebuilt with `action_schema`): each alternative must pin `action` (a const or an enum, required);
+    one that does not could be anything, the answer included ("*")."""
+    alternatives = schema.get("anyOf") or schema.get("oneOf") or [schema]
+    allowed: set[str] = set()
+    for alt in alternatives:
+        if "anyOf" in alt or "oneOf" in alt:
+            allowed |= _actions_allowed(alt)
+            continue
+        action = (alt.get("properties") or {}).get("action") or {}
+        pinned = [action["const"]] if "const" in action else action.get("enum")
+        allowed |= set(pinned) if pinned and "action" in alt.get("required", []) else {"*"}
+    return allowed
+
+
+@pytest.mark.parametrize("records", [False, True])
+def test_the_first_turn_sent_to_the_server_only_lets_the_model_read(endpoint: Endpoint, records: bool) -> None:
+    """The schema the endpoint receives on the first turn of the JSON loop (the request body, as llama.cpp would
+    turn it into a grammar) admits only the arm's read action: an answer before any read cannot be sampled.
+    The next turn admits the answer."""
+    import jsonschema
+
+    read = "search_records" if records else "retrieve"
+    read_action = ({"action": read, "query": "list price prd_0001", "k": 3} if records else
+                   {"action": read, "view": "holdings", "product": "prd_0001"})
+    answers = [{"action": "answer", "answer": 2, "data_as_of": "2024-04-27"},
+               {"action": "answer", "answer": "unknown", "data_as_of": None}]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        first = len(body["messages"]) == 2
+        return 200, text_reply(body, json.dumps(read_action if first else answers[0]), FINAL), {}
+
+    endpoint.respond = respond
+    llm = LlmAgent(json_settings(endpoint.base_url))
+    if records:
+        llm.answer_from_records(PRICE_QUESTION, T, lambda query, kinds, k: [])
+    else:
+        llm.answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+    first, second = endpoint.bodies
+    assert "tools" not in first and first["response_format"]["type"] == "json_schema"
+    sent = first["response_format"]["json_schema"]["schema"]
+    assert _actions_allowed(sent) == {read}
+    jsonschema.validate(read_action, sent)  # the read the model made is one the grammar allows
+    for answer in answers:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(answer, sent)
+    then = second["response_format"]["json_schema"]["schema"]
+    assert _actions_allowed(then) == {read, "answer"}
+    for answer in answers:
+        jsonschema.validate(answer, then)
+
+
+def test_actions_allowed_reads_an_open_schema_as_anything() -> None:
+    """The check above fails for a schema that does not pin the action (as an unconstrained turn would be)."""
+    assert _actions_allowed({"type": "object"}) == {"*"}
+    assert _actions_allowed({"anyOf": [{"properties": {"action": {"const": "retrieve"}}, "required": ["action"]},
+                                       {"properties": {"action": {"type": "string"}}}]}) == {"retrieve", "*"}
+    assert _actions_allowed({"anyOf": [{"properties": {"action": {"const": "answer"}}}]}) == {"*"}  # not required
+
+
+def test_the_repeat_seed_reaches_every_request_of_the_json_loop_through_agent_for_scenario(
+        endpoint: Endpoint) -> None:
+    """As `eval_run` builds each repeat's agent (`agent_for_scenario(..., sampling=settings.sampling(experiment,
+    r))`): every request body of a task, the read turn and the answer turn, carries the repeat's `seed` and the
+    settings' temperature; another repeat sends another seed."""
+    from churn_assets.arms.agents.llm import agent_for_scenario
+    from churn_assets.arms.agents.llm_settings import ENV_BASE_URL, ENV_MAX_TOKENS, ENV_MODE, ENV_MODEL
+
+    env = {ENV_BASE_URL: endpoint.base_url, ENV_MODEL: "qwen2.5-coder-0.5b", ENV_MODE: "json", ENV_MAX_TOKENS: "256"}
+    settings = LlmSettings.from_env(env)
+    assert settings == json_settings(endpoint.base_url)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        action: dict[str, Any] = ({"action": "retrieve", "view": "users"} if len(body["messages"]) == 2 else
+                                  {"action": "answer", "answer": 2, "data_as_of": None})
+        return 200, text_reply(body, json.dumps(action), FINAL), {}
+
+    endpoint.respond = respond
+    experiment = "0123456789abcdef"
+    sent: dict[int, list[tuple[float, int]]] = {}
+    for repeat in (0, 3):
+        endpoint.seen.clear()
+        agent = agent_for_scenario(settings.agent_id, settings.to_json(), env,
+                                   sampling=settings.sampling(experiment, repeat))
+        agent.answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+        assert len(endpoint.bodies) == 2
+        sent[repeat] = [(b["temperature"], b["seed"]) for b in endpoint.bodies]
+    for repeat, pairs in sent.items():
+        assert pairs == [(REPEAT_TEMPERATURE, repeat_seed(experiment, repeat))] * 2
+    assert repeat_seed(experiment, 0) != repeat_seed(experiment, 3)

@@ -13,14 +13,9 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from test_llm_agent import PRICE_QUESTION, QUESTION, SETTINGS, FakeRouter, T, agent, usage
 
 from churn_assets.arms.agents import json_actions
-from churn_assets.arms.agents.llm import (
-    ANSWER_NOW_JSON,
-    JSON_ACTIONS,
-    MAX_INVALID_REPLIES,
-    LlmReplyError,
-    LlmSettings,
-    system_prompt,
-)
+from churn_assets.arms.agents.llm import MAX_INVALID_REPLIES, LlmReplyError
+from churn_assets.arms.agents.llm_prompts import ANSWER_NOW_JSON, system_prompt
+from churn_assets.arms.agents.llm_settings import JSON_ACTIONS, LlmSettings
 from churn_assets.arms.base import TracingTools
 from churn_assets.grounding.rows import VIEWS, Request
 
@@ -77,7 +72,7 @@ def test_reads_are_traced_requests_and_the_answer_is_read_with_the_templates_typ
 
 def test_each_view_takes_only_its_filters() -> None:
     """One retrieve action per view: a read the grammar lets through is a request the router takes."""
-    from churn_assets.arms.agents.llm import VIEW_DOCS, request_of
+    from churn_assets.arms.agents.llm_tools import VIEW_DOCS, request_of
 
     assert set(json_actions.VIEW_FILTERS) == set(VIEWS)
     for view, (required, optional) in json_actions.VIEW_FILTERS.items():
@@ -184,7 +179,7 @@ def test_the_system_prompt_is_one_per_arm_and_mode() -> None:
 
 
 def test_local_settings_hash_the_model_file_and_the_server_not_its_url() -> None:
-    from churn_assets.arms.agents.llm import LocalServer
+    from churn_assets.arms.agents.llm_settings import LocalServer
 
     sha = "ab" * 32
     local = LlmSettings(None, "smollm2-135m", mode=JSON_ACTIONS, local=LocalServer(sha, "xllamacpp 1.0"))

@@ -286,3 +286,29 @@ def test_rows_record_the_stated_as_of_day_and_an_exhausted_budget(world, tmp_pat
         "budget_exhausted", None, "a 31st read")
     assert all(r["budget_error"] is None for r in rows if r is not exhausted)
     assert summary["verdicts"]["budget_exhausted"] == 1 and summary["tasks"] == len(tasks)
+
+
+def test_a_model_agent_run_logs_a_line_per_answer_and_the_deterministic_agent_none(world, tmp_path: Path,
+                                                                                    caplog) -> None:
+    """Issue 45: an LLM run says n of N, the verdict, seconds and an ETA as each answer is scored; the
+    deterministic agent's runs (milliseconds per answer) stay quiet."""
+    import logging
+
+    from churn_assets.evaluation.answer_lines import ANSWER_LOGGER
+
+    _records, resolver, tasks = world
+    tasks = tasks[:4]
+    planned = served_vintage(load_registry(), T_PRIME, T, Tiered())
+    llm = RunSpec(Scenario("default-s42-test00", "grounding", "tiered", T_PRIME, T, agent_id="llm-abc123",
+                           model_settings={"model": "m"}), "cafe", task_set_hash(tasks))
+    store = ResultsStore(tmp_path / "llm")
+    with caplog.at_level(logging.INFO, logger=ANSWER_LOGGER):
+        evaluate(ScriptedArm("grounding", resolver, planned), tasks, resolver, store, llm, code="git-test")
+        verdicts = [row["verdict"] for row in store.read_tasks(llm.key("git-test"))]
+        lines = [r.getMessage() for r in caplog.records if r.name == ANSWER_LOGGER]
+        assert [line.split(",")[0] for line in lines] == [f"answer {n} of 4: {v}" for n, v in enumerate(verdicts, 1)]
+        assert "0.0 s; ETA " in lines[0] and "; done in " in lines[-1]  # ScriptedAnswer: 1 ms per answer
+        caplog.clear()
+        evaluate(ScriptedArm("grounding", resolver, planned), tasks, resolver, ResultsStore(tmp_path / "det"),
+                 _spec("grounding", "tiered", tasks), code="git-test")
+        assert [r for r in caplog.records if r.name == ANSWER_LOGGER] == []

@@ -61,7 +61,7 @@ def test_the_registry_and_the_deployment_config(tmp_path: Path) -> None:
 
 
 def test_the_price_table_and_the_saas_keys(tmp_path: Path) -> None:
-    from churn_assets.arms.agents.llm import price_table
+    from churn_assets.arms.agents.llm_usage import price_table
     from saas_mock.config import SaasConfigError, parse_keys
 
     prices = tmp_path / "prices.yaml"

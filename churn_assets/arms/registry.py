@@ -134,7 +134,7 @@ def define_scenario(world_id: str, arm: str, policy: str, t_prime: Day, t: Day, 
     # a TTL for a class the registry does not cache is refused here, before the scenario is registered
     check_policy_classes(scenario.parsed_policy, load_registry())
     if agent_id != DETERMINISTIC_AGENT:
-        from churn_assets.arms.agents.llm import check_agent_settings
+        from churn_assets.arms.agents.llm_settings import check_agent_settings
 
         try:  # the stored settings must hash to the agent id of the key
             check_agent_settings(agent_id, model_settings)

@@ -72,13 +72,19 @@ def experiment_lines(e: Mapping[str, Any] | None) -> list[str]:
     return [*([first] if first else []), efficiency_line(e), awareness_line(e)]
 
 
+def verdict_label(verdict: str) -> str:
+    """A verdict's name in a result line: the first word of the verdict (`budget_exhausted`: budget)."""
+    return verdict.split("_")[0]
+
+
 def result_line(s: dict[str, Any]) -> str:
-    """A run's figures on one line (verdict counts, exposure, prediction)."""
+    """A run's figures on one line: the count of every verdict of `verdicts.VERDICTS`, in its order (a verdict
+    absent from a summary recorded before it existed counts 0), exposure, prediction."""
+    from churn_assets.evaluation.verdicts import VERDICTS
+
     v = s["verdicts"]
-    return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  correct {v['correct']:3d}  "
-            f"freshness {v['freshness_error']:3d}  "
-            f"mixed {v['mixed_vintage_error']:3d}  reasoning {v['reasoning_error']:3d}  parse {v['parse_failure']:2d}  "
-            f"transport {v['transport_failure']:2d}  unattributed {v['unattributed_error']:2d}  "
+    counts = "  ".join(f"{verdict_label(name)} {v.get(name, 0):3d}" for name in VERDICTS)
+    return (f"accuracy {100 * (s['accuracy'] or 0):5.1f}%  {counts}  "
             f"exposure {s['exposure']}  prediction {s['prediction']} {interval(s)}")
 
 

@@ -45,7 +45,7 @@ def llm_settings(agent: str | None, gguf: str | None, echo: Any = click.echo) ->
         os.environ[ENV_GGUF] = gguf  # worker processes and the in-process materializations read it too
     if agent != "llm":
         return None
-    from churn_assets.arms.agents.llm import LlmSettings
+    from churn_assets.arms.agents.llm_settings import LlmSettings
 
     settings = LlmSettings.from_env()
     echo(f"agent {settings.agent_id}: {settings.describe()}, {settings.mode} loop")

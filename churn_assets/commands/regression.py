@@ -49,7 +49,7 @@ def regression(update_baseline: bool, baseline: str | None, workers: int, agent:
 
     paths = StatePaths.resolve()
     if agent == "llm":
-        from churn_assets.arms.agents.llm import LlmSettings
+        from churn_assets.arms.agents.llm_settings import LlmSettings
         from churn_assets.orchestration.definitions import defs_for
         from churn_assets.orchestration.materialize import open_session
         from churn_assets.orchestration.regression import run_stochastic_regression

@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
+import logging
 import statistics
 import time
 from collections import Counter
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from churn_assets.errors import DataIntegrityError, UserFacingError, add_context
+from churn_assets.evaluation.answer_lines import ANSWER_LOGGER, answer_line
 from churn_assets.evaluation.awareness import staleness_awareness
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.efficiency import efficiency_summary, seconds_summary
@@ -48,7 +51,7 @@ from churn_assets.evaluation.results import (
     package_versions,
 )
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, TRANSPORT_FAILURE, VERDICTS, Outcome, score
-from churn_assets.freshness.scenario import Scenario, ScenarioPlan
+from churn_assets.freshness.scenario import DETERMINISTIC_AGENT, Scenario, ScenarioPlan
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task, TaskSetError, drawn_with, read_tasks, task_set_hash
@@ -310,12 +313,20 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
     known: RunExposure | None = None if isinstance(exposure, Future) else exposure
     exposed = {te.task_id: te.exposed for te in known.tasks} if known else {}
     unscored: list[tuple[Task, AnswerLike]] = []  # answered while the exposure is still being computed
+    # A stochastic agent's answers take seconds each: one line per answer once it is scored (`answer_lines.py`).
+    lines: dict[str, Callable[[str], str]] = {}  # task id -> its line, given the verdict
+    log_answers = spec.scenario.agent_id != DETERMINISTIC_AGENT
+    run_started, answered = time.perf_counter(), 0
 
     def score_unscored() -> None:
         while unscored:  # in order; a row whose write fails stays first (and is never written twice)
             task, answer = unscored[0]
-            writer.append(score_answer(resolver, task, answer, planned, exposed.get(task.task_id)))
+            row = score_answer(resolver, task, answer, planned, exposed.get(task.task_id))
+            writer.append(row)
             unscored.pop(0)
+            line = lines.pop(task.task_id, None)
+            if line is not None:
+                logging.getLogger(ANSWER_LOGGER).info(line(str(row["verdict"])))
 
     def exposure_known(wait: bool) -> bool:
         nonlocal computing, known, exposed
@@ -358,6 +369,11 @@ def _answer_all(arm: ArmLike, tasks: Sequence[Task], resolver: GoldResolver, wri
                 raise
             unscored.append((task, answer))
             latencies[task.task_id] = float(answer.timings_ms.get("total", 0.0))
+            if log_answers:
+                answered += 1
+                seconds = latencies[task.task_id] / 1000.0 if "total" in answer.timings_ms else None
+                lines[task.task_id] = functools.partial(answer_line, i + 1, len(tasks), seconds=seconds,
+                                                        elapsed=time.perf_counter() - run_started, answered=answered)
             if content_check is not None:
                 checked(content_check.poll)
             if exposure_known(wait=False):

@@ -86,7 +86,7 @@ if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnb
 
     import dagster as dg
 
-    from churn_assets.arms.agents.llm import LlmSettings
+    from churn_assets.arms.agents.llm_settings import LlmSettings
     from churn_assets.freshness.scenario import Scenario, ScenarioInput
     from churn_assets.orchestration.materialize import Session
     from churn_assets.orchestration.scenario_materializer import Step, StepResult

@@ -235,7 +235,7 @@ def build_scenario_inputs(context: dg.OpExecutionContext, config: ScenarioConfig
         scenario = load_scenario(paths, config.scenario)
         llm = None
         if scenario.agent_id != DETERMINISTIC_AGENT:
-            from churn_assets.arms.agents.llm import LlmSettings
+            from churn_assets.arms.agents.llm_settings import LlmSettings
 
             llm = LlmSettings.from_env()
         session = Session(paths, state.service_urls(), context.instance)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from churn_assets.arms.agents.llm import LlmSettings
+from churn_assets.arms.agents.llm_settings import LlmSettings
 from churn_assets.arms.registry import ARMS
 from churn_assets.evaluation.repeats import verdict_matrix
 from churn_assets.evaluation.results import code_version

@@ -4,6 +4,7 @@ through `run_scenario`."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -25,6 +26,7 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     (the experiment's figures over the K repeats, `evaluation/repeats.py`, without the per-task part).
     `fields`: how the caller names the request's parts in a refusal (`evaluation.requests.Fields`; the command
     line's by default)."""
+    from churn_assets.evaluation.answer_lines import answer_lines_to
     from churn_assets.evaluation.requests import CLI_FIELDS, Request
     from churn_assets.evaluation.verdicts import STALE_VERDICTS
     from churn_assets.orchestration.materialize import (
@@ -56,7 +58,9 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         started = time.perf_counter()
         eval_tags = {**{k: v for k, v in (tags or {}).items() if k != REPEATS_TAG}, **repeats_tags(repeats),
                      **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})}
-        [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None)
+        # an LLM agent's run shows a line per answer as it goes (n of N, verdict, seconds, ETA)
+        with answer_lines_to(lambda line: echo(f"  {line}")) if llm is not None else contextlib.nullcontext():
+            [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None)
         seconds = time.perf_counter() - started
         # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
         # an earlier code version under the same scenario key.

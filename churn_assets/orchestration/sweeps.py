@@ -28,7 +28,7 @@ from concurrent.futures import as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.arms.agents.llm import LlmSettings
+from churn_assets.arms.agents.llm_settings import LlmSettings
 from churn_assets.deployment import task_settings
 from churn_assets.evaluation.catalog import delete_scenario_runs
 from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, Fields

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from churn_assets.evaluation.answer_lines import ANSWER_LOGGER
 from churn_assets.services.base import ServiceUrls, with_driver
 from churn_assets.state import StatePaths, atomic_write_text
 
@@ -25,6 +26,10 @@ def dagster_yaml_text(paths: StatePaths, urls: ServiceUrls) -> str:
         "run_launcher:\n"
         "  module: churn_assets.orchestration.run_launcher\n"
         "  class: PreloadedRunLauncher\n"
+        # An LLM run's line per answer (`evaluation/answer_lines.py`) in the run's event log.
+        "python_logs:\n"
+        "  managed_python_loggers:\n"
+        f"    - {ANSWER_LOGGER}\n"
         "telemetry:\n"
         "  enabled: false\n"
         "nux:\n"

@@ -17,7 +17,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.arms.agents.llm import price_for, system_prompt, task_prompt
+from churn_assets.arms.agents.llm_prompts import system_prompt, task_prompt
+from churn_assets.arms.agents.llm_usage import price_for
 
 CHARS_PER_TOKEN = 4
 TYPICAL_TOOL_ROUNDS = 2

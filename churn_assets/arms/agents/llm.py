@@ -34,80 +34,66 @@ that does not honour the schema) unless every one was cut at `max_tokens` (the m
 encodings), cost from `prices.yaml` (its header states the lookup rule; an unpriced model has cost None, never a
 guessed 0), and the wall time of the answer and of its model calls are recorded beside them (`TokenUsage`).
 
-The agent-id is `llm-<hash6>`: the first six hex digits of the SHA-256 of the canonical JSON of the model
-settings: endpoint and model, or for the local server the GGUF file's SHA-256, the runtime version, `n_ctx` and
-threads (never its URL or port, so a stored scenario runs again after the server restarted elsewhere); the mode,
-sampling, bounds, rows shown per read, and the prompt version. The API key never enters the settings, a hash or
-a file. An endpoint that fails (unreachable, refused key, unknown model, a local server that died) stops the run
-with `LlmEndpointError`, never a scored answer: the run resumes from its checkpoint once the endpoint answers.
+The settings and the agent id (`llm-<hash6>`) are in `agents/llm_settings.py`, the tools the model sees and the
+JSON of what it reads back in `agents/llm_tools.py`, the prompts in `agents/llm_prompts.py`, the token, cost and
+time accounting in `agents/llm_usage.py`; this module holds the agent and its two loops. An endpoint that fails
+(unreachable, refused key, unknown model, a local server that died) stops the run with `LlmEndpointError`, never
+a scored answer: the run resumes from its checkpoint once the endpoint answers.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import os
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from churn_assets.arms.agents import json_actions
-from churn_assets.arms.agents.interface import (
-    AgentAnswer,
-    AgentError,
-    RecordSearch,
-    StructuredTools,
-    TokenUsage,
+from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch, StructuredTools
+from churn_assets.arms.agents.llm_prompts import (
+    ANSWER_NOW,
+    ANSWER_NOW_JSON,
+    answer_format,
+    answer_text,
+    stated_as_of,
+    system_prompt,
+    task_prompt,
 )
-from churn_assets.arms.agents.local_models import LocalGguf, find_gguf, resolve_gguf, runtime_version
-from churn_assets.arms.extraction import RECORD_CLASSES, K
-from churn_assets.canonical import canonical_json, sha256_hex
+from churn_assets.arms.agents.llm_settings import (
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODE,
+    ENV_MODEL,
+    ENV_OPENAI_API_KEY,
+    JSON_ACTIONS,
+    LlmConfigError,
+    LlmSettings,
+    Sampling,
+    api_key_from_env,
+)
+
+# `as`: also imported from here by orchestration/assets/evaluation.py (to move to llm_settings with that module)
+from churn_assets.arms.agents.llm_settings import check_agent_settings as check_agent_settings
+from churn_assets.arms.agents.llm_tools import (
+    RETRIEVE_TOOL,
+    ToolArgumentError,
+    read_day,
+    record_json,
+    request_of,
+    rows_json,
+    search_tool,
+)
+from churn_assets.arms.agents.llm_usage import Meter, Price, price_for
+from churn_assets.arms.agents.local_models import LocalGguf, find_gguf, runtime_version
+from churn_assets.arms.extraction import RECORD_CLASSES
+from churn_assets.canonical import canonical_json
 from churn_assets.fabric.saas_client import SaasRequestError, TransportError
-from churn_assets.freshness.scenario import LLM_AGENT_ID_RE
-from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
 from churn_assets.tasks.parser import QuestionParseError, parse_question
-from churn_assets.unique_keys import load_yaml
 from churn_assets.world.calendar import Day
 
-ENV_BASE_URL = "CHURNBENCH_LLM_BASE_URL"
-ENV_MODEL = "CHURNBENCH_LLM_MODEL"
-ENV_API_KEY = "CHURNBENCH_LLM_API_KEY"
-ENV_OPENAI_API_KEY = "OPENAI_API_KEY"  # read when CHURNBENCH_LLM_API_KEY is not set
-ENV_MODE = "CHURNBENCH_LLM_MODE"
-ENV_TEMPERATURE = "CHURNBENCH_LLM_TEMPERATURE"
-ENV_MAX_TOKENS = "CHURNBENCH_LLM_MAX_TOKENS"
-ENV_MAX_TOOL_ROUNDS = "CHURNBENCH_LLM_MAX_TOOL_ROUNDS"
-ENV_MAX_TOOL_CALLS = "CHURNBENCH_LLM_MAX_TOOL_CALLS"
-ENV_MAX_ROWS = "CHURNBENCH_LLM_MAX_ROWS"
-ENV_SEED = "CHURNBENCH_LLM_SEED"
-ENV_N_CTX = "CHURNBENCH_LLM_N_CTX"
-ENV_THREADS = "CHURNBENCH_LLM_THREADS"
-
-# Bumped whenever a system prompt, a tool description or the action schema changes: it is part of the settings,
-# so the agent-id (and the experiment hash) changes with them.
-PROMPT_VERSION = "2"
-PRICES_FILE = Path(__file__).with_name("prices.yaml")
-ANSWER_NOW = ("You have used every read this task allows. Answer now from what the reads returned, on a last line "
-              "'ANSWER: <value>' (and 'DATA_AS_OF: <YYYY-MM-DD>').")
-ANSWER_NOW_JSON = 'You have used every read this task allows. Reply now with the answer action.'
 NO_KEY = "not-set"  # sent when no key is configured (local endpoints such as vLLM or Ollama need none)
-TOOLS, JSON_ACTIONS = "tools", "json"
-MODES = (TOOLS, JSON_ACTIONS)
 MAX_INVALID_REPLIES = 3  # invalid JSON replies in a row, within one task, before the loop gives up
-# The local server's defaults: a read of at most 50 rows is about 1.4k tokens, so the system prompt (about 0.9k),
-# four reads with their actions and the answer fit the 8k context (a fifth read would not: measured, docs/llm.md).
-LOCAL_DEFAULTS: dict[str, Any] = {"mode": JSON_ACTIONS, "max_tokens": 256, "max_rows_per_call": 50,
-                                  "max_tool_rounds": 4}
-LOCAL_N_CTX, LOCAL_THREADS = 8192, 1  # one inference thread: faster than two on a shared 2-core machine
-
-
-class LlmConfigError(AgentError):
-    """LLM settings that are missing, malformed, or differ from the ones a scenario was defined with."""
 
 
 class LlmEndpointError(AgentError):
@@ -122,200 +108,6 @@ class LlmReplyError(AgentError):
 class RequestRefused(Exception):
     """The endpoint answered 400 to one conversation (too long for the model's context, say): that task gets
     no answer (scored `parse_failure`), the run goes on. Any other endpoint failure stops the run."""
-
-
-NO_ENDPOINT = (f"set {ENV_BASE_URL} (an OpenAI-compatible endpoint, e.g. http://localhost:8000/v1) and "
-               f"{ENV_MODEL} (a model it serves); the API key is read from {ENV_API_KEY} or {ENV_OPENAI_API_KEY}. "
-               f"Unset, the local model serves (bash scripts/install.sh --llm smollm2-135m installs one)")
-
-
-# ---------------------------------------------------------------------------------------------------
-# settings and the agent-id
-# ---------------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------------
-# sampling per repeat (issue 33): one place, used by `LlmSettings.sampling`
-# ---------------------------------------------------------------------------------------------------
-
-# Repeats of a stochastic agent sample: the default temperature (in the agent id, as every setting is).
-REPEAT_TEMPERATURE = 0.7
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """What one repeat's model requests carry: OpenAI-compatible `temperature` and `seed` (llama.cpp's server
-    honours both)."""
-
-    temperature: float
-    seed: int
-
-
-def repeat_seed(experiment_hash: str, repeat: int) -> int:
-    """The request seed of repeat `repeat` of an experiment: the first 31 bits of SHA-256 of
-    `<experiment hash>/repeat/<repeat>` (a non-negative 32-bit integer, as every server takes). The experiment
-    hash covers the agent id, so two agents, or two scenarios, never share a seed sequence."""
-    return int(sha256_hex(f"{experiment_hash}/repeat/{repeat}")[:8], 16) & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class LocalServer:
-    """The embedded llama.cpp server's share of the settings: what it serves and how, never where."""
-
-    gguf_sha256: str
-    runtime: str  # `xllamacpp <version>`
-    n_ctx: int = LOCAL_N_CTX
-    threads: int = LOCAL_THREADS
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[0-9a-f]{64}", self.gguf_sha256):
-            raise LlmConfigError(f"gguf_sha256 {self.gguf_sha256!r} is not a SHA-256 in hex")
-        if int(self.n_ctx) < 512:
-            raise LlmConfigError(f"n_ctx must be at least 512, got {self.n_ctx}")
-        if int(self.threads) < 1:
-            raise LlmConfigError(f"threads must be at least 1, got {self.threads}")
-
-
-@dataclass(frozen=True)
-class LlmSettings:
-    """Everything about the model that can change an answer; the API key is deliberately not here. `base_url`
-    None: the embedded local server, described by `local`.
-
-    `temperature` is the repeats' sampling temperature (default `REPEAT_TEMPERATURE`). `seed`
-    (CHURNBENCH_LLM_SEED) is part of the agent id, and so of the experiment hash every repeat's request seed
-    derives from (`sampling`): setting it draws another sequence of seeds; in a run, requests never carry it
-    as it is."""
-
-    base_url: str | None
-    model: str
-    mode: str = TOOLS
-    temperature: float = REPEAT_TEMPERATURE
-    max_tokens: int = 1024  # per model call
-    max_tool_rounds: int = 8  # model turns that may read; the next one must answer
-    max_tool_calls: int = 30  # reads per task in all (the budget: whichever of the two is hit first)
-    max_rows_per_call: int = 500  # rows a `retrieve` shows the model (the rest: "truncated", narrow the filters)
-    max_records_per_search: int = K  # k of `search_records` is clamped to this (the extraction rule's K)
-    seed: int | None = None  # a salt of the repeat seeds (see the class doc)
-    prompt_version: str = PROMPT_VERSION
-    local: LocalServer | None = None
-
-    def __post_init__(self) -> None:
-        base_url = self.base_url.strip().rstrip("/") if self.base_url is not None else None
-        object.__setattr__(self, "base_url", base_url or None)
-        object.__setattr__(self, "model", self.model.strip())
-        object.__setattr__(self, "temperature", round(float(self.temperature), 3))
-        if self.local is None and not (base_url and self.model):
-            raise LlmConfigError(f"no LLM endpoint configured: {NO_ENDPOINT}")
-        if self.local is not None and base_url:
-            raise LlmConfigError("a model is either at an endpoint (base_url) or served locally (local), not both")
-        if not self.model:
-            raise LlmConfigError("the model has no name")
-        if base_url and not re.match(r"https?://", base_url):
-            raise LlmConfigError(f"{ENV_BASE_URL}={base_url!r} is not an http(s) URL")
-        if self.mode not in MODES:
-            raise LlmConfigError(f"mode {self.mode!r} is not one of {', '.join(MODES)} ({ENV_MODE})")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise LlmConfigError(f"temperature {self.temperature} is outside [0, 2]")
-        for name in ("max_tokens", "max_tool_rounds", "max_tool_calls", "max_rows_per_call",
-                     "max_records_per_search"):
-            if int(getattr(self, name)) < 1:
-                raise LlmConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-
-    def to_json(self) -> dict[str, Any]:
-        """The settings as stored in a scenario definition and hashed into the experiment (no key, no URL of the
-        local server)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> LlmSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise LlmConfigError(f"unknown model settings {unknown} (known: {', '.join(sorted(known))})")
-        fields = dict(d)
-        if isinstance(fields.get("local"), Mapping):
-            local = dict(fields["local"])
-            extra = sorted(set(local) - {f.name for f in dataclasses.fields(LocalServer)})
-            if extra:
-                raise LlmConfigError(f"unknown local model settings {extra}")
-            fields["local"] = LocalServer(**local)
-        return cls(**fields)
-
-    @property
-    def agent_id(self) -> str:
-        """`llm-<first 6 hex of the SHA-256 of the canonical JSON of the settings>` (the key is not in them)."""
-        return "llm-" + sha256_hex(canonical_json(self.to_json()))[:6]
-
-    @property
-    def read_budget(self) -> int:
-        """Reads a task may make: one per turn in the JSON loop, so the smaller of the two bounds."""
-        return min(self.max_tool_rounds, self.max_tool_calls)
-
-    def describe(self) -> str:
-        if self.local is not None:
-            return (f"local model {self.model} (GGUF sha256 {self.local.gguf_sha256[:12]}, {self.local.runtime}, "
-                    f"n_ctx {self.local.n_ctx}, {self.local.threads} thread(s))")
-        return f"model {self.model} at {self.base_url}"
-
-    def sampling(self, experiment_hash: str, repeat: int) -> Sampling:
-        """What repeat `repeat` of the experiment `experiment_hash` sends: the settings' temperature and the
-        repeat's own seed (`repeat_seed`)."""
-        return Sampling(self.temperature, repeat_seed(experiment_hash, repeat))
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LlmSettings:
-        """Settings from CHURNBENCH_LLM_*: the endpoint of CHURNBENCH_LLM_BASE_URL and _MODEL when set, else the
-        local model (CHURNBENCH_LLM_GGUF, else the first installed packaged one: a one-line error naming the
-        install command when there is none)."""
-        env = os.environ if env is None else env
-        base_url, model = env.get(ENV_BASE_URL, "").strip(), env.get(ENV_MODEL, "").strip()
-        extra = _numbers_from_env(env, ((ENV_TEMPERATURE, "temperature", float), (ENV_MAX_TOKENS, "max_tokens", int),
-                                        (ENV_MAX_TOOL_ROUNDS, "max_tool_rounds", int),
-                                        (ENV_MAX_TOOL_CALLS, "max_tool_calls", int),
-                                        (ENV_MAX_ROWS, "max_rows_per_call", int), (ENV_SEED, "seed", int)))
-        if env.get(ENV_MODE, "").strip():
-            extra["mode"] = env[ENV_MODE].strip()
-        if base_url:
-            if not model:
-                raise LlmConfigError(f"no LLM endpoint configured ({ENV_MODEL} not set): {NO_ENDPOINT}")
-            return cls(base_url, model, **extra)
-        if model:
-            raise LlmConfigError(f"{ENV_MODEL}={model!r} names a model of an endpoint, but {ENV_BASE_URL} is not "
-                                 "set: set it too, or unset both for the local model")
-        found = resolve_gguf(env)
-        server = _numbers_from_env(env, ((ENV_N_CTX, "n_ctx", int), (ENV_THREADS, "threads", int)))
-        local = LocalServer(found.sha256, runtime_version(), **server)
-        return cls(None, found.name, **{**LOCAL_DEFAULTS, **extra}, local=local)
-
-
-def _numbers_from_env(env: Mapping[str, str], specs: Sequence[tuple[str, str, type]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for var, name, kind in specs:
-        raw = env.get(var, "").strip()
-        if raw:
-            try:
-                out[name] = kind(raw)
-            except ValueError:
-                raise LlmConfigError(f"{var}={raw!r} is not a{'n integer' if kind is int else ' number'}") from None
-    return out
-
-
-def api_key_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """The endpoint's key: CHURNBENCH_LLM_API_KEY, else OPENAI_API_KEY, else None. Never stored or hashed."""
-    env = os.environ if env is None else env
-    return env.get(ENV_API_KEY) or env.get(ENV_OPENAI_API_KEY) or None
-
-
-def check_agent_settings(agent_id: str, model_settings: Mapping[str, Any] | None) -> LlmSettings:
-    """The stored settings of an `llm-xxxxxx` agent, checked against the id they must hash to."""
-    if not LLM_AGENT_ID_RE.fullmatch(agent_id):
-        raise LlmConfigError(f"agent {agent_id!r} is neither det nor llm-<6 hex digits>")
-    if not model_settings:
-        raise LlmConfigError(f"agent {agent_id} has no stored model settings")
-    settings = LlmSettings.from_json(model_settings)
-    if settings.agent_id != agent_id:
-        raise LlmConfigError(f"the stored model settings hash to {settings.agent_id}, not {agent_id}")
-    return settings
 
 
 LocalServe = Callable[[LlmSettings, LocalGguf], str]  # settings, the GGUF file -> the running server's base URL
@@ -347,288 +139,6 @@ def agent_for_scenario(agent_id: str, model_settings: Mapping[str, Any] | None,
     return LlmAgent(stored, api_key=api_key_from_env(env), **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------------
-# prices
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Price:
-    """US dollars per 1 million tokens."""
-
-    input: float
-    output: float
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return round(input_tokens / 1e6 * self.input + output_tokens / 1e6 * self.output, 6)
-
-
-@cache
-def price_table(path: Path = PRICES_FILE) -> dict[str, Price]:
-    data = load_yaml(path.read_text(), str(path)) or {}
-    return {str(name): Price(float(p["input"]), float(p["output"])) for name, p in (data.get("models") or {}).items()}
-
-
-def price_for(model: str, table: Mapping[str, Price] | None = None) -> Price | None:
-    """The rule of `prices.yaml`: drop a `provider/` prefix; the exact name; else the longest listed name
-    followed by "-" that the model name starts with; else None (unpriced)."""
-    table = price_table() if table is None else table
-    name = model.rsplit("/", 1)[-1]
-    if name in table:
-        return table[name]
-    prefixes = [k for k in table if name.startswith(k + "-")]
-    return table[max(prefixes, key=len)] if prefixes else None
-
-
-class _Meter:
-    """Token accounting and wall time over one answer's model calls."""
-
-    def __init__(self, model: str, price: Price | None) -> None:
-        self.model, self.price = model, price
-        self.calls = self.input_tokens = self.output_tokens = self.tool_calls = self.unreported = 0
-        self.started = time.perf_counter()
-        self.model_seconds = 0.0
-
-    def add(self, reply: Any, seconds: float = 0.0) -> None:
-        self.calls += 1
-        self.model_seconds += seconds
-        usage = getattr(reply, "usage_metadata", None)
-        if not usage:
-            self.unreported += 1
-            return
-        self.input_tokens += int(usage.get("input_tokens") or 0)
-        self.output_tokens += int(usage.get("output_tokens") or 0)
-
-    def usage(self) -> TokenUsage:
-        cost = None if self.price is None else self.price.cost(self.input_tokens, self.output_tokens)
-        return TokenUsage(self.model, self.calls, self.input_tokens, self.output_tokens, self.tool_calls, cost,
-                          self.unreported, seconds=round(time.perf_counter() - self.started, 3),
-                          model_seconds=round(self.model_seconds, 3))
-
-
-# ---------------------------------------------------------------------------------------------------
-# the tools the model sees
-# ---------------------------------------------------------------------------------------------------
-
-VIEW_DOCS: dict[str, str] = {
-    "users": "users: user_id, hired_on, offboarded_on (null: active)",
-    "memberships": "a user's cost-center intervals: user_id, cost_center_id, valid_from, valid_to",
-    "cost_centers": "cost centers: cost_center_id, business_unit",
-    "licenses": "license purchases: license_id, product_id, purchased_on, contract_id, unit_price_usd "
-                "(filters: product, contract)",
-    "holdings": "who held which license when: license_id, product_id, user_id, valid_from, valid_to, ended_by "
-                "(reassigned, offboarded, reclaimed_idle; null while held) (filter: product)",
-    "products": "products: product_id, vendor_id, listed_on",
-    "prices": "monthly list price per seat, in intervals: product_id, list_price_usd, valid_from, valid_to "
-              "(filter: product)",
-    "vendors": "vendor name and tier, in intervals: vendor_id, name, tier, valid_from, valid_to (filter: vendor)",
-    "contracts": "contracts: contract_id, vendor_id, renewal_notice_days, terms (recorded_on, effective_on, "
-                 "expires_on = last day, annual_value_usd, committed_seats; the last term is the latest) "
-                 "(filter: contract)",
-    "consumption": "consumption events: day, user_id, product_id, license_id, session_minutes, api_calls "
-                   "(first and last days required, both inclusive)",
-    "usage": "per-license use over the trailing window_days days ending today: license_id, product_id, "
-             "window_days, active_days, api_calls (window_days required; products: optional list)",
-    "tickets": "support tickets: ticket_id, user_id, product_id, priority, opened_on, status today",
-}
-
-RETRIEVE_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "retrieve",
-        "description": "Read the rows of one view of the data, as served to you. Views: "
-                       + "; ".join(f"{v}: {VIEW_DOCS[v]}" for v in VIEWS) + ".",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "view": {"type": "string", "enum": list(VIEWS)},
-                "product": {"type": "string", "description": "a product id (licenses, holdings, prices)"},
-                "contract": {"type": "string", "description": "a contract id (licenses, contracts)"},
-                "vendor": {"type": "string", "description": "a vendor id (vendors)"},
-                "first": {"type": "string", "description": "consumption: first day, YYYY-MM-DD"},
-                "last": {"type": "string", "description": "consumption: last day, YYYY-MM-DD"},
-                "window_days": {"type": "integer", "description": "usage: the trailing window in days"},
-                "products": {"type": "array", "items": {"type": "string"},
-                             "description": "usage: product ids to cover"},
-            },
-            "required": ["view"],
-        },
-    },
-}
-
-
-def search_tool(by_kind: bool) -> dict[str, Any]:
-    properties: dict[str, Any] = {
-        "query": {"type": "string", "description": "what to look for; name the ids you need"},
-        "k": {"type": "integer", "description": "how many records (at most the arm's limit)"},
-    }
-    if by_kind:
-        properties["kinds"] = {"type": "array", "items": {"type": "string", "enum": list(RECORD_CLASSES)},
-                               "description": "record kinds to search (default: every kind)"}
-    return {"type": "function", "function": {
-        "name": "search_records",
-        "description": "The k fact records (short texts) most similar to the query, from the store this arm "
-                       "searches. Only the records returned are known to you.",
-        "parameters": {"type": "object", "properties": properties, "required": ["query"]}}}
-
-
-class ToolArgumentError(ValueError):
-    """A tool call the model made with arguments the tool cannot take (told to the model, not traced)."""
-
-
-_RETRIEVE_ARGS = ("view", "product", "contract", "vendor", "first", "last", "window_days", "products")
-
-
-def request_of(args: Mapping[str, Any]) -> Request:
-    """The `Request` a model's `retrieve` arguments ask for."""
-    unknown = sorted(set(args) - set(_RETRIEVE_ARGS))
-    if unknown:
-        raise ToolArgumentError(f"unknown arguments {unknown}; retrieve takes {', '.join(_RETRIEVE_ARGS)}")
-
-    def text(name: str) -> str | None:
-        v = args.get(name)
-        return (str(v).strip() or None) if v is not None else None
-
-    def day(name: str) -> Day | None:
-        v = text(name)
-        try:
-            return dt.date.fromisoformat(v) if v else None
-        except ValueError:
-            raise ToolArgumentError(f"{name}={v!r} is not a day YYYY-MM-DD") from None
-
-    window = args.get("window_days")
-    products = args.get("products")
-    try:
-        window_days = int(window) if window is not None else None
-    except (TypeError, ValueError):
-        raise ToolArgumentError(f"window_days={window!r} is not a whole number") from None
-    if products is not None and (not isinstance(products, list | tuple) or not all(isinstance(p, str)
-                                                                                  for p in products)):
-        raise ToolArgumentError("products must be a list of product ids")
-    try:
-        return Request(str(args.get("view") or ""), product=text("product"), contract=text("contract"),
-                       vendor=text("vendor"), first=day("first"), last=day("last"), window_days=window_days,
-                       products=tuple(products) if products is not None else None)
-    except ValueError as e:
-        raise ToolArgumentError(str(e)) from None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def rows_json(request: Request, rows: Sequence[Any] | None, limit: int, data_as_of: Day | None = None) -> str:
-    """What the model reads back from one `retrieve`: columns and rows (at most `limit` of them), and the as-of day
-    of the data they came from (the read's data time, from its trace: the refresh day of a staged copy, T live)."""
-    if rows is None:
-        return canonical_json({"view": request.view, "served": False,
-                               "error": f"this arm does not serve {request.entity_class} (view {request.view})"})
-    shown = list(rows[:limit])
-    columns = [f.name for f in dataclasses.fields(shown[0])] if shown else []
-    out: dict[str, Any] = {"view": request.view, "entity_class": VIEW_CLASS[request.view], "columns": columns,
-                           "rows": [[_plain(getattr(r, c)) for c in columns] for r in shown],
-                           "total_rows": len(rows)}
-    if data_as_of is not None:
-        out["data_as_of"] = data_as_of.isoformat()
-    if len(rows) > limit:
-        out["truncated"] = f"only the first {limit} of {len(rows)} rows are shown: narrow the request with filters"
-    return canonical_json(out)
-
-
-def _read_day(tools: StructuredTools, before: int, entity_class: str) -> Day | None:
-    """The data time of `entity_class` in the traces the tools recorded since `before` (None: not traced)."""
-    traces = getattr(tools, "traces", None)
-    if not isinstance(traces, list):
-        return None
-    days = {entry.data_times[entity_class] for entry in traces[before:]
-            if entity_class in getattr(entry, "data_times", {})}
-    return min(days) if days else None
-
-
-# ---------------------------------------------------------------------------------------------------
-# the prompts
-# ---------------------------------------------------------------------------------------------------
-
-FORMATS: dict[str, str] = {
-    "integer": "a whole number, e.g. 12",
-    "money": "US dollars with cents, e.g. $1,234.50",
-    "fraction": "a fraction between 0 and 1 with {decimals} decimals, e.g. 0.75",
-    "entity": "one id, e.g. cc_0003",
-    "entity_list": "ids separated by commas, or none",
-    "category": "one of: {choices}",
-    "text": "the name as the data writes it",
-    "date": "one day as YYYY-MM-DD",
-}
-
-GLOSSARY = """Definitions:
-- Intervals are [valid_from, valid_to): a fact holds from valid_from and stops on valid_to; null: still holds.
-- A user is active on a day when hired on or before it and not offboarded on or before it.
-- Monthly spend of a cost center on a day: the sum, over licenses held on that day by active users whose cost \
-center on that day is that cost center, of the product's monthly list price per seat on that day. Licenses \
-unassigned or held by inactive users count as unallocated spend; total spend = allocated + unallocated.
-- "In the last N days" is the N days ending today. States that follow from dates (a contract's status, months \
-remaining, who is active) are computed at today from the dates, never read from a status text.
-- An entity the data does not know is unknown."""
-
-
-def answer_format(answer: AnswerType | None) -> str:
-    if answer is None:
-        return "the value only"
-    return FORMATS[answer.kind].format(decimals=answer.decimals, choices=", ".join(answer.choices))
-
-
-def _views_doc() -> str:
-    return "\n".join(f"- {v}: {VIEW_DOCS[v].removeprefix(v + ': ')}" for v in VIEWS)
-
-
-@cache
-def system_prompt(mode: str, records: bool, by_kind: bool = True) -> str:
-    """The one system prompt of an arm's agent (fixed per mode and tool set: the day, the question and its answer
-    format are the first user message), so an endpoint's prefix cache holds across a run's tasks."""
-    if mode == JSON_ACTIONS:
-        return json_actions.system_prompt(records, by_kind, GLOSSARY, _views_doc())
-    how = ("Use search_records to find the fact records you need; only the records it returns are known to you."
-           if records else
-           "Use retrieve to read the data, one view per call, with filters where they apply; only the rows it "
-           "returns are known to you (a view the arm does not serve says so).")
-    return (f"You answer one question about a company's software licenses, users, cost centers, vendors, "
-            f"contracts, usage and support tickets. {how} Each result states the as-of day of its data "
-            f"(data_as_of).\n\n{GLOSSARY}\n\n"
-            "When you know the answer, end your reply with one line `ANSWER: <value>`, <value> in the format the "
-            "question states (`ANSWER: unknown` when the data does not know what the question names), then one line "
-            "`DATA_AS_OF: <YYYY-MM-DD>`, the as-of day of the oldest data you used. Do not ask questions back.")
-
-
-def task_prompt(question: str, today: Day, answer: AnswerType | None) -> str:
-    """The first user message: today, the question, and the format of its answer."""
-    return f"Today is {today.isoformat()}.\nQuestion: {question}\nAnswer format: {answer_format(answer)}."
-
-
-
-_ANSWER_RE = re.compile(r"ANSWER\s*:\s*(.*)", re.IGNORECASE)
-_AS_OF_RE = re.compile(r"DATA_AS_OF\s*:\s*(.*)", re.IGNORECASE)
-
-
-def answer_text(reply: str) -> str:
-    """The value part of a final reply: after the last `ANSWER:` (its line), else the whole text without its
-    `DATA_AS_OF:` line."""
-    found = _ANSWER_RE.findall(_AS_OF_RE.sub("", reply))
-    text = found[-1] if found else _AS_OF_RE.sub("", reply)
-    return text.strip().rstrip(".").strip(" \t`*")  # markdown emphasis and a final period dropped
-
-
-def stated_as_of(reply: str) -> Day | None:
-    """The day of a final reply's last `DATA_AS_OF:` line (None: none, or not a calendar day)."""
-    found = _AS_OF_RE.findall(reply)
-    return json_actions.stated_day(found[-1].strip(" \t`*")) if found else None
-
-
 def _text_of(message: Any) -> str:
     content = getattr(message, "content", "")
     if isinstance(content, str):
@@ -656,7 +166,7 @@ class _Task:
 
     template_id: str | None
     answer_type: AnswerType | None
-    meter: _Meter
+    meter: Meter
 
 
 class LlmAgent:
@@ -711,7 +221,7 @@ class LlmAgent:
                 [rows] = tools.retrieve([request], note=f"llm: {request.describe()}")
             except SaasRequestError as e:  # a 4xx for the model's own arguments (window_days=2024): told to it
                 raise ToolArgumentError(f"the source refused this request: {e}") from None
-            return rows_json(request, rows, limit, _read_day(tools, before, request.entity_class))
+            return rows_json(request, rows, limit, read_day(tools, before, request.entity_class))
 
         return self._run(question, today, {"retrieve": retrieve}, records=False, by_kind=True)
 
@@ -742,7 +252,7 @@ class LlmAgent:
                     raise ToolArgumentError(f"unknown record kinds {bad} (known: {', '.join(RECORD_CLASSES)})")
                 kinds = tuple(dict.fromkeys(asked))
             hits = search(query, kinds, k)
-            return canonical_json({"records": [_record_json(h) for h in hits], "count": len(hits)})
+            return canonical_json({"records": [record_json(h) for h in hits], "count": len(hits)})
 
         return self._run(question, today, {"search_records": search_records}, records=True, by_kind=by_kind)
 
@@ -757,7 +267,7 @@ class LlmAgent:
         except QuestionParseError:
             template = None  # the model still answers; the runner reads its text with the task's answer type
         task = _Task(template.template_id if template is not None else None,
-                     template.answer if template is not None else None, _Meter(self.settings.model, self.price))
+                     template.answer if template is not None else None, Meter(self.settings.model, self.price))
         messages: list[Any] = [SystemMessage(system_prompt(self.settings.mode, records, by_kind)),
                                HumanMessage(task_prompt(question, today, task.answer_type))]
         try:
@@ -856,7 +366,7 @@ class LlmAgent:
                             "to the action schema (response_format json_schema); use a server that does, or "
                             f"{ENV_MODE}=tools for a model with native tool calling")
 
-    def _invoke(self, model: Any, messages: list[Any], meter: _Meter) -> Any:
+    def _invoke(self, model: Any, messages: list[Any], meter: Meter) -> Any:
         started = time.perf_counter()
         try:
             reply = model.invoke(messages)
@@ -913,12 +423,3 @@ class LlmAgent:
             return AgentAnswer(None, text, task.template_id, usage=usage, data_as_of=as_of,
                                parse_error=f"the model's answer is not {answer_format(answer_type)}: {e}")
         return AgentAnswer(value, text, task.template_id, usage=usage, data_as_of=as_of)
-
-
-def _record_json(hit: Any) -> dict[str, Any]:
-    """One search hit as the model reads it; with the as-of day of the corpus it came from when the hit has one."""
-    out: dict[str, Any] = {"kind": hit.kind, "entity_id": hit.entity_id, "text": hit.text}
-    day = getattr(hit, "day", None)
-    if isinstance(day, dt.date):
-        out["data_as_of"] = day.isoformat()
-    return out
