@@ -12,7 +12,8 @@ while every read must stay the same. Per task (matched by task id) it compares:
   partitions;
 - the verdict, the answer and its text, the served and planned vintages, gold at T and at the served time.
 
-The trace's free-text `note` (which names who asked: a template before issue 45, a measure after) is not compared.
+The trace's free-text `note` (which names who asked: a template before issue 45, a measure after) is not compared,
+and a table that is a path under the state folder (contract documents) is compared relative to that folder.
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ def runs(root: Path) -> dict[str, Path]:
     return out
 
 
-def _reads(task: dict[str, Any]) -> list[Any]:
-    return [{k: v for k, v in trace.items() if k != "note"} for trace in task.get("traces", [])]
+def _reads(task: dict[str, Any], state: str) -> list[Any]:
+    """The traces without their note, with the state folder's path replaced by `<state>` (two state folders)."""
+    text = json.dumps([{k: v for k, v in trace.items() if k != "note"} for trace in task.get("traces", [])])
+    return json.loads(text.replace(json.dumps(state)[1:-1], "<state>"))
 
 
 def compare_run(before: Path, after: Path) -> list[str]:
+    """Run folders are <state>/results/<world>/<scenario>/<run>: the state folder is four levels up."""
     def load(folder: Path) -> dict[str, dict[str, Any]]:
         return {t["task_id"]: t for t in map(json.loads, (folder / "tasks.jsonl").read_text().splitlines())}
 
@@ -51,7 +55,7 @@ def compare_run(before: Path, after: Path) -> list[str]:
         for field in TASK_FIELDS:
             if a[tid].get(field) != b[tid].get(field):
                 problems.append(f"task {tid}: {field} {a[tid].get(field)!r} -> {b[tid].get(field)!r}")
-        if _reads(a[tid]) != _reads(b[tid]):
+        if _reads(a[tid], str(before.parents[3])) != _reads(b[tid], str(after.parents[3])):
             problems.append(f"task {tid}: reads differ")
     return problems
 
