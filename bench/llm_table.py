@@ -23,7 +23,7 @@ VERDICT_NAMES = {"correct": "correct", "freshness_error": "freshness", "mixed_vi
                  "unattributed_error": "unattributed", "budget_exhausted": "budget_exhausted"}
 HEADER = ("| cell (arm, policy, T') | accuracy mean [90%] | stale answers per repeat | pass^K | stability | stated "
           "as-of day = oldest read | median tool calls (p90) | median tokens in / out | median s per task (p90) | "
-          "verdicts of the answers | load |")
+          "verdicts of the answers | measure calls (answers with one) | grounded / judged | copied example | load |")
 
 
 def _pct(x: float | None) -> str:
@@ -45,10 +45,14 @@ def row(cell: dict[str, Any], e: dict[str, Any], load: str = "") -> str:
         f"{eff['input_tokens']['median']:,.0f} / {eff['output_tokens']['median']:,.0f}"
     stated = "-" if not aware.get("applicable") else \
         f"{aware['stated_equals_oldest_observed']}/{aware['answers']} (stated {aware['stated']})"
+    g = e.get("grounding") or {}  # summaries written before issue 45 have none
+    grounding = ("- | - | -" if not g else f"{g['measure_calls']} ({g['answers_with_a_measure_call']}) | "
+                 f"{g['grounded']}/{g['judged']} | {g['copied_example']}")
     return (f"| {cell['arm']} {cell['policy_id']}, {cell['t_prime']} | {_pct(e['accuracy_mean'])} "
             f"[{_pct(lo)}-{_pct(hi)}] | {', '.join(str(x) for x in e['stale_answers_per_repeat'])} "
             f"| {_pct(e['pass_hat_k'][str(k)])} | {e['stable_tasks']}/{e['tasks']} | {stated} "
-            f"| {_median_p90(eff, 'tool_calls')} | {tokens} | {_median_p90(eff, 'seconds')} | {mix} | {load} |")
+            f"| {_median_p90(eff, 'tool_calls')} | {tokens} | {_median_p90(eff, 'seconds')} | {mix} | {grounding} "
+            f"| {load} |")
 
 
 def main(argv: list[str] | None = None) -> int:

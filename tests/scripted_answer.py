@@ -20,6 +20,9 @@ class ScriptedAnswer:
     transport_error: str | None = None
     budget_error: str | None = None
     data_as_of: dt.date | None = None
+    grounded: bool | None = None
+    copied_example: bool | None = None
+    measure_calls: int = 0
     timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
     route: str = "staged_sql"
 

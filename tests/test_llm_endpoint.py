@@ -509,6 +509,39 @@ def test_the_first_turn_sent_to_the_server_only_lets_the_model_read(endpoint: En
         jsonschema.validate(answer, then)
 
 
+def test_on_an_arm_with_measures_the_first_turn_sent_only_lets_the_model_call_a_measure(endpoint: Endpoint) -> None:
+    """Semantic first, as the server receives it: the first turn's schema admits only measure actions (each with
+    its name pinned and the question's ids enumerated), a typed call validates and a wrong id does not; the next
+    turn admits the measure, retrieve and the answer."""
+    import jsonschema
+
+    from churn_assets.grounding.measures import SemanticModel
+
+    call = {"action": "measure", "measure": "licenses_held_by_active_users", "product": "prd_0001"}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        first = len(body["messages"]) == 2
+        action = call if first else {"action": "answer", "answer": 2, "data_as_of": "2024-04-27"}
+        return 200, text_reply(body, json.dumps(action), FINAL), {}
+
+    endpoint.respond = respond
+    tools = TracingTools(FakeRouter(), semantic_model=SemanticModel())  # type: ignore[arg-type]
+    got = LlmAgent(json_settings(endpoint.base_url)).answer(QUESTION, T, tools)
+    assert (got.value, got.measure_calls, got.grounded) == (2, 1, True)
+    first, second = endpoint.bodies
+    sent = first["response_format"]["json_schema"]["schema"]
+    assert _actions_allowed(sent) == {"measure"}
+    jsonschema.validate(call, sent)
+    for wrong in ({**call, "product": "prd_0002"}, {**call, "measure": "no_such_measure"},
+                  {"action": "retrieve", "view": "holdings", "product": "prd_0001"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, sent)
+    assert _actions_allowed(second["response_format"]["json_schema"]["schema"]) == {"measure", "retrieve",
+                                                                                      "answer"}
+    assert "licenses_held_by_active_users(product)" in first["messages"][0]["content"]
+    assert second["messages"][3]["content"].startswith("Result of measure:\nlicenses_held_by_active_users = 2 ")
+
+
 def test_actions_allowed_reads_an_open_schema_as_anything() -> None:
     """The check above fails for a schema that does not pin the action (as an unconstrained turn would be)."""
     assert _actions_allowed({"type": "object"}) == {"*"}

@@ -121,7 +121,9 @@ def test_a_read_the_registry_does_not_declare_is_refused(world: tuple[Any, dt.da
     ("held_licenses_net_change", {"day1": "2024-02-30", "day2": "2024-02-01"},
      "argument day1 must be a day YYYY-MM-DD"),
     ("cost_centers_above_spend", {"threshold": "lots"}, "argument threshold must be a number of dollars"),
-    ("vendor_name", {"vendor": 7}, "argument vendor must be an id string"),
+    ("vendor_name", {"vendor": 7}, "argument vendor must be an id such as prd_0001"),
+    # a URL as an id (SmolLM2 wrote one): refused before any store or the SaaS API's path sees it
+    ("list_price", {"product": "https://www.eBay"}, "argument product must be an id such as prd_0001"),
 ])
 def test_bad_calls_are_one_line(name: str, args: dict[str, Any], message: str) -> None:
     with pytest.raises(MeasureArgumentError) as err:

@@ -215,3 +215,14 @@ def test_a_repeat_folder_is_an_ordinary_results_folder(tmp_path: Any) -> None:
     with pytest.raises(RepeatMismatch, match="answered 1 task"):
         read_repeats(store, keys, "2024-01-30", deterministic=True)
     assert math.isclose(read_repeats(store, keys[:1], "2024-01-30", deterministic=True)["accuracy_mean"], 0.6667)
+
+
+def test_the_grounding_summary_counts_measure_calls_and_judgements() -> None:
+    from churn_assets.evaluation.repeats import grounding_summary
+
+    rows = [{"measure_calls": 2, "grounded": True, "copied_example": False},
+            {"measure_calls": 0, "grounded": False, "copied_example": True},
+            {"grounded": None},  # not judged (a parse failure)
+            {}]  # a row written before issue 45
+    assert grounding_summary(rows) == {"measure_calls": 2, "answers_with_a_measure_call": 1, "judged": 2,
+                                       "grounded": 1, "copied_example": 1}

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from churn_assets.arms.agents.deterministic import DeterministicAgent
-from churn_assets.arms.agents.interface import Agent, AgentAnswer, StructuredTools, TokenUsage
+from churn_assets.arms.agents.interface import Agent, AgentAnswer, TokenUsage
 from churn_assets.errors import UserFacingError
 from churn_assets.fabric.saas_client import TransportError
 from churn_assets.freshness.scenario import Scenario
 from churn_assets.grounding.measures import SemanticModel
 from churn_assets.grounding.router import Router
-from churn_assets.grounding.rows import Request, Row
+from churn_assets.grounding.rows import Request, Row, StructuredTools
 from churn_assets.grounding.traces import TraceEntry, disagreements, served_vintage
 from churn_assets.tasks.task_set import Task
 from churn_assets.world.calendar import Day
@@ -53,6 +53,9 @@ class ArmAnswer:
     usage: TokenUsage | None = None  # a model-backed agent's tokens and cost (None: the deterministic agent)
     budget_error: str | None = None  # the agent asked to read past its budget (scored `budget_exhausted`)
     data_as_of: Day | None = None  # the as-of day of its data, as the agent stated it (None: not stated)
+    grounded: bool | None = None  # `AgentAnswer.grounded`
+    copied_example: bool | None = None  # `AgentAnswer.copied_example`
+    measure_calls: int = 0
 
     @property
     def served_vintage(self) -> dict[str, Day]:
@@ -158,7 +161,9 @@ class Arm(abc.ABC):
                          tuple(traces), {"total": round(total, 1), "retrieval": round(retrieval, 1),
                                          "agent": round(total - retrieval, 1)},
                          parse_error=agent_answer.parse_error, transport_error=transport, usage=agent_answer.usage,
-                         budget_error=agent_answer.budget_error, data_as_of=agent_answer.data_as_of)
+                         budget_error=agent_answer.budget_error, data_as_of=agent_answer.data_as_of,
+                         grounded=agent_answer.grounded, copied_example=agent_answer.copied_example,
+                         measure_calls=agent_answer.measure_calls)
 
     def check_traces(self, answer: ArmAnswer) -> list[str]:
         """Differences between an answer's traces and this arm's planned vintage (empty: they agree)."""

@@ -149,8 +149,20 @@ def experiment_summary(rows_by_repeat: Sequence[Sequence[Mapping[str, Any]]],
         "verdict_totals": {v: totals.get(v, 0) for v in VERDICTS},
         "efficiency": {**efficiency_summary(all_rows), "seconds": spread(timed)},
         "staleness_awareness": staleness_awareness(all_rows, t),
+        "grounding": grounding_summary(all_rows),
         "per_task": per_task,
     }
+
+
+def grounding_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Over every answer: measure calls, answers judged (`grounded` not null), grounded in what the agent read,
+    and copied from the answer format's example (docs/llm.md, "Measures"); rows written before these fields
+    count as not judged."""
+    return {"measure_calls": sum(int(r.get("measure_calls") or 0) for r in rows),
+            "answers_with_a_measure_call": sum(1 for r in rows if r.get("measure_calls")),
+            "judged": sum(1 for r in rows if r.get("grounded") is not None),
+            "grounded": sum(1 for r in rows if r.get("grounded") is True),
+            "copied_example": sum(1 for r in rows if r.get("copied_example") is True)}
 
 
 def compact(experiment: Mapping[str, Any]) -> dict[str, Any]:

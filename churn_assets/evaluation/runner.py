@@ -84,6 +84,15 @@ class AnswerLike(Protocol):
     def data_as_of(self) -> Day | None: ...
 
     @property
+    def grounded(self) -> bool | None: ...
+
+    @property
+    def copied_example(self) -> bool | None: ...
+
+    @property
+    def measure_calls(self) -> int: ...
+
+    @property
     def timings_ms(self) -> dict[str, float]: ...
 
     @property
@@ -185,6 +194,7 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
         "cost_units": answer.cost_units, "routes": answer.routes, "parse_error": answer.parse_error,
         "transport_error": answer.transport_error, "budget_error": answer.budget_error,
         "data_as_of": answer.data_as_of.isoformat() if answer.data_as_of else None,
+        "grounded": answer.grounded, "copied_example": answer.copied_example, "measure_calls": answer.measure_calls,
         "traces": trace.get("traces", []),
         **({"usage": trace["usage"]} if "usage" in trace else {}),  # a model-backed agent's tokens and cost
     }

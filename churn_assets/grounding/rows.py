@@ -12,7 +12,9 @@ the data day (a later end is not known yet). A date after the data day never app
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from churn_assets.world.calendar import Day
 
@@ -199,3 +201,10 @@ def seen_on(value: Day | None, day: Day) -> Day | None:
     """A date as seen on `day`: one after `day` is not known yet (None). Readers apply it to every end
     date, so no row carries a date after its data day whatever the store holds."""
     return value if value is not None and value <= day else None
+
+
+class StructuredTools(Protocol):
+    """What an arm offers the agent and the measures it calls: one retrieval per call, one row list per request
+    (None: the arm does not serve that class)."""
+
+    def retrieve(self, requests: Sequence[Request], note: str = "") -> list[list[Row] | None]: ...

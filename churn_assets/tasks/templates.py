@@ -77,12 +77,12 @@ class Placeholder:
         return text
 
 
-_ID = r"[a-z]{2,4}_\d+"
+ID_PATTERN = r"[a-z]{2,4}_\d+"  # every entity id (prd_0001, cc_0003, ...): also what the LLM agent's grammar reads
 PLACEHOLDERS: dict[str, Placeholder] = {p.name: p for p in (
-    Placeholder("cost_center", _ID, "id"),
-    Placeholder("product", _ID, "id"),
-    Placeholder("contract", _ID, "id"),
-    Placeholder("vendor", _ID, "id"),
+    Placeholder("cost_center", ID_PATTERN, "id"),
+    Placeholder("product", ID_PATTERN, "id"),
+    Placeholder("contract", ID_PATTERN, "id"),
+    Placeholder("vendor", ID_PATTERN, "id"),
     Placeholder("days", r"\d+", "int"),
     Placeholder("day1", r"\d{4}-\d{2}-\d{2}", "day"),
     Placeholder("day2", r"\d{4}-\d{2}-\d{2}", "day"),

@@ -8,9 +8,11 @@ carrying the tokens the server reported, reads traced, verdicts scored and confi
 a server killed mid-run stops the run in one line and the rerun resumes it. What they do not prove: anything about
 answer quality (a 135M model answers almost nothing right; docs/llm.md has its verdict mix and speed).
 
-CI economy (docs/llm.md): the `naive` arm (the fewest inputs: the warehouse, one operational and one documents
-partition), a world of its own with 10 tasks at T (a deployment file with `tasks.count`), and settings that keep
-a task short (one read of at most 10 rows, then the answer); the settings are in the agent id like any others.
+The answering test runs the `grounding` arm, so the model reads through the registry's measures (semantic first:
+its first action is a measure call, run through the arm's traced tools; docs/llm.md, "Measures"); the
+kill-and-resume test runs `naive` (the fewest inputs). CI economy: T' = T - 1 (the fewest staged partitions), a
+world of its own with 10 tasks at T (a deployment file with `tasks.count`), and settings that keep a task short
+(one read of at most 10 rows, then the answer); the settings are in the agent id like any others.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ T = dt.date(2024, 1, 29)
 # The kill-and-resume run: another day (a day's task set is an input built once: the same day with fewer tasks
 # would reuse the first test's results), two tasks, one repeat.
 RESUME_T, RESUME_TASKS = dt.date(2024, 1, 27), 2
-ARM = "naive"
+ARM, RESUME_ARM = "grounding", "naive"
 # Short tasks for CI: one read of at most 10 rows, then the answer (the agent id says so).
 CI_SETTINGS = {"CHURNBENCH_LLM_MAX_TOOL_ROUNDS": "1", "CHURNBENCH_LLM_MAX_ROWS": "10"}
 
@@ -70,9 +72,9 @@ def llm_env(cli_env: Callable[..., dict[str, str]], state: StatePaths, tasks: in
     return env
 
 
-def run_args(churnbench_exe: str, world: str, t: dt.date, repeats: int = 1) -> list[str]:
-    t_prime = t - dt.timedelta(days=1)  # naive reads everything live at T: T' only names the scenario
-    return [churnbench_exe, "run", "--world", world, "--arm", ARM, "--t-prime", t_prime.isoformat(), "--t",
+def run_args(churnbench_exe: str, world: str, t: dt.date, repeats: int = 1, arm: str = ARM) -> list[str]:
+    t_prime = t - dt.timedelta(days=1)  # the fewest staged partitions (naive reads everything live at T)
+    return [churnbench_exe, "run", "--world", world, "--arm", arm, "--t-prime", t_prime.isoformat(), "--t",
             t.isoformat(), "--agent", "llm", *(["--repeats", str(repeats)] if repeats > 1 else [])]
 
 
@@ -106,7 +108,7 @@ def test_a_real_model_answers_every_task_with_tokens_reads_and_defined_verdicts(
     seconds = time.perf_counter() - started
     folders = result_dirs(done.stdout, REPEATS)
     assert len(folders) == REPEATS, done.stdout
-    reads = 0
+    reads = measure_calls = 0
     for folder in folders:
         rows = rows_of(folder)
         assert len(rows) == TASKS
@@ -117,6 +119,11 @@ def test_a_real_model_answers_every_task_with_tokens_reads_and_defined_verdicts(
             assert r["verdict"] in VERDICTS, r
             assert r["data_as_of"] is None or dt.date.fromisoformat(r["data_as_of"]), r
             assert r["transport_error"] is None, r
+            # semantic first: the grammar lets the first action be only a measure call (a reply cut at
+            # max_tokens three times is the one way to answer without one: a parse_failure with its reason)
+            assert r["measure_calls"] >= 1 or "max_tokens" in (r["parse_error"] or ""), r
+            assert r["grounded"] in (True, False, None) and r["copied_example"] in (True, False, None), r
+            measure_calls += r["measure_calls"]
             reads += len(r["traces"])
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["tasks"] == TASKS and summary["experiment"]["agent_id"].startswith("llm-")
@@ -125,14 +132,15 @@ def test_a_real_model_answers_every_task_with_tokens_reads_and_defined_verdicts(
         verified = subprocess.run([churnbench_exe, "verify-results", str(folder)],
                                   env=cli_env(state_paths.root), capture_output=True, text=True, timeout=300)
         assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
-    assert reads >= 1, "no traced read across the run"
+    assert reads >= 1 and measure_calls >= 1, "no traced read or measure call across the run"
     # the model server is one of the state folder's services: recorded, running, its log in the state folder
     status = subprocess.run([churnbench_exe, "services", "status"], env=cli_env(state_paths.root),
                             capture_output=True, text=True, timeout=120)
     [line] = [x for x in status.stdout.splitlines() if x.startswith("llm ")]
     assert "running" in line and "embedded" in line, status.stdout
     assert (state_paths.services_dir / "llm.out").stat().st_size > 0
-    print(f"\n{TASKS} tasks x {REPEATS} repeat(s) with {DEFAULT_MODEL}: {seconds:.0f} s, {reads} traced reads")
+    print(f"\n{TASKS} tasks x {REPEATS} repeat(s) with {DEFAULT_MODEL}: {seconds:.0f} s, {reads} traced reads, "
+          f"{measure_calls} measure calls")
 
 
 def test_a_server_killed_mid_run_stops_it_in_one_line_and_the_rerun_resumes(
@@ -140,8 +148,8 @@ def test_a_server_killed_mid_run_stops_it_in_one_line_and_the_rerun_resumes(
         tmp_path: Path) -> None:
     pause = tmp_path / "paused"
     env = llm_env(cli_env, state_paths, RESUME_TASKS, tmp_path, CHURNBENCH_FAULT=f"after_tasks:1:pause={pause}")
-    run = subprocess.Popen(run_args(churnbench_exe, llm_world, RESUME_T), env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(run_args(churnbench_exe, llm_world, RESUME_T, arm=RESUME_ARM), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 900
         while not pause.exists():  # the first task's row is written and fsynced; the run waits there
@@ -162,7 +170,7 @@ def test_a_server_killed_mid_run_stops_it_in_one_line_and_the_rerun_resumes(
     day = RESUME_T.strftime("%Y%m%d")
     [partial] = state_paths.results_dir(llm_world).glob(f"*__t{day}__llm-*/*/tasks.partial.jsonl")
     assert len(partial.read_text().splitlines()) == 1
-    again = subprocess.run(run_args(churnbench_exe, llm_world, RESUME_T),
+    again = subprocess.run(run_args(churnbench_exe, llm_world, RESUME_T, arm=RESUME_ARM),
                            env=llm_env(cli_env, state_paths, RESUME_TASKS, tmp_path), capture_output=True, text=True,
                            timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -149,7 +149,12 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
         plan = scenario_plan(session, scenario)  # planned again (the stored one is of an older version)
         assert stored_plan(paths, s.new_key) == plan
         checks = blocking_checks(defs_for(str(paths.root)).resolve_asset_graph())
-        assert plan is not None and missing_inputs(session, plan, checks=checks) == {}
+        # Every input is reusable but the day's task set: its file predates the measures (issue 45: a template's
+        # measure renamed), so a run draws it again (decision 313) instead of reusing a hash it cannot reproduce.
+        assert plan is not None
+        missing = missing_inputs(session, plan, checks=checks)
+        assert [(i.asset, i.day) for i in missing] == [("task_set", s.t)], missing
+        assert "earlier task format" in next(iter(missing.values()))
         scenarios = instance.get_dynamic_partitions(SCENARIO_PARTITIONS_NAME)
         assert s.new_key in scenarios and s.old_key not in scenarios
         [record] = instance.fetch_materializations(

@@ -17,9 +17,10 @@ answer from `arms.extraction` instead: the fixed extraction rule over the record
 
 from __future__ import annotations
 
-from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch, StructuredTools
+from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch
 from churn_assets.arms.extraction import K, extract, search_kinds
 from churn_assets.grounding.measures import MeasureArgumentError, SemanticModel
+from churn_assets.grounding.rows import StructuredTools
 from churn_assets.tasks.parser import QuestionParseError, parse_question
 from churn_assets.world.calendar import Day
 
@@ -55,7 +56,7 @@ class DeterministicAgent:
         except MeasureArgumentError as e:
             raise AgentError(f"template {tmpl.template_id}: {e}") from None
         value = tmpl.answer.normalize(result.value)
-        return AgentAnswer(value, tmpl.answer.format(value), tmpl.template_id, dict(parsed.params))
+        return AgentAnswer(value, tmpl.answer.format(value), tmpl.template_id, dict(parsed.params), grounded=True)
 
     def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
                             by_kind: bool = True) -> AgentAnswer:

@@ -9,16 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from churn_assets.errors import UserFacingError
-from churn_assets.grounding.rows import Request, Row
+from churn_assets.grounding.rows import StructuredTools
 from churn_assets.tasks.answers import Value
 from churn_assets.world.calendar import Day
-
-
-class StructuredTools(Protocol):
-    """What an arm offers the agent: one retrieval per call, one row list per request (None: the arm does
-    not serve that class)."""
-
-    def retrieve(self, requests: Sequence[Request], note: str = "") -> list[list[Row] | None]: ...
 
 
 class RecordSearch(Protocol):
@@ -48,6 +41,14 @@ class AgentAnswer:
     # The as-of day of the data the answer used, as the agent stated it (None: not stated; the deterministic
     # agent states none).
     data_as_of: Day | None = None
+    # Whether the typed answer equals a value one of its measure calls returned, or the template's measure over the
+    # rows the task read (the deterministic agent's always is: its answer is its measure's value). None: not judged
+    # (an agent answering from fact records, or a task with no answer).
+    grounded: bool | None = None
+    # Whether the answer equals the example value of the answer format the model was shown (None: no example was
+    # shown, as to the deterministic agent). Verdicts do not use either.
+    copied_example: bool | None = None
+    measure_calls: int = 0  # measure calls the agent made (each also counts as a read against its budget)
 
     @property
     def parsed(self) -> bool:

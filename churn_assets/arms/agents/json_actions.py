@@ -4,6 +4,7 @@ sampler follows), naming one action:
 
     {"action": "retrieve", "view": "holdings", "product": "prd_0001"}       # router arms
     {"action": "search_records", "query": "price of prd_0001", "k": 5}      # record arms
+    {"action": "measure", "measure": "list_price", "product": "prd_0001"}   # arms with a semantic model
     {"action": "answer", "answer": 12, "data_as_of": "2024-04-26"}          # ends the task
 
 A read action runs exactly the handler the tool-calling loop runs for the same tool (`agents/llm.py`), so it is
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -39,13 +40,13 @@ class InvalidReply(ValueError):
     """A model turn that is not one JSON object of the action schema (told to the model, which replies again)."""
 
 
-def _action(name: str, properties: Mapping[str, Any], required: list[str]) -> dict[str, Any]:
+def action(name: str, properties: Mapping[str, Any], required: list[str]) -> dict[str, Any]:
     # "action" first: llama.cpp's grammar writes properties in their listed order
     return {"type": "object", "properties": {"action": {"const": name}, **properties},
             "required": ["action", *required], "additionalProperties": False}
 
 
-ANSWER_ACTION = _action(ANSWER, {
+ANSWER_ACTION = action(ANSWER, {
     "answer": {"anyOf": [{"type": "number"}, {"type": "string", "maxLength": TEXT_CHARS}]},
     "data_as_of": {"anyOf": [{"type": "string", "pattern": DAY_PATTERN}, {"type": "null"}]},
 }, ["answer", "data_as_of"])
@@ -69,7 +70,7 @@ VIEW_FILTERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # view -> 
 
 def retrieve_action(view: str) -> dict[str, Any]:
     required, optional = VIEW_FILTERS[view]
-    return _action(RETRIEVE, {"view": {"const": view}, **{f: FILTERS[f] for f in required + optional}},
+    return action(RETRIEVE, {"view": {"const": view}, **{f: FILTERS[f] for f in required + optional}},
                    ["view", *required])
 
 
@@ -82,14 +83,19 @@ def search_action(by_kind: bool) -> dict[str, Any]:
     if by_kind:
         properties["kinds"] = {"type": "array", "items": {"type": "string", "enum": list(RECORD_CLASSES)},
                                "maxItems": len(RECORD_CLASSES)}
-    return _action(SEARCH, properties, ["query"])
+    return action(SEARCH, properties, ["query"])
 
 
-def action_schema(records: bool, by_kind: bool = True, *, may_answer: bool = True) -> dict[str, Any]:
+def action_schema(records: bool, by_kind: bool = True, *, may_answer: bool = True,
+                  measures: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The schema of one turn: the arm's read action, or the answer. The first turn of a task may only read
     (`may_answer` False): every question is about the data, and an answer before any read is not grounded in it
-    (tool calling's `tool_choice: required` on the first turn, as a grammar)."""
+    (tool calling's `tool_choice: required` on the first turn, as a grammar). `measures`: the measure actions of an
+    arm with a semantic model (`llm_measures.measure_actions`); then the first turn may only call a measure, and
+    later turns measure, read or answer (semantic first: decision 316)."""
     reads = [search_action(by_kind)] if records else RETRIEVE_ACTIONS
+    if measures:
+        return {"anyOf": [*measures, *reads, ANSWER_ACTION]} if may_answer else {"anyOf": list(measures)}
     return {"anyOf": [*reads, ANSWER_ACTION]} if may_answer else {"anyOf": reads}
 
 
@@ -98,9 +104,11 @@ def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "action", "strict": True, "schema": dict(schema)}}
 
 
-def system_prompt(records: bool, by_kind: bool, glossary: str, views: str) -> str:
+def system_prompt(records: bool, by_kind: bool, glossary: str, views: str,
+                  measures: tuple[str, ...] = ()) -> str:
     """The one system prompt of an arm (fixed: today, the question and its answer format go in the first user
-    message, so the server's prefix cache holds across the tasks of a run)."""
+    message, so the server's prefix cache holds across the tasks of a run). `measures`: the signatures of the
+    measures an arm with a semantic model offers (listed by name and arguments; the first reply must call one)."""
     if records:
         kinds_arg, kinds = (', "kinds": [<record kinds>]', " among the record kinds named") if by_kind else ("", "")
         read = (f'{{"action": "search_records", "query": "<what to look for, naming the ids you need>", '
@@ -110,15 +118,23 @@ def system_prompt(records: bool, by_kind: bool, glossary: str, views: str) -> st
         read = ('{"action": "retrieve", "view": "<view>", <its filters>}: the rows of one view of the data, as '
                 f"served to you. Views:\n{views}")
         known = "rows"
+    measure = ""
+    first = f"Read first (the first reply must be a read): you know only the {known} your reads returned."
+    if measures:
+        measure = ('Measure: {"action": "measure", "measure": "<name>", <its arguments>}: one value computed from '
+                   "the data as of today (the result states the as-of day of each part of the data it read). "
+                   "Measures (name and arguments):\n" + "\n".join(measures) + "\n")
+        first = ("Measure first (the first reply must be a measure; then measure, read or answer): you know only "
+                 f"the values and {known} your measures and reads returned.")
     return ("You answer one question about a company's software licenses, users, cost centers, vendors, "
             "contracts, usage and support tickets, from its data only. Every reply is exactly one JSON object: "
             "one action.\n"
+            + measure +
             f"Read: {read}\n"
             'Answer: {"action": "answer", "answer": <value>, "data_as_of": "<YYYY-MM-DD>"} ends the task. <value> '
             'in the format the question states, or "unknown" when the data does not know what the question names. '
             "data_as_of: the as-of day of the oldest data you used (each result states its data_as_of), or null.\n"
-            f"Read first (the first reply must be a read): you know only the {known} your reads returned. Then "
-            "answer. Do not ask questions back.\n\n"
+            f"{first} Then answer. Do not ask questions back.\n\n"
             + glossary)
 
 

@@ -45,16 +45,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from churn_assets.arms.agents import json_actions
-from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch, StructuredTools
+from churn_assets.arms.agents.grounded import copied_example, grounded
+from churn_assets.arms.agents.interface import AgentAnswer, AgentError, RecordSearch
+from churn_assets.arms.agents.llm_measures import (
+    MEASURE,
+    measure_actions,
+    measure_handler,
+    measure_tool,
+    question_pools,
+    signatures,
+)
 from churn_assets.arms.agents.llm_prompts import (
     ANSWER_NOW,
     ANSWER_NOW_JSON,
     answer_format,
     answer_text,
+    example_value,
     stated_as_of,
     system_prompt,
     task_prompt,
@@ -66,14 +76,13 @@ from churn_assets.arms.agents.llm_settings import (
     ENV_MODEL,
     ENV_OPENAI_API_KEY,
     JSON_ACTIONS,
+    MEASURES,
     LlmConfigError,
     LlmSettings,
     Sampling,
     api_key_from_env,
+    check_agent_settings,
 )
-
-# `as`: also imported from here by orchestration/assets/evaluation.py (to move to llm_settings with that module)
-from churn_assets.arms.agents.llm_settings import check_agent_settings as check_agent_settings
 from churn_assets.arms.agents.llm_tools import (
     RETRIEVE_TOOL,
     ToolArgumentError,
@@ -88,6 +97,8 @@ from churn_assets.arms.agents.local_models import LocalGguf, find_gguf, runtime_
 from churn_assets.arms.extraction import RECORD_CLASSES
 from churn_assets.canonical import canonical_json
 from churn_assets.fabric.saas_client import SaasRequestError, TransportError
+from churn_assets.grounding.measures import MeasureResult, SemanticModel
+from churn_assets.grounding.rows import Request, Row, StructuredTools
 from churn_assets.tasks.answers import AnswerParseError, AnswerType
 from churn_assets.tasks.parser import QuestionParseError, parse_question
 from churn_assets.world.calendar import Day
@@ -162,11 +173,14 @@ Handler = Callable[[Mapping[str, Any]], str]
 
 @dataclass(frozen=True)
 class _Task:
-    """One question as the loops see it: its template's answer type, and what it has spent so far."""
+    """One question as the loops see it: its template's answer type, what it has spent so far, and the arm's
+    semantic model when the agent may call measures (None: raw views or records only)."""
 
     template_id: str | None
     answer_type: AnswerType | None
     meter: Meter
+    question: str = ""
+    semantic: SemanticModel | None = None
 
 
 class LlmAgent:
@@ -211,7 +225,12 @@ class LlmAgent:
     # -- the two methods every arm calls ------------------------------------------------------------
 
     def answer(self, question: str, today: Day, tools: StructuredTools) -> AgentAnswer:
+        """On an arm with a semantic model (`tools.semantic_model`) and the `measures` interface, the model calls
+        measures first, then measures or raw views; otherwise raw views only. The answer is judged `grounded` in
+        what the model's calls returned (`agents/grounded.py`)."""
         limit = self.settings.max_rows_per_call
+        shown: list[tuple[Request, list[Row] | None]] = []  # each read's rows as shown to the model
+        results: list[MeasureResult] = []  # each measure call's result
 
         def retrieve(args: Mapping[str, Any]) -> str:
             request = request_of(args)
@@ -220,10 +239,28 @@ class LlmAgent:
             try:
                 [rows] = tools.retrieve([request], note=f"llm: {request.describe()}")
             except SaasRequestError as e:  # a 4xx for the model's own arguments (window_days=2024): told to it
-                raise ToolArgumentError(f"the source refused this request: {e}") from None
+                raise ToolArgumentError.refused(e) from None
+            shown.append((request, None if rows is None else list(rows[:limit])))
             return rows_json(request, rows, limit, read_day(tools, before, request.entity_class))
 
-        return self._run(question, today, {"retrieve": retrieve}, records=False, by_kind=True)
+        handlers: dict[str, Handler] = {"retrieve": retrieve}
+        semantic = getattr(tools, "semantic_model", None) if self.settings.interface == MEASURES else None
+        calls = [0]
+        if semantic is not None:
+            run_measure = measure_handler(semantic, today, tools, question_pools(question), results)
+
+            def measure(args: Mapping[str, Any]) -> str:
+                calls[0] += 1  # every call, good or bad (a bad one is told to the model and counts as a read)
+                return run_measure(args)
+
+            handlers[MEASURE] = measure
+        answer = self._run(question, today, handlers, records=False, by_kind=True, semantic=semantic)
+        judged = self._judged(answer, question)
+        template = self._template(question)
+        if judged is not answer and template is not None:
+            judged = replace(judged, grounded=grounded(answer.value, template.answer, question, today, results, shown,
+                                                       semantic))
+        return replace(judged, measure_calls=calls[0])
 
     def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
                             by_kind: bool = True) -> AgentAnswer:
@@ -254,26 +291,44 @@ class LlmAgent:
             hits = search(query, kinds, k)
             return canonical_json({"records": [record_json(h) for h in hits], "count": len(hits)})
 
-        return self._run(question, today, {"search_records": search_records}, records=True, by_kind=by_kind)
+        return self._judged(self._run(question, today, {"search_records": search_records}, records=True,
+                                      by_kind=by_kind), question)
+
+    def _judged(self, answer: AgentAnswer, question: str) -> AgentAnswer:
+        """`answer` with `copied_example` set, when it is an answer (not a parse failure or an exhausted budget)
+        of a known template; `answer` itself otherwise."""
+        template = self._template(question)
+        if template is None or answer.parse_error or answer.budget_error or not answer.text:
+            return answer
+        return replace(answer, copied_example=copied_example(answer.value, template.answer,
+                                                             example_value(template.answer)))
 
     # -- the loops ------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _template(question: str) -> Any:
+        try:
+            return parse_question(question).template
+        except QuestionParseError:
+            return None  # the model still answers; the runner reads its text with the task's answer type
+
     def _run(self, question: str, today: Day, handlers: Mapping[str, Handler], *, records: bool,
-             by_kind: bool) -> AgentAnswer:
+             by_kind: bool, semantic: SemanticModel | None = None) -> AgentAnswer:
         from langchain_core.messages import HumanMessage, SystemMessage
 
-        try:
-            template = parse_question(question).template
-        except QuestionParseError:
-            template = None  # the model still answers; the runner reads its text with the task's answer type
+        template = self._template(question)
         task = _Task(template.template_id if template is not None else None,
-                     template.answer if template is not None else None, Meter(self.settings.model, self.price))
-        messages: list[Any] = [SystemMessage(system_prompt(self.settings.mode, records, by_kind)),
+                     template.answer if template is not None else None, Meter(self.settings.model, self.price),
+                     question, semantic)
+        measures = signatures(semantic.registry) if semantic is not None else ()
+        messages: list[Any] = [SystemMessage(system_prompt(self.settings.mode, records, by_kind, measures)),
                                HumanMessage(task_prompt(question, today, task.answer_type))]
         try:
             if self.settings.mode == JSON_ACTIONS:
                 return self._run_json(task, messages, handlers, records=records, by_kind=by_kind)
             specs = [search_tool(by_kind)] if records else [RETRIEVE_TOOL]
+            if semantic is not None:
+                specs = [measure_tool(semantic.registry), *specs]
             return self._run_tools(task, messages, specs, handlers)
         except TransportError as e:
             e.usage = task.meter.usage()  # what was spent before the source failed
@@ -317,10 +372,16 @@ class LlmAgent:
 
         s, meter = self.settings, task.meter
         read_action = json_actions.SEARCH if records else json_actions.RETRIEVE
+        measures = (measure_actions(task.semantic.registry, question_pools(task.question))
+                    if task.semantic is not None else [])
+        # the first turn's actions, then every later turn's (semantic first: measures only, then all)
+        opening = (MEASURE,) if measures else (read_action,)
+        later = (MEASURE, read_action, json_actions.ANSWER) if measures else (read_action, json_actions.ANSWER)
         # In the request body as it is (`extra_body`): given as `response_format`, langchain-openai would parse the
         # reply with the client's structured-output path, which raises on a reply cut at max_tokens.
         first, then = (self.chat_model.bind(extra_body={"response_format": json_actions.response_format(
-            json_actions.action_schema(records, by_kind, may_answer=may_answer))}) for may_answer in (False, True))
+            json_actions.action_schema(records, by_kind, may_answer=may_answer, measures=measures))})
+            for may_answer in (False, True))
         invalid: list[str] = []  # this run of invalid replies: why each was invalid
         truncated = 0
         while True:
@@ -329,8 +390,7 @@ class LlmAgent:
             finish = (getattr(reply, "response_metadata", None) or {}).get("finish_reason")
             messages.append(AIMessage(content=text))
             try:
-                allowed = (read_action, json_actions.ANSWER) if meter.tool_calls else (read_action,)
-                action = json_actions.read_reply(text, finish, allowed, s.max_tokens)
+                action = json_actions.read_reply(text, finish, later if meter.tool_calls else opening, s.max_tokens)
             except json_actions.InvalidReply as e:
                 invalid.append(str(e))
                 truncated += finish == "length"
@@ -344,14 +404,14 @@ class LlmAgent:
                 return self._final(json_actions.answer_value_text(action.args.get("answer")),
                                    json_actions.stated_day(action.args.get("data_as_of")), task)
             if meter.tool_calls >= s.read_budget:
-                return self._exhausted(task, f"the model asked for another {read_action} after {meter.tool_calls} "
+                return self._exhausted(task, f"the model asked for another {action.name} after {meter.tool_calls} "
                                              f"reads (max_tool_rounds={s.max_tool_rounds}, "
                                              f"max_tool_calls={s.max_tool_calls})")
             meter.tool_calls += 1
-            result = self._call_tool(handlers, {"name": read_action, "args": action.args})
+            result = self._call_tool(handlers, {"name": action.name, "args": action.args})
             left = s.read_budget - meter.tool_calls
             note = ANSWER_NOW_JSON if left == 0 else f"({left} read(s) left.)"
-            messages.append(HumanMessage(f"Result of {read_action}:\n{result}\n{note}"))
+            messages.append(HumanMessage(f"Result of {action.name}:\n{result}\n{note}"))
 
     def _invalid_replies(self, task: _Task, reasons: list[str], truncated: int, last: str) -> AgentAnswer:
         """`MAX_INVALID_REPLIES` invalid replies in a row: a model that ran on past `max_tokens` every time fails

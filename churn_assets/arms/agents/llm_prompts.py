@@ -51,20 +51,34 @@ def answer_format(answer: AnswerType | None) -> str:
     return FORMATS[answer.kind].format(decimals=answer.decimals, choices=", ".join(answer.choices))
 
 
+def example_value(answer: AnswerType | None) -> str | None:
+    """The example value the answer format shows the model ("12" for an integer, ...), None when it shows none: an
+    answer equal to it may have been copied from the prompt (`copied_example`)."""
+    if answer is None:
+        return None
+    found = re.search(r"e\.g\. (.+)$", answer_format(answer))
+    return found.group(1) if found else None
+
+
 def _views_doc() -> str:
     return "\n".join(f"- {v}: {VIEW_DOCS[v].removeprefix(v + ': ')}" for v in VIEWS)
 
 
 @cache
-def system_prompt(mode: str, records: bool, by_kind: bool = True) -> str:
+def system_prompt(mode: str, records: bool, by_kind: bool = True, measures: tuple[str, ...] = ()) -> str:
     """The one system prompt of an arm's agent (fixed per mode and tool set: the day, the question and its answer
-    format are the first user message), so an endpoint's prefix cache holds across a run's tasks."""
+    format are the first user message), so an endpoint's prefix cache holds across a run's tasks. `measures`: the
+    signatures of the measures an arm with a semantic model offers (`llm_measures.signatures`; () for none)."""
     if mode == JSON_ACTIONS:
-        return json_actions.system_prompt(records, by_kind, GLOSSARY, _views_doc())
+        return json_actions.system_prompt(records, by_kind, GLOSSARY, _views_doc(), measures)
     how = ("Use search_records to find the fact records you need; only the records it returns are known to you."
            if records else
            "Use retrieve to read the data, one view per call, with filters where they apply; only the rows it "
            "returns are known to you (a view the arm does not serve says so).")
+    if measures and not records:
+        how = ("Use measure first: it computes one registered measure of the data as of today (its result states the "
+               "as-of day of each part of the data it read). Use retrieve to read raw rows of one view where no "
+               "measure fits. Only what they return is known to you.")
     return (f"You answer one question about a company's software licenses, users, cost centers, vendors, "
             f"contracts, usage and support tickets. {how} Each result states the as-of day of its data "
             f"(data_as_of).\n\n{GLOSSARY}\n\n"

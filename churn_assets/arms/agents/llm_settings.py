@@ -44,9 +44,14 @@ ENV_THREADS = "CHURNBENCH_LLM_THREADS"
 
 # Bumped whenever a system prompt, a tool description or the action schema changes: it is part of the settings,
 # so the agent-id (and the experiment hash) changes with them.
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "3"
 TOOLS, JSON_ACTIONS = "tools", "json"
 MODES = (TOOLS, JSON_ACTIONS)
+# What the agent reads through on an arm with a semantic model: the registry's measures (and raw views), or raw
+# views only (the same model compared without measures, issue 45). Arms without one offer raw views either way.
+MEASURES, VIEWS_ONLY = "measures", "views"
+INTERFACES = (MEASURES, VIEWS_ONLY)
+ENV_INTERFACE = "CHURNBENCH_LLM_INTERFACE"
 # The local server's defaults: a read of at most 50 rows is about 1.4k tokens, so the system prompt (about 0.9k),
 # four reads with their actions and the answer fit the 8k context (a fifth read would not: measured, docs/llm.md).
 LOCAL_DEFAULTS: dict[str, Any] = {"mode": JSON_ACTIONS, "max_tokens": 256, "max_rows_per_call": 50,
@@ -125,6 +130,7 @@ class LlmSettings:
     max_rows_per_call: int = 500  # rows a `retrieve` shows the model (the rest: "truncated", narrow the filters)
     max_records_per_search: int = K  # k of `search_records` is clamped to this (the extraction rule's K)
     seed: int | None = None  # a salt of the repeat seeds (see the class doc)
+    interface: str = MEASURES  # measures (and raw views) on arms with a semantic model, or raw views only
     prompt_version: str = PROMPT_VERSION
     local: LocalServer | None = None
 
@@ -143,6 +149,9 @@ class LlmSettings:
             raise LlmConfigError(f"{ENV_BASE_URL}={base_url!r} is not an http(s) URL")
         if self.mode not in MODES:
             raise LlmConfigError(f"mode {self.mode!r} is not one of {', '.join(MODES)} ({ENV_MODE})")
+        if self.interface not in INTERFACES:
+            raise LlmConfigError(f"interface {self.interface!r} is not one of {', '.join(INTERFACES)} "
+                                 f"({ENV_INTERFACE})")
         if not 0.0 <= self.temperature <= 2.0:
             raise LlmConfigError(f"temperature {self.temperature} is outside [0, 2]")
         for name in ("max_tokens", "max_tool_rounds", "max_tool_calls", "max_rows_per_call",
@@ -204,6 +213,8 @@ class LlmSettings:
                                         (ENV_MAX_ROWS, "max_rows_per_call", int), (ENV_SEED, "seed", int)))
         if env.get(ENV_MODE, "").strip():
             extra["mode"] = env[ENV_MODE].strip()
+        if env.get(ENV_INTERFACE, "").strip():
+            extra["interface"] = env[ENV_INTERFACE].strip()
         if base_url:
             if not model:
                 raise LlmConfigError(f"no LLM endpoint configured ({ENV_MODEL} not set): {NO_ENDPOINT}")
@@ -241,6 +252,10 @@ def check_agent_settings(agent_id: str, model_settings: Mapping[str, Any] | None
         raise LlmConfigError(f"agent {agent_id!r} is neither det nor llm-<6 hex digits>")
     if not model_settings:
         raise LlmConfigError(f"agent {agent_id} has no stored model settings")
+    version = model_settings.get("prompt_version")
+    if version != PROMPT_VERSION:
+        raise LlmConfigError(f"agent {agent_id} was defined with prompt version {version}; this code's prompts are "
+                             f"version {PROMPT_VERSION} (measures were added): define a new scenario")
     settings = LlmSettings.from_json(model_settings)
     if settings.agent_id != agent_id:
         raise LlmConfigError(f"the stored model settings hash to {settings.agent_id}, not {agent_id}")

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from churn_assets.arms.agents.interface import StructuredTools
 from churn_assets.arms.extraction import RECORD_CLASSES
 from churn_assets.canonical import canonical_json
-from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request
+from churn_assets.grounding.rows import VIEW_CLASS, VIEWS, Request, StructuredTools
+from churn_assets.tasks.templates import ID_PATTERN
 from churn_assets.world.calendar import Day
 
 VIEW_DOCS: dict[str, str] = {
@@ -85,6 +86,12 @@ def search_tool(by_kind: bool) -> dict[str, Any]:
 class ToolArgumentError(ValueError):
     """A tool call the model made with arguments the tool cannot take (told to the model, not traced)."""
 
+    @classmethod
+    def refused(cls, e: Exception) -> ToolArgumentError:
+        """A source's 4xx for the model's own arguments (`SaasRequestError`: window_days=2024 above the API's
+        maximum, as SmolLM2 asks): the model's error, told to it; the run goes on."""
+        return cls(f"the source refused this request: {e}")
+
 
 _RETRIEVE_ARGS = ("view", "product", "contract", "vendor", "first", "last", "window_days", "products")
 
@@ -115,6 +122,12 @@ def request_of(args: Mapping[str, Any]) -> Request:
     if products is not None and (not isinstance(products, list | tuple) or not all(isinstance(p, str)
                                                                                   for p in products)):
         raise ToolArgumentError("products must be a list of product ids")
+    # ids as the data writes them: anything else (a URL, seen with SmolLM2) would reach a store's query or the SaaS
+    # API's path, and come back as a 404 that fails the run instead of a line to the model
+    for name, value in [*((n, text(n)) for n in ("product", "contract", "vendor")),
+                        *(("products", p) for p in products or ())]:
+        if value is not None and not re.fullmatch(ID_PATTERN, value):
+            raise ToolArgumentError(f"{name}={value!r} is not an id (ids look like prd_0001, ctr_0012, vnd_003)")
     try:
         return Request(str(args.get("view") or ""), product=text("product"), contract=text("contract"),
                        vendor=text("vendor"), first=day("first"), last=day("last"), window_days=window_days,

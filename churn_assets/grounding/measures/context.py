@@ -11,8 +11,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from churn_assets.arms.agents.interface import StructuredTools
-from churn_assets.grounding.rows import Request
+from churn_assets.grounding.rows import Request, StructuredTools
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.windows import Window
 from churn_assets.world.calendar import Day

@@ -8,13 +8,14 @@ Bad input (an unknown measure, a missing or extra argument, a value of the wrong
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from churn_assets.arms.agents.interface import StructuredTools
 from churn_assets.grounding.measures.context import IMPLEMENTATIONS, Served, Unknown
 from churn_assets.grounding.registry import MeasureDecl, Registry, load_registry
+from churn_assets.grounding.rows import StructuredTools
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.templates import PLACEHOLDERS
 from churn_assets.world.calendar import Day
@@ -65,13 +66,15 @@ def _typed(decl: MeasureDecl, name: str, value: Any) -> Any:
             return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
         except ValueError:
             raise bad from None
-    if not isinstance(value, str) or not value:
+    # an id or a word as the question writes it (a model may pass anything: a URL as a product id would reach the
+    # SaaS API's path and come back a 404 no one can read)
+    if not isinstance(value, str) or not re.fullmatch(PLACEHOLDERS[name].pattern, value):
         raise bad
     return value
 
 
 _KIND_WORDS = {"int": "a whole number", "dollars": "a number of dollars", "day": "a day YYYY-MM-DD",
-               "id": "an id string", "word": "a word"}
+               "id": "an id such as prd_0001", "word": "a word as the question writes it"}
 
 
 class SemanticModel:

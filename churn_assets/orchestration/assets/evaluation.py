@@ -152,7 +152,8 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     settings = agent = None  # the deterministic agent
     serve_local = functools.partial(_serve_local, paths)  # (settings, gguf) -> this state folder's model server
     if not deterministic:
-        from churn_assets.arms.agents.llm import agent_for_scenario, check_agent_settings
+        from churn_assets.arms.agents.llm import agent_for_scenario
+        from churn_assets.arms.agents.llm_settings import check_agent_settings
 
         try:  # an endpoint's: the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's id;
             # a local model's: its GGUF file found by hash and served by this state folder's model server
