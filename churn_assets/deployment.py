@@ -69,6 +69,9 @@ class TaskSettings:
 
     count: int = 180
     seed: int = 0
+    # k: k tasks of every template instead of `count` drawn by tier and weight (47 templates: 47k tasks), for
+    # measurements where each template counts once (issue 45); None: `count`.
+    per_template: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class CalendarSection(StrictModel):
 class TasksSection(StrictModel):
     count: Annotated[int, Field(ge=1, le=10_000, description="an integer 1..10000")] = TaskSettings.count
     seed: Annotated[int, Field(ge=0, description="an integer >= 0")] = TaskSettings.seed
+    per_template: Annotated[int | None, Field(ge=1, le=100, description="an integer 1..100, or null")] = None
 
 
 def _cron(value: Any) -> Any:
@@ -135,7 +139,8 @@ def parse_deployment(data: Any, where: str) -> DeploymentConfig:
     checked = parse(DeploymentFile, data, lambda message: DeploymentConfigError(f"{where}: {message}"))
     r = checked.regression
     return DeploymentConfig(calendar=Calendar(start=checked.calendar.start, days=checked.calendar.days),
-                            data=data, tasks=TaskSettings(count=checked.tasks.count, seed=checked.tasks.seed),
+                            data=data, tasks=TaskSettings(count=checked.tasks.count, seed=checked.tasks.seed,
+                                                               per_template=checked.tasks.per_template),
                             regression=RegressionSettings(cron=r.schedule, timezone=r.timezone, running=r.running))
 
 

@@ -16,9 +16,11 @@ import churn_assets.deployment as deployment_module
 from churn_assets.deployment import TaskSettings
 
 
-def use_task_count(monkeypatch: pytest.MonkeyPatch, count: int, seed: int = 0) -> TaskSettings:
-    """Make this process's deployment ask for `count` tasks drawn with `seed` (undone with `monkeypatch`)."""
-    small = TaskSettings(count=count, seed=seed)
+def use_task_count(monkeypatch: pytest.MonkeyPatch, count: int, seed: int = 0,
+                   per_template: int | None = None) -> TaskSettings:
+    """Make this process's deployment ask for `count` tasks drawn with `seed` (or `per_template` tasks of each
+    template) (undone with `monkeypatch`)."""
+    small = TaskSettings(count=count, seed=seed, per_template=per_template)
     config = dataclasses.replace(deployment_module.deployment(), tasks=small)
     monkeypatch.setattr(deployment_module, "deployment", lambda: config)
     return small

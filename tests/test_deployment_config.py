@@ -35,6 +35,11 @@ def test_tasks_default_when_absent(tasks: dict | None) -> None:
     assert task_settings(parse_deployment(data, "test")) == TaskSettings()
 
 
+def test_per_template_is_read() -> None:
+    data = {"calendar": CALENDAR, "tasks": {"per_template": 1}}
+    assert task_settings(parse_deployment(data, "test")) == TaskSettings(per_template=1)
+
+
 def test_an_unquoted_yaml_day_is_a_day(tmp_path: Path) -> None:
     f = tmp_path / "d.yaml"
     f.write_text("calendar:\n  start: 2024-02-01\n  days: 30\n")
@@ -48,6 +53,8 @@ def test_an_unquoted_yaml_day_is_a_day(tmp_path: Path) -> None:
      "test: calendar.start must be an ISO day YYYY-MM-DD (got '2024-13-01')"),
     ({"calendar": CALENDAR, "tasks": {"count": 0}}, "test: tasks.count must be an integer 1..10000 (got 0)"),
     ({"calendar": CALENDAR, "tasks": {"seed": -1}}, "test: tasks.seed must be an integer >= 0 (got -1)"),
+    ({"calendar": CALENDAR, "tasks": {"per_template": 0}},
+     "test: tasks.per_template must be an integer 1..100, or null (got 0)"),
     ({"calendar": CALENDAR, "taks": {"count": 3}}, "test: unknown key 'taks'"),
     ({"calendar": 5}, "test: calendar must be a mapping"),
     ({}, "test: calendar is missing"),
@@ -68,6 +75,7 @@ def test_a_bad_file_is_named(tmp_path: Path) -> None:
 
 def test_every_field_says_what_it_must_be() -> None:
     leaves = leaf_fields(DeploymentFile)
-    assert set(leaves) == {"calendar.start", "calendar.days", "tasks.count", "tasks.seed", "regression.schedule",
+    assert set(leaves) == {"calendar.start", "calendar.days", "tasks.count", "tasks.seed", "tasks.per_template",
+                           "regression.schedule",
                            "regression.timezone", "regression.running"}
     assert all(field.description for field in leaves.values())

@@ -18,8 +18,15 @@ from churn_assets.grounding.registry import load_registry
 from churn_assets.tasks.generator import GeneratedTaskSet, derive_seed, generate_task_set, tier_quotas
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.parser import parse_question
-from churn_assets.tasks.task_set import TASKS_FILE, read_tasks, task_set_counts, task_set_hash, write_tasks
-from churn_assets.tasks.templates import TEMPLATES_BY_ID
+from churn_assets.tasks.task_set import (
+    TASKS_FILE,
+    TaskSetError,
+    read_tasks,
+    task_set_counts,
+    task_set_hash,
+    write_tasks,
+)
+from churn_assets.tasks.templates import TEMPLATES, TEMPLATES_BY_ID
 from churn_assets.world.ledger import load_ledger
 
 T = "2024-04-27"
@@ -106,6 +113,21 @@ def test_generation_is_deterministic_and_seeded_by_world_and_t(
     assert derive_seed(world_id, T) != derive_seed(world_id, "2024-04-26") != derive_seed("other-s1-abcdef", T)
 
 
+def test_per_template_draws_each_template_exactly_k_times(
+        world: tuple[Path, str, list[dict[str, Any]]], resolver: GoldResolver) -> None:
+    _, world_id, records = world
+    once = generate_task_set(records, world_id=world_id, anchor=T, resolver=resolver, per_template=1)
+    assert Counter(t.template_id for t in once.tasks) == Counter({t.template_id: 1 for t in TEMPLATES})
+    assert len({t.question_text for t in once.tasks}) == len(TEMPLATES) == 47
+    again = generate_task_set(records, world_id=world_id, anchor=T, resolver=resolver, per_template=1, n=3)
+    assert task_set_hash(again.tasks) == task_set_hash(once.tasks)  # deterministic; n is not used
+    # a template the world cannot ask k distinct times is named, never replaced by another template (a template
+    # without parameters has one question)
+    with pytest.raises(TaskSetError, match=r"template t1_unassigned_licenses can be asked 1 distinct time\(s\), "
+                                           r"2 requested \(tasks.per_template\)"):
+        generate_task_set(records, world_id=world_id, anchor=T, resolver=resolver, per_template=2)
+
+
 def test_other_sizes_split_tiers_proportionally() -> None:
     assert tier_quotas(180) == {1: 81, 2: 63, 3: 36}
     assert tier_quotas(20) == {1: 9, 2: 7, 3: 4}
@@ -186,11 +208,16 @@ def test_a_task_set_drawn_with_other_settings_is_out_of_date(default_set: Genera
     use_task_count(monkeypatch, 12)
     assert drawn_with(path) is None  # a set of before the record: taken as it is (its settings cannot be known)
     assert outdated_task_sets(paths, [wanted]) == {}
-    write_drawn_with(path, 4, 0)
+    write_drawn_with(path, (4, 0, None))
     assert outdated_task_sets(paths, [wanted]) == {
         wanted: "drawn with 4 tasks, seed 0; the deployment asks for 12 tasks, seed 0"}
     use_task_count(monkeypatch, 4)
-    assert drawn_with(path) == (4, 0) and outdated_task_sets(paths, [wanted]) == {}
+    assert drawn_with(path) == (4, 0, None) and outdated_task_sets(paths, [wanted]) == {}
+    assert (path.parent / "drawn_with.json").read_text() == '{"count":4,"seed":0}\n'  # bytes as before issue 45
+    use_task_count(monkeypatch, 4, per_template=1)  # one task per template: 47, another draw
+    assert outdated_task_sets(paths, [wanted]) == {
+        wanted: "drawn with 4 tasks, seed 0; the deployment asks for 47 tasks (1 per template), seed 0"}
+    use_task_count(monkeypatch, 4)
     use_task_count(monkeypatch, 12, seed=3)
     assert outdated_task_sets(paths, [wanted]) == {
         wanted: "drawn with 4 tasks, seed 0; the deployment asks for 12 tasks, seed 3"}
@@ -203,5 +230,6 @@ def test_a_task_set_drawn_with_other_settings_is_out_of_date(default_set: Genera
     assert outdated_task_sets(paths, [wanted]) == {}
     use_task_count(monkeypatch, 12, seed=3)
     # No finished run is looked up from it (the store is never reached: the settings are compared first).
-    assert finished_run(None, None, "", None, path, drawn=(12, 3)) is None  # type: ignore[arg-type]
-    assert finished_run(None, None, "", None, path, drawn=(4, 1)) is None  # type: ignore[arg-type]
+    assert finished_run(None, None, "", None, path, drawn=(12, 3, None)) is None  # type: ignore[arg-type]
+    assert finished_run(None, None, "", None, path, drawn=(4, 1, None)) is None  # type: ignore[arg-type]
+    assert finished_run(None, None, "", None, path, drawn=(4, 0, 1)) is None  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ from churn_assets.evaluation.verdicts import STALE_VERDICTS, TRANSPORT_FAILURE, 
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT, Scenario, ScenarioPlan
 from churn_assets.grounding.traces import COORDINATOR
 from churn_assets.tasks.gold import GoldResolver
-from churn_assets.tasks.task_set import Task, TaskSetError, drawn_with, read_tasks, task_set_hash
+from churn_assets.tasks.task_set import Drawn, Task, TaskSetError, drawn_with, read_tasks, task_set_hash
 from churn_assets.world.calendar import Day
 
 
@@ -286,7 +286,7 @@ def finished_summary(store: ResultsStore, spec: RunSpec, *, code: str | None = N
 
 
 def finished_run(store: ResultsStore, scenario: Scenario, config_hash: str, plan: ScenarioPlan, task_file: Path, *,
-                 drawn: tuple[int, int], catalog: RunCatalog | str | None = None
+                 drawn: Drawn, catalog: RunCatalog | str | None = None
                  ) -> tuple[RunSpec, dict[str, Any]] | None:
     """(spec, summary) of the finished run of this scenario's identity, or None: also when its task set file is
     missing or unreadable, or is recorded as drawn with another count and seed than `drawn` (the deployment's)

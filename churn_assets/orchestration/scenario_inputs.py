@@ -53,7 +53,7 @@ from churn_assets.orchestration.partitions import world_day_key
 from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
 from churn_assets.services import mongo_client
-from churn_assets.tasks.task_set import drawn_with, in_current_format
+from churn_assets.tasks.task_set import Drawn, drawn_of, drawn_with, in_current_format
 from churn_assets.world.calendar import outside_calendar
 from churn_assets.world.ledger import LEDGER_FILE, load_ledger
 from contracts.store import stored_days
@@ -261,27 +261,33 @@ def unchecked_inputs(instance: dg.DagsterInstance, inputs: Iterable[ScenarioInpu
     return out
 
 
-def drawn_settings() -> tuple[int, int]:
-    """(count, seed) the deployment draws each day's task set with (what a task set's `drawn_with` must be)."""
+def drawn_settings() -> Drawn:
+    """(count, seed, per_template) the deployment draws each day's task set with (what a task set's `drawn_with`
+    must be); with `per_template` k the count is k tasks of each template."""
     settings = task_settings()
-    return settings.count, settings.seed
+    return drawn_of(settings.count, settings.seed, settings.per_template)
+
+
+def _describe(drawn: Drawn) -> str:
+    count, seed, per_template = drawn
+    return f"{count} tasks{'' if per_template is None else f' ({per_template} per template)'}, seed {seed}"
 
 
 def outdated_task_sets(paths: StatePaths, inputs: Iterable[ScenarioInput]) -> dict[ScenarioInput, str]:
-    """Task-set inputs recorded as drawn with another task count or seed than the deployment asks for now -> why:
-    they are drawn again (a day's task set is one file per world and T, so a changed deployment would otherwise
-    reuse the old questions without a word). A set with no record (written before the record existed) is taken
-    as it is, as before: its count and seed cannot be known without drawing it again. A set whose file is not in
-    today's format (`in_current_format`) is drawn again too."""
-    count, seed = drawn_settings()
+    """Task-set inputs recorded as drawn with another task count, seed or per-template count than the deployment
+    asks for now -> why: they are drawn again (a day's task set is one file per world and T, so a changed
+    deployment would otherwise reuse the old questions without a word). A set with no record (written before the
+    record existed) is taken as it is, as before: its count and seed cannot be known without drawing it again. A
+    set whose file is not in today's format (`in_current_format`) is drawn again too."""
+    wanted = drawn_settings()
     out = {}
     for i in inputs:
         if i.asset != TASK_SET or i.day is None:
             continue
         path = paths.task_set_file(i.world, i.day)
         was = drawn_with(path)
-        if was is not None and was != (count, seed):
-            out[i] = f"drawn with {was[0]} tasks, seed {was[1]}; the deployment asks for {count} tasks, seed {seed}"
+        if was is not None and was != wanted:
+            out[i] = f"drawn with {_describe(was)}; the deployment asks for {_describe(wanted)}"
         elif path.exists() and not in_current_format(path):
             out[i] = "written in an earlier task format (its templates' fields changed since)"
     return out

@@ -166,9 +166,12 @@ def generate_task_set(
     templates: Sequence[Template] = TEMPLATES,
     format_version: int = 2,
     resolver: GoldResolver | None = None,
+    per_template: int | None = None,
 ) -> GeneratedTaskSet:
     """The task set of a world at T (`anchor`); parameters come from the world as of T. Pass the
-    `resolver` that will grade the set to fold the world at T once for both."""
+    `resolver` that will grade the set to fold the world at T once for both. `per_template` k: exactly k tasks
+    of every template (`n` is then ignored; a template the world cannot ask k distinct times is an error),
+    instead of `n` tasks by tier quota and template weight."""
     a = anchor if isinstance(anchor, dt.date) else dt.date.fromisoformat(anchor)
     if not records:
         raise TaskSetError("the ledger is empty: no world to ask about")
@@ -186,17 +189,27 @@ def generate_task_set(
     tasks: list[Task] = []
     golds: dict[str, Any] = {}
     degenerate = 0
-    for tier, tier_n in tier_quotas(n).items():
+    if per_template is not None and per_template < 1:
+        raise TaskSetError("per_template must be at least 1")
+    tiers = sorted({t.task_tier for t in templates})
+    quota_of_tier = (tier_quotas(n) if per_template is None else
+                     {tier: per_template * sum(t.task_tier == tier for t in templates) for tier in tiers})
+    for tier, tier_n in quota_of_tier.items():
         in_tier = [t for t in templates if t.task_tier == tier]
         if not in_tier:
             raise TaskSetError(f"no template of task_tier {tier}")
         draws = [_TemplateDraw(t, iter(_shuffled(candidates(t, world), rng)), []) for t in in_tier]
-        quotas = largest_remainder(tier_n, [t.weight for t in in_tier])
+        quotas = (largest_remainder(tier_n, [t.weight for t in in_tier]) if per_template is None
+                  else [per_template] * len(in_tier))
         short: dict[str, int] = {}
         for draw, quota in zip(draws, quotas, strict=True):
             while len(draw.accepted) < quota and _draw_one(draw, state, a, seen, quota):
                 pass
             if len(draw.accepted) < quota:
+                if per_template is not None:  # no other template may stand in: each counts once per k
+                    raise TaskSetError(f"world {world_id} at {a}: template {draw.template.template_id} can be "
+                                       f"asked {len(draw.accepted)} distinct time(s), {per_template} requested "
+                                       "(tasks.per_template)")
                 short[draw.template.intent] = short.get(draw.template.intent, 0) + quota - len(draw.accepted)
         # A template that ran short hands its share to the tier's templates of the same intent first (the
         # intent mix stays close to the reference's), then to any template of the tier.

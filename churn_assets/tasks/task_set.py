@@ -18,7 +18,7 @@ from typing import Any
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.files import atomic_write_text
-from churn_assets.tasks.templates import Template, template
+from churn_assets.tasks.templates import TEMPLATES, Template, template
 
 TASKS_FILE = "tasks.jsonl"
 DRAWN_WITH_FILE = "drawn_with.json"  # beside it: the deployment's task count and seed it was drawn with
@@ -91,20 +91,35 @@ def write_tasks(tasks: Sequence[Task], path: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def write_drawn_with(path: Path, count: int, seed: int) -> None:
-    """Record beside `tasks.jsonl` (at `path`) the task count and seed it was drawn with: a deployment that asks
-    for another count or seed finds it out of date (`drawn_with`) instead of reusing it silently. Written after
-    the tasks, so a crash between the two leaves a set that is drawn again, never a record of tasks not there."""
-    atomic_write_text(path.parent / DRAWN_WITH_FILE, canonical_json({"count": count, "seed": seed}) + "\n")
+Drawn = tuple[int, int, int | None]  # (task count, seed, tasks per template or None: drawn by tier and weight)
 
 
-def drawn_with(path: Path) -> tuple[int, int] | None:
-    """(count, seed) the task set at `path` was drawn with; None when not recorded (a set written before the
-    record existed, or an unreadable record)."""
+def drawn_of(count: int, seed: int, per_template: int | None) -> Drawn:
+    """What a deployment's `tasks` section draws: with `per_template` k, k tasks of each template (`count`
+    unused)."""
+    return (count if per_template is None else per_template * len(TEMPLATES)), seed, per_template
+
+
+def write_drawn_with(path: Path, drawn: Drawn) -> None:
+    """Record beside `tasks.jsonl` (at `path`) the task count, seed and per-template count it was drawn with: a
+    deployment that asks for others finds it out of date (`drawn_with`) instead of reusing it silently. Written
+    after the tasks, so a crash between the two leaves a set that is drawn again, never a record of tasks not
+    there. `per_template` is written only when set (a record of a tier-and-weight draw keeps its bytes)."""
+    count, seed, per_template = drawn
+    record: dict[str, int] = {"count": count, "seed": seed}
+    if per_template is not None:
+        record["per_template"] = per_template
+    atomic_write_text(path.parent / DRAWN_WITH_FILE, canonical_json(record) + "\n")
+
+
+def drawn_with(path: Path) -> Drawn | None:
+    """(count, seed, per_template) the task set at `path` was drawn with; None when not recorded (a set written
+    before the record existed, or an unreadable record)."""
     try:
         found = json.loads((path.parent / DRAWN_WITH_FILE).read_text())
-        return int(found["count"]), int(found["seed"])
-    except (OSError, ValueError, TypeError, KeyError):
+        per_template = found.get("per_template")
+        return int(found["count"]), int(found["seed"]), None if per_template is None else int(per_template)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 

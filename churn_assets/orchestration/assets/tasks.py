@@ -15,7 +15,7 @@ from churn_assets.orchestration.assets.ledger import ledger
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.tasks.generator import generate_task_set
-from churn_assets.tasks.task_set import task_set_counts, write_drawn_with, write_tasks
+from churn_assets.tasks.task_set import drawn_of, task_set_counts, write_drawn_with, write_tasks
 
 
 @dg.asset(
@@ -29,15 +29,17 @@ from churn_assets.tasks.task_set import task_set_counts, write_drawn_with, write
 def task_set(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     world_id, day, _ = require_world_day(state, context.partition_key)
     settings = task_settings()
+    drawn = drawn_of(settings.count, settings.seed, settings.per_template)
     loaded = world_ledger(state, world_id)
     try:
-        generated = generate_task_set(loaded.records, world_id=world_id, anchor=day, n=settings.count,
-                                      task_seed=settings.seed, format_version=loaded.format_version)
+        generated = generate_task_set(loaded.records, world_id=world_id, anchor=day, n=drawn[0],
+                                      task_seed=settings.seed, format_version=loaded.format_version,
+                                      per_template=settings.per_template)
     except UserFacingError as e:
         raise step_failure(f"task set {world_id} at {day}: {e}") from None
     path = state.paths.task_set_file(world_id, day)
     digest = write_tasks(generated.tasks, path)
-    write_drawn_with(path, settings.count, settings.seed)
+    write_drawn_with(path, drawn)
     counts = task_set_counts(generated.tasks)
     context.log.info(f"{world_id} at {day}: {len(generated.tasks)} tasks, hash {digest[:16]}")
     return dg.MaterializeResult(metadata={
@@ -49,6 +51,7 @@ def task_set(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mate
         "degenerate_answers": generated.degenerate,
         "anchor": dg.MetadataValue.text(day.isoformat()),
         "task_seed": settings.seed,
+        **({"tasks_per_template_drawn": settings.per_template} if settings.per_template is not None else {}),
         "seed": dg.MetadataValue.text(str(generated.seed)),
         "path": dg.MetadataValue.path(str(path)),
     }, data_version=dg.DataVersion(digest))  # the task set's content hash: the same questions are the same data
