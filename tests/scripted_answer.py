@@ -23,6 +23,7 @@ class ScriptedAnswer:
     grounded: bool | None = None
     copied_example: bool | None = None
     measure_calls: int = 0
+    measures_called: tuple[tuple[str, Any], ...] = ()
     timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
     route: str = "staged_sql"
 

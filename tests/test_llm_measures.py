@@ -58,6 +58,7 @@ def test_a_measure_call_reads_through_the_arms_traced_tools_and_grounds_the_answ
 
     assert (got.value, got.parse_error, got.budget_error) == (2, None, None)
     assert (got.grounded, got.copied_example, got.measure_calls) == (True, False, 1)
+    assert got.measures_called == ((f"{HELD}(product=prd_0001)", 2),)  # what ran, with its value
     assert got.usage is not None and got.usage.tool_calls == 1  # a measure call is a read against the budget
     # the measure's reads are the arm's traced reads, of the classes it declares
     assert router.calls and len(arm_tools.traces) == len(router.calls)

@@ -56,6 +56,7 @@ class ArmAnswer:
     grounded: bool | None = None  # `AgentAnswer.grounded`
     copied_example: bool | None = None  # `AgentAnswer.copied_example`
     measure_calls: int = 0
+    measures_called: tuple[tuple[str, Any], ...] = ()  # `AgentAnswer.measures_called`
 
     @property
     def served_vintage(self) -> dict[str, Day]:
@@ -163,7 +164,8 @@ class Arm(abc.ABC):
                          parse_error=agent_answer.parse_error, transport_error=transport, usage=agent_answer.usage,
                          budget_error=agent_answer.budget_error, data_as_of=agent_answer.data_as_of,
                          grounded=agent_answer.grounded, copied_example=agent_answer.copied_example,
-                         measure_calls=agent_answer.measure_calls)
+                         measure_calls=agent_answer.measure_calls,
+                         measures_called=agent_answer.measures_called)
 
     def check_traces(self, answer: ArmAnswer) -> list[str]:
         """Differences between an answer's traces and this arm's planned vintage (empty: they agree)."""

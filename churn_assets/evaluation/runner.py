@@ -93,6 +93,9 @@ class AnswerLike(Protocol):
     def measure_calls(self) -> int: ...
 
     @property
+    def measures_called(self) -> tuple[tuple[str, Any], ...]: ...
+
+    @property
     def timings_ms(self) -> dict[str, float]: ...
 
     @property
@@ -195,6 +198,7 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
         "transport_error": answer.transport_error, "budget_error": answer.budget_error,
         "data_as_of": answer.data_as_of.isoformat() if answer.data_as_of else None,
         "grounded": answer.grounded, "copied_example": answer.copied_example, "measure_calls": answer.measure_calls,
+        "measures_called": [{"call": call, "value": value} for call, value in answer.measures_called],
         "traces": trace.get("traces", []),
         **({"usage": trace["usage"]} if "usage" in trace else {}),  # a model-backed agent's tokens and cost
     }

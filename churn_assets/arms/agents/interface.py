@@ -49,6 +49,8 @@ class AgentAnswer:
     # shown, as to the deterministic agent). Verdicts do not use either.
     copied_example: bool | None = None
     measure_calls: int = 0  # measure calls the agent made (each also counts as a read against its budget)
+    # The calls that ran, in order: (the call as `name(arg=value, ...)`, the value it returned; None: unknown)
+    measures_called: tuple[tuple[str, Any], ...] = ()
 
     @property
     def parsed(self) -> bool:

@@ -260,7 +260,8 @@ class LlmAgent:
         if judged is not answer and template is not None:
             judged = replace(judged, grounded=grounded(answer.value, template.answer, question, today, results, shown,
                                                        semantic))
-        return replace(judged, measure_calls=calls[0])
+        return replace(judged, measure_calls=calls[0],
+                       measures_called=tuple((r.call.describe(), r.value) for r in results))
 
     def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
                             by_kind: bool = True) -> AgentAnswer:
