@@ -26,7 +26,7 @@ from churn_assets.world.config import load_config
 @pytest.mark.parametrize(("key", "problem"), [
     ("default-s42-3f9a1c", "no '|'"),
     ("2024-01-05", "no '|'"),
-    ("2024-02-30|default-s42-3f9a1c", "'2024-02-30' is not a day"),
+    ("2024-02-30|default-s42-3f9a1c", "'2024-02-30' is not a calendar day (February 2024 has 29 days)"),
     ("20240105|default-s42-3f9a1c", "'20240105' is not a day"),
     ("2024-01-05|Default", "'Default' is not a world id"),
     ("default-s42-3f9a1c|2024-01-05", "'2024-01-05' is not a world id"),
@@ -71,7 +71,7 @@ def test_a_hand_added_world_day_partition_that_is_no_real_day_fails_in_one_line(
     config = load_config(days=30)
     add_world(paths, instance, config)
     bad = {
-        "2024-02-30|" + config.world_id: "'2024-02-30' is not a day",
+        "2024-02-30|" + config.world_id: "'2024-02-30' is not a calendar day (February 2024 has 29 days)",
         "not a key": "is not a world-day partition key",
         world_day_key(config.world_id, "2024-03-01"): f"2024-03-01 is outside the calendar of world {config.world_id}",
         world_day_key("ghost-s1-abcdef", "2024-01-05"): "world ghost-s1-abcdef is not registered in this state folder",

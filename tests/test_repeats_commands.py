@@ -103,16 +103,19 @@ def test_gate_power_measures_from_repeat_folders(tmp_path: Path) -> None:
                                     "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
+    assert (data["verdict"], data["verdict_reason"], data["aa"]["rule_holds"]) == ("acceptable", "", True)
     assert (data["repeats"], data["tasks"], data["templates"]) == (10, 24, 6)
     assert data["aa"]["comparisons"] == 200 and data["aa"]["group_size"] == 5 and data["aa"]["untested"] == ""
     assert data["power"]["rate"] > 0.9 and data["power"]["against_repeats"] == 10
     text = CliRunner().invoke(main, ["gate-power", str(folder), "--comparisons", "200"])
-    assert text.exit_code == 0 and text.output.startswith(f"A/A on {folder} (10 repeats, 24 tasks): false alarms")
+    assert text.exit_code == 1 and text.output.startswith(f"A/A on {folder} (10 repeats, 24 tasks): false alarms")
+    assert text.output.splitlines()[-1].startswith("gate: no power (power not measured")  # A/A alone is not enough
 
     frozen = _write_experiment(tmp_path, SCENARIO.replace("default__", "unlimited__"), "cccc000000000003",
                                {t: [v[0]] * 10 for t, v in matrix.items()}, templates)
     untested = CliRunner().invoke(main, ["gate-power", str(frozen)])
-    assert untested.exit_code == 0 and "GATE UNTESTED" in untested.output
+    assert untested.exit_code == 1 and "GATE UNTESTED" in untested.output
+    assert untested.output.splitlines()[-1] == "gate: no power (the repeats do not vary, so no drop can be seen)"
     few = _write_experiment(tmp_path, SCENARIO.replace("grounding", "naive"), "dddd000000000004",
                             {t: v[:4] for t, v in matrix.items()}, templates)
     refused = CliRunner().invoke(main, ["gate-power", str(few)])

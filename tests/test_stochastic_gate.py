@@ -18,8 +18,10 @@ import pytest
 
 from churn_assets.sweeps.stochastic_gate import (
     ALPHA,
+    POWER,
     StochasticGateError,
     aa_false_alarms,
+    gate_verdict,
     llm_baseline_path,
     load_stochastic_baseline,
     make_stochastic_baseline,
@@ -81,9 +83,10 @@ def test_aa_false_alarms_stay_near_alpha_with_clustered_errors_and_not_without()
 def test_without_a_shared_effect_the_aa_rate_is_acceptable() -> None:
     matrix, templates = synthetic(3)
     aa = aa_false_alarms(matrix, templates, comparisons=200, seed=0)
-    assert aa.comparisons == 200 and aa.acceptable is True
+    assert aa.comparisons == 200 and aa.aa_rule_holds is True
     lo, hi = aa.interval_90
-    assert lo <= aa.rate <= hi and "acceptable" in aa.describe()
+    assert lo <= aa.rate <= hi and aa.describe().endswith("; the A/A rule holds")
+    assert "acceptable" not in aa.describe()  # the A/A rule alone is not the gate's verdict
 
 
 def test_repeats_without_variance_leave_the_gate_untested() -> None:
@@ -91,7 +94,7 @@ def test_repeats_without_variance_leave_the_gate_untested() -> None:
     frozen = {t: [v[0]] * 10 for t, v in matrix.items()}  # every repeat gives the first repeat's verdict
     assert repeats_vary(matrix) and not repeats_vary(frozen)
     aa = aa_false_alarms(frozen, templates, comparisons=200)
-    assert aa.alarms == 0 and aa.untested and aa.acceptable is None
+    assert aa.alarms == 0 and aa.untested and aa.aa_rule_holds is None
     assert aa.describe().startswith("GATE UNTESTED")
 
 
@@ -104,6 +107,34 @@ def test_power_against_a_weaker_configuration() -> None:
     assert same.rate <= 2 * ALPHA  # against itself the "power" is the false-alarm rate
     with pytest.raises(StochasticGateError, match="2"):
         aa_false_alarms({t: v[:1] for t, v in strong.items()}, templates)
+
+
+def test_the_gate_is_acceptable_only_with_the_aa_rule_and_power() -> None:
+    """Issue 46: a gate that never alarms passes the A/A rule; it is "acceptable" only with power >= 0.8 too."""
+    strong, templates = synthetic(2, repeats=10, shared_sd=0.5)
+    weak, _ = synthetic(2, repeats=10, shared_sd=0.5, shift=-1.5)
+    slightly, _ = synthetic(2, repeats=10, shared_sd=0.5, shift=-0.15)
+    aa = aa_false_alarms(strong, templates, comparisons=200, seed=0)
+    assert aa.aa_rule_holds
+    seen = power_against(strong, weak, templates, comparisons=200, seed=0)
+    assert seen.rate >= POWER
+    assert gate_verdict(aa, seen).acceptable and gate_verdict(aa, seen).describe() == "gate: acceptable"
+    faint = power_against(strong, slightly, templates, comparisons=200, seed=0)
+    assert faint.rate < POWER  # a drop this small is seen less often than 80% of the time at K = 10
+    verdict = gate_verdict(aa, faint)
+    assert verdict.verdict == "no power" and not verdict.acceptable
+    assert verdict.describe().startswith(f"gate: no power (power {100 * faint.rate:.1f}% against the other ")
+    assert gate_verdict(aa, None).describe().startswith("gate: no power (power not measured: give --against RUN")
+    frozen = {t: [v[0]] * 10 for t, v in strong.items()}
+    untested = aa_false_alarms(frozen, templates, comparisons=200)
+    assert gate_verdict(untested, seen).verdict == "no power"  # an A/A of 0 alarms that can see nothing
+    # Too many false alarms (every task its own cluster under a shared effect) is "not acceptable", power or not.
+    noisy, _ = synthetic(0, shared_sd=1.5)
+    alarmed = aa_false_alarms(noisy, {t: t for t in noisy}, comparisons=200, seed=0)
+    assert alarmed.aa_rule_holds is False
+    assert gate_verdict(alarmed, seen).describe().startswith("gate: not acceptable (false alarms ")
+    with pytest.raises(ValueError, match="an A/A measurement and a power measurement"):
+        gate_verdict(seen, aa)
 
 
 def _cells(matrix: dict[str, list[str]], templates: dict[str, str]) -> dict[str, Any]:

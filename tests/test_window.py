@@ -14,6 +14,7 @@ from test_exposure import default_world_dir
 from churn_assets.cli import main
 from churn_assets.evaluation.exposure import AnswerChangeRates, change_rates, run_exposure
 from churn_assets.evaluation.window import (
+    WINDOW_INTERVAL_LABEL,
     Window,
     WindowError,
     bootstrap_mean,
@@ -136,6 +137,7 @@ def test_the_exposure_command_averages_over_a_window(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert "T over 2024-01-26 .. 2024-01-30 (5 days, gaps 6-10)" in out.output
     assert out.output.count("per day: ") == 2 and "uniform4-" in out.output
+    assert f"prediction mean [{WINDOW_INTERVAL_LABEL}]" in out.output  # the forecast's label carries its coverage
     refused = CliRunner().invoke(main, [*args, "--window", "12"])
     assert refused.exit_code != 0 and "before the cache build day T' = 2024-01-20" in refused.output
 

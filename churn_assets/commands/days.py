@@ -7,9 +7,11 @@ import datetime as dt
 
 import click
 
+from churn_assets.world.calendar import typed_day
+
 
 def cli_day(value: str, option: str) -> dt.date:
     try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{option}: {value!r} is not a day YYYY-MM-DD") from None
+        return typed_day(value)
+    except ValueError as e:
+        raise click.BadParameter(f"{option}: {e}") from None

@@ -22,7 +22,7 @@ import click
 
 from churn_assets.files import file_lock
 from churn_assets.state import StatePaths, validate_world_id
-from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.calendar import require_in_calendar, typed_day
 from churn_assets.world.ledger import LEDGER_FILE
 
 if TYPE_CHECKING:
@@ -63,9 +63,9 @@ def project(world_id: str, at: str | None) -> None:
 
 def parse_day(value: str, first: dt.date, last: dt.date) -> dt.date:
     try:
-        day = dt.date.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a day (YYYY-MM-DD)", param_hint="--at") from None
+        day = typed_day(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--at") from None
     require_in_calendar("--at", day, first, last, "this world")
     return day
 

@@ -119,12 +119,14 @@ def _verdicts(ref: str) -> tuple[dict[str, list[str]], dict[str, str], int, str]
 def gate_power(run_ref: str, against: str | None, comparisons: int, alpha: float, seed: int, as_json: bool) -> None:
     """Measure the stochastic gate on K >= 10 repeats of one configuration (`run --repeats K`): split the repeats
     at random into two halves, gate one against the other, COMPARISONS times (A/A: every alarm is false), and
-    report the false-alarm rate with its 90% interval, acceptable when the interval contains alpha or its upper
-    bound is at most 2 alpha. With --against, the same halves against another configuration's repeats: the
-    power. Says "GATE UNTESTED" when the repeats do not vary.
+    report the false-alarm rate with its 90% interval (the A/A rule holds when it contains alpha or its upper
+    bound is at most 2 alpha). With --against, the same halves against another configuration's repeats: the
+    power. Says "GATE UNTESTED" when the repeats do not vary. Ends with the verdict: "acceptable" only when the
+    A/A rule holds and the power is at least 0.8; otherwise "no power" (or "not acceptable": too many false
+    alarms) and exit 1.
 
     RUN: a results folder of the experiment (any repeat's) or a catalog reference (`churnbench results show`)."""
-    from churn_assets.sweeps.stochastic_gate import MIN_MEASURED_REPEATS, aa_false_alarms, power_against
+    from churn_assets.sweeps.stochastic_gate import MIN_MEASURED_REPEATS, aa_false_alarms, gate_verdict, power_against
 
     matrix, templates, k, where = _verdicts(run_ref)
     if k < MIN_MEASURED_REPEATS:
@@ -132,15 +134,20 @@ def gate_power(run_ref: str, against: str | None, comparisons: int, alpha: float
                               f"{MIN_MEASURED_REPEATS} (`churnbench run ... --repeats {MIN_MEASURED_REPEATS}`)")
     aa = aa_false_alarms(matrix, templates, comparisons=comparisons, alpha=alpha, seed=seed)
     out: dict[str, Any] = {"run": where, "repeats": k, "tasks": len(matrix), "templates": len(set(templates.values())),
-                           "alpha": alpha, "seed": seed, "aa": {**asdict(aa), "acceptable": aa.acceptable}}
+                           "alpha": alpha, "seed": seed, "aa": {**asdict(aa), "rule_holds": aa.aa_rule_holds}}
     lines = [f"A/A on {where} ({k} repeats, {len(matrix)} tasks): {aa.describe()}"]
+    power = None
     if against is not None:
         other, _, k_other, other_where = _verdicts(against)
         power = power_against(matrix, other, templates, comparisons=comparisons, alpha=alpha, seed=seed)
         out["power"] = {**asdict(power), "against": other_where, "against_repeats": k_other}
         lines.append(f"power against {other_where} ({k_other} repeats): {power.describe()}")
+    verdict = gate_verdict(aa, power)
+    out["verdict"], out["verdict_reason"] = verdict.verdict, verdict.reason
     if as_json:
         click.echo(json.dumps(out, indent=1, default=str))
-        return
-    for line in lines:
-        click.echo(line)
+    else:
+        for line in [*lines, verdict.describe()]:
+            click.echo(line)
+    if not verdict.acceptable:  # a CI step running gate-power fails on a gate that would not catch a drop
+        raise SystemExit(1)

@@ -172,14 +172,17 @@ def exposure(world_id: str | None, ledger_path: Path | None, tasks_file: Path | 
 
 def _print_windows(records: Any, task_list: Any, window: Any, policies: tuple[str, ...], registry: Any, *,
                    start: dt.date, calendar_days: int, resolver: Any, rates: Any, name: str, verbose: bool) -> None:
-    from churn_assets.evaluation.window import policy_windows
+    from churn_assets.evaluation.window import WINDOW_INTERVAL_LABEL, policy_windows
 
     found = policy_windows(records, task_list, window, policies, registry, start=start, calendar_days=calendar_days,
                            resolver=resolver, rates=rates)
     asked = [d.asked for d in found[0].days]
     click.echo(f"world {name}: {len(task_list)} tasks sampled at {window.t_end}, re-anchored to each day "
                f"({min(asked)}-{max(asked)} askable a day); window {window.describe()}")
-    click.echo(f"{'policy':>14}  exposure mean [90% interval] (range)        prediction mean [90% interval]")
+    # The exposure's interval is a bootstrap of what was measured; the prediction's is a forecast, whose label
+    # carries its measured coverage (it holds fewer windows than 90%).
+    click.echo(f"{'policy':>14}  exposure mean [90% interval] (range)        prediction mean "
+               f"[{WINDOW_INTERVAL_LABEL}]")
     for w in found:
         lo, hi = w.prediction_interval_90 or (0.0, 0.0)
         predicted = f"{w.prediction:5.1f} [{lo:.1f}-{hi:.1f}]" if w.prediction is not None else "-"

@@ -14,7 +14,6 @@ command refuses before it opens a service and a job before it registers a world 
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,7 @@ from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.freshness.policies import check_policy_classes, check_policy_parameters, parse_policy
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.grounding.registry import load_registry
-from churn_assets.world.calendar import Day
+from churn_assets.world.calendar import Day, typed_day
 from churn_assets.world.config import WorldConfig
 
 
@@ -125,6 +124,6 @@ def check_request(request: Request, world: WorldConfig | None, fields: Fields = 
 def day_text(value: str, field: str) -> Day:
     """A day as typed (`YYYY-MM-DD`), or a `RequestError` naming the field."""
     try:
-        return dt.date.fromisoformat(value)
-    except ValueError:
-        raise RequestError(f"{field}: {value!r} is not a day YYYY-MM-DD") from None
+        return typed_day(value)
+    except ValueError as e:
+        raise RequestError(f"{field}: {e}") from None

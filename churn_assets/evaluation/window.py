@@ -44,6 +44,28 @@ BOOTSTRAP_SEED = 0
 LEVEL = 0.9
 
 
+@dataclass(frozen=True)
+class MeasuredCoverage:
+    """How often a nominal interval held what it predicted, measured on worlds it was not tuned on."""
+
+    held: int  # windows whose measured mean fell inside the predicted interval
+    windows: int
+    seeds: int
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.held / self.windows)
+
+
+# The window predictor's nominal 90% interval held 1,111 of 1,400 windows (both policies, T' gaps 1..35) on the 20
+# seeds other than the calibration's named three (docs/tasks.md, "Over more seeds"; decision 311 keeps the interval
+# unscaled and prints this beside it). A reader given only "90% interval" would trust it as calibrated, so the label
+# below is built from these counts, and `tests/test_interval_label.py` recounts them from the committed rows.
+WINDOW_INTERVAL_COVERAGE = MeasuredCoverage(held=1111, windows=1400, seeds=20)
+WINDOW_INTERVAL_LABEL = (f"{round(100 * LEVEL)}% interval (measured coverage {WINDOW_INTERVAL_COVERAGE.percent}% "
+                         f"over {WINDOW_INTERVAL_COVERAGE.seeds} seeds)")
+
+
 class WindowError(ExposureError):
     """A window that cannot be formed as asked (a day before the cache build day, no day at all)."""
 

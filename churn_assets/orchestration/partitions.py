@@ -31,7 +31,7 @@ import warnings
 import dagster as dg
 
 from churn_assets.errors import UserFacingError
-from churn_assets.world.calendar import Day
+from churn_assets.world.calendar import Day, typed_day
 from churn_assets.world.config import WORLD_ID_RE, WorldConfig
 
 WORLD_PARTITIONS_NAME = "world"
@@ -76,9 +76,9 @@ def world_and_day(partition_key: str) -> tuple[str, Day]:
         problem = f"{day_text!r} is not a day"
     else:
         try:
-            return world_id, dt.date.fromisoformat(day_text)
-        except ValueError:
-            problem = f"{day_text!r} is not a day"
+            return world_id, typed_day(day_text)
+        except ValueError as e:
+            problem = str(e)
     raise PartitionKeyError(f"{partition_key!r} is not a world-day partition key ({problem}; expected "
                             f"{WORLD_DAY_KEY_FORM}, e.g. 2024-01-30|default-s42-3f9a1c)")
 

@@ -18,7 +18,6 @@ written before plans were stored holds the definition alone; it loads unchanged 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPla
 from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
 from churn_assets.state import StatePaths, atomic_write_text
 from churn_assets.unique_keys import load_json
+from churn_assets.world.calendar import typed_day
 
 
 def _read(paths: StatePaths, key: str) -> dict[str, Any]:
@@ -101,9 +101,9 @@ def _definition_problem(data: Any) -> str | None:
         value = data[name]
         if kind == "day":
             try:
-                dt.date.fromisoformat(value if isinstance(value, str) else "")
-            except ValueError:
-                return f"field {name} is not a day YYYY-MM-DD (got {value!r})"
+                typed_day(value)
+            except ValueError as e:
+                return f"field {name}: {e}"
         elif not isinstance(value, kind):  # type: ignore[arg-type]
             return f"field {name} is not a {getattr(kind, '__name__', kind)} (got {value!r})"
     return None

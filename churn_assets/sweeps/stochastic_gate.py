@@ -277,9 +277,9 @@ class GateMeasurement:
     untested: str = ""  # why the measurement says nothing (the repeats do not vary), else ""
 
     @property
-    def acceptable(self) -> bool | None:
+    def aa_rule_holds(self) -> bool | None:
         """A/A only: the false-alarm interval contains alpha or its upper bound is at most 2 alpha (None:
-        untested, or a power measurement)."""
+        untested, or a power measurement). The rule alone does not make a gate acceptable: `gate_verdict`."""
         if self.kind != "a/a" or self.untested:
             return None
         lo, hi = self.interval_90
@@ -295,8 +295,51 @@ class GateMeasurement:
         if self.untested:
             return f"GATE UNTESTED: {self.untested}; {text}"
         if self.kind == "a/a":
-            text += "; acceptable" if self.acceptable else "; NOT acceptable (interval above alpha and above 2 alpha)"
+            text += ("; the A/A rule holds" if self.aa_rule_holds
+                     else "; the A/A rule fails (interval above alpha and above 2 alpha)")
         return text
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What `gate-power` concludes: `acceptable` only for a gate that both rarely cries wolf (A/A) and would see a
+    real drop (power against another configuration at least `POWER`); `no power` or `not acceptable` otherwise."""
+
+    verdict: str  # "acceptable", "no power" or "not acceptable"
+    reason: str  # why not, else ""
+
+    @property
+    def acceptable(self) -> bool:
+        return self.verdict == ACCEPTABLE
+
+    def describe(self) -> str:
+        return f"gate: {self.verdict}" + (f" ({self.reason})" if self.reason else "")
+
+
+ACCEPTABLE, NO_POWER, NOT_ACCEPTABLE = "acceptable", "no power", "not acceptable"
+
+
+def gate_verdict(aa: GateMeasurement, power: GateMeasurement | None) -> GateVerdict:
+    """The gate's verdict from its A/A measurement and its power against another configuration (None: not
+    measured). A gate that never alarms passes any A/A rule, so the A/A rule alone would call a gate that can see
+    nothing "acceptable" (issue 46): without measured power of at least `POWER` the verdict is "no power". A gate
+    with too many false alarms is "not acceptable" whatever its power: that failure is not a lack of power."""
+    if aa.kind != "a/a" or (power is not None and power.kind != "power"):
+        raise ValueError("gate_verdict takes an A/A measurement and a power measurement")
+    if aa.untested:
+        return GateVerdict(NO_POWER, "the repeats do not vary, so no drop can be seen")
+    if not aa.aa_rule_holds:
+        lo, hi = aa.interval_90
+        return GateVerdict(NOT_ACCEPTABLE, f"false alarms {100 * aa.rate:.1f}%, 90% interval {100 * lo:.1f}-"
+                                           f"{100 * hi:.1f}%, above alpha {aa.alpha:g} and above 2 alpha")
+    if power is None:
+        return GateVerdict(NO_POWER, "power not measured: give --against RUN, the `off` ablation's repeats")
+    if power.untested:
+        return GateVerdict(NO_POWER, power.untested)
+    if power.rate < POWER:
+        return GateVerdict(NO_POWER, f"power {100 * power.rate:.1f}% against the other configuration, below "
+                                     f"{100 * POWER:.0f}%")
+    return GateVerdict(ACCEPTABLE, "")
 
 
 def repeats_vary(matrix: Verdicts) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
+import re
 
 from churn_assets.errors import UserFacingError
 
@@ -13,6 +15,34 @@ Day = dt.date
 def as_day(value: Day | str) -> Day:
     """A day given as a date or an ISO string (stored files and partition keys carry strings)."""
     return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
+
+
+_DAY_FORM = re.compile(r"(\d{4})-(\d{2})-(\d{2})\Z")
+
+
+def typed_day(text: str) -> Day:
+    """A day typed as `YYYY-MM-DD`, or a `ValueError` whose message says what is wrong with it.
+
+    `2024-02-30` has the form, so "not a day YYYY-MM-DD" would send the user looking for a typo that is not there:
+    a text of the right form that names no day is called "not a calendar day", with the reason (the month's length,
+    or no such month). Anything `date.fromisoformat` accepts is accepted, as before."""
+    try:
+        return dt.date.fromisoformat(text)
+    except (ValueError, TypeError):
+        pass
+    form = _DAY_FORM.match(text) if isinstance(text, str) else None
+    if form is None:
+        raise ValueError(f"{text!r} is not a day YYYY-MM-DD")
+    year, month, day = (int(g) for g in form.groups())
+    if year == 0:
+        reason = "there is no year 0000"
+    elif not 1 <= month <= 12:
+        reason = f"there is no month {month:02d}"
+    elif day == 0:
+        reason = "there is no day 00"
+    else:
+        reason = f"{calendar.month_name[month]} {year} has {calendar.monthrange(year, month)[1]} days"
+    raise ValueError(f"{text!r} is not a calendar day ({reason})")
 
 
 def add_months(day: dt.date, months: int) -> dt.date:

@@ -15,7 +15,7 @@ from typing import Any
 
 from churn_assets.errors import UserFacingError
 from churn_assets.world import fold
-from churn_assets.world.calendar import require_in_calendar
+from churn_assets.world.calendar import require_in_calendar, typed_day
 from churn_assets.world.ledger import LoadedLedger
 
 
@@ -93,9 +93,9 @@ def _day_in_ledger(day: dt.date | str | None, first: str, last: str) -> dt.date:
         return dt.date.fromisoformat(last)
     if isinstance(day, str):
         try:
-            day = dt.date.fromisoformat(day)
-        except ValueError:
-            raise StatsError(f"--at {day!r} is not a day (expected YYYY-MM-DD)") from None
+            day = typed_day(day)
+        except ValueError as e:
+            raise StatsError(f"--at {e}") from None
     require_in_calendar("--at", day, dt.date.fromisoformat(first), dt.date.fromisoformat(last), "the ledger")
     return day
 
