@@ -65,6 +65,9 @@ def test_a_measure_call_reads_through_the_arms_traced_tools_and_grounds_the_answ
     assert {r.entity_class for reqs, _ in router.calls for r in reqs} <= set(MODEL.registry.measures[HELD].reads)
     [result] = results(chat)
     assert result.startswith(f"Result of measure:\n{HELD} = 2 (count); as of: ")
+    # the value is followed by the invitation to answer with it (a bad call's error is not: see below)
+    assert result.endswith("reply now with the answer action and its value; otherwise call the measure that is. "
+                           "(7 read(s) left.)")
     # the system prompt lists every measure by name and arguments
     sent = chat.received[-1]
     assert isinstance(sent[0], SystemMessage)
@@ -165,7 +168,7 @@ def test_the_interface_is_part_of_the_agent_id_and_a_bad_one_is_refused() -> Non
 
 def test_a_scenario_defined_with_earlier_prompts_is_refused_in_one_line() -> None:
     old = {**SETTINGS.to_json(), "prompt_version": "2"}
-    with pytest.raises(LlmConfigError, match="prompt version 2; this code's prompts are version 3"):
+    with pytest.raises(LlmConfigError, match="prompt version 2; this code's prompts are version 4"):
         check_agent_settings(SETTINGS.agent_id, old)
 
 
@@ -191,5 +194,6 @@ def test_a_window_the_source_refuses_is_told_to_the_model_and_the_run_goes_on() 
     got = llm.answer(QUESTION, T, tools(Refusing()))
     refused, held = results(chat)
     assert "the source refused this request" in refused and "422" in refused and "\n" not in refused.split("\n")[1]
+    assert refused.endswith("\n(7 read(s) left.)")
     assert held.startswith(f"Result of measure:\n{HELD} = 2 ")
     assert (got.value, got.measure_calls) == (2, 2)

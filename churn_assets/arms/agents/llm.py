@@ -60,6 +60,7 @@ from churn_assets.arms.agents.llm_measures import (
     signatures,
 )
 from churn_assets.arms.agents.llm_prompts import (
+    AFTER_MEASURE,
     ANSWER_NOW,
     ANSWER_NOW_JSON,
     answer_format,
@@ -411,7 +412,8 @@ class LlmAgent:
             meter.tool_calls += 1
             result = self._call_tool(handlers, {"name": action.name, "args": action.args})
             left = s.read_budget - meter.tool_calls
-            note = ANSWER_NOW_JSON if left == 0 else f"({left} read(s) left.)"
+            note = (ANSWER_NOW_JSON if left == 0 else AFTER_MEASURE.format(left=left)
+                    if action.name == MEASURE and not result.startswith('{"error"') else f"({left} read(s) left.)")
             messages.append(HumanMessage(f"Result of {action.name}:\n{result}\n{note}"))
 
     def _invalid_replies(self, task: _Task, reasons: list[str], truncated: int, last: str) -> AgentAnswer:

@@ -22,6 +22,10 @@ from churn_assets.world.calendar import Day
 ANSWER_NOW = ("You have used every read this task allows. Answer now from what the reads returned, on a last line "
               "'ANSWER: <value>' (and 'DATA_AS_OF: <YYYY-MM-DD>').")
 ANSWER_NOW_JSON = 'You have used every read this task allows. Reply now with the answer action.'
+# After a measure's value (JSON loop): measured with Qwen2.5-Coder-0.5B on the 47-task set, the model otherwise
+# read raw views after a measure that had answered the question, until its budget ran out.
+AFTER_MEASURE = ("If this measure is what the question asks, reply now with the answer action and its value; "
+                 "otherwise call the measure that is. ({left} read(s) left.)")
 
 FORMATS: dict[str, str] = {
     "integer": "a whole number, e.g. 12",

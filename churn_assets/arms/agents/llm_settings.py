@@ -44,7 +44,7 @@ ENV_THREADS = "CHURNBENCH_LLM_THREADS"
 
 # Bumped whenever a system prompt, a tool description or the action schema changes: it is part of the settings,
 # so the agent-id (and the experiment hash) changes with them.
-PROMPT_VERSION = "3"
+PROMPT_VERSION = "4"
 TOOLS, JSON_ACTIONS = "tools", "json"
 MODES = (TOOLS, JSON_ACTIONS)
 # What the agent reads through on an arm with a semantic model: the registry's measures (and raw views), or raw
@@ -255,7 +255,7 @@ def check_agent_settings(agent_id: str, model_settings: Mapping[str, Any] | None
     version = model_settings.get("prompt_version")
     if version != PROMPT_VERSION:
         raise LlmConfigError(f"agent {agent_id} was defined with prompt version {version}; this code's prompts are "
-                             f"version {PROMPT_VERSION} (measures were added): define a new scenario")
+                             f"version {PROMPT_VERSION} (its prompts changed): define a new scenario")
     settings = LlmSettings.from_json(model_settings)
     if settings.agent_id != agent_id:
         raise LlmConfigError(f"the stored model settings hash to {settings.agent_id}, not {agent_id}")
