@@ -197,3 +197,14 @@ def test_a_window_the_source_refuses_is_told_to_the_model_and_the_run_goes_on() 
     assert refused.endswith("\n(7 read(s) left.)")
     assert held.startswith(f"Result of measure:\n{HELD} = 2 ")
     assert (got.value, got.measure_calls) == (2, 2)
+
+
+def test_a_measure_of_another_answer_type_does_not_ground_the_answer() -> None:
+    """Seen with Qwen2.5-Coder-0.5B: a measure returning a list (contracts) before a numeric answer; the judgement
+    skips a value of another type instead of failing the run."""
+    llm, _ = agent(measure("contracts_expiring", days=30), measure(HELD, product="prd_0001"), answer(2),
+                   settings=JSON_SETTINGS)
+    got = llm.answer(QUESTION, T, tools())
+    assert (got.value, got.grounded, got.measure_calls) == (2, True, 2)
+    llm, _ = agent(measure("contracts_expiring", days=30), answer(5), settings=JSON_SETTINGS)
+    assert llm.answer(QUESTION, T, tools()).grounded is False

@@ -49,7 +49,10 @@ def grounded(value: Value, answer_type: AnswerType, question: str, today: dt.dat
         except (QuestionParseError, MeasureArgumentError):
             pass
     for candidate in candidates:
-        typed = answer_type.normalize(candidate)
+        try:
+            typed = answer_type.normalize(candidate)
+        except (TypeError, ValueError):  # a measure of another answer type (a list for a number): not this answer
+            continue
         if (typed is None and value is None) or (typed is not None and value is not None
                                                   and answer_type.equal(value, typed)):
             return True
