@@ -36,6 +36,8 @@ def chose_and_used(row: Mapping[str, Any]) -> tuple[bool, bool]:
     """(the model called the deterministic agent's call, and answered the value that call returned)."""
     from churn_assets.tasks.templates import TEMPLATES_BY_ID
 
+    if row.get("parse_error") or row.get("budget_error"):
+        return False, False  # no answer: it used nothing
     wanted = deterministic_call(str(row["question_text"]))
     values = [c["value"] for c in row.get("measures_called") or [] if c["call"] == wanted]
     if not values:

@@ -103,7 +103,8 @@ class CalendarSection(StrictModel):
 class TasksSection(StrictModel):
     count: Annotated[int, Field(ge=1, le=10_000, description="an integer 1..10000")] = TaskSettings.count
     seed: Annotated[int, Field(ge=0, description="an integer >= 0")] = TaskSettings.seed
-    per_template: Annotated[int | None, Field(ge=1, le=100, description="an integer 1..100, or null")] = None
+    # 1 only: a template without parameters has one question, so no world can ask every template twice
+    per_template: Annotated[int | None, Field(ge=1, le=1, description="1 (each template once), or null")] = None
 
 
 def _cron(value: Any) -> Any:

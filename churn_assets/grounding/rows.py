@@ -18,6 +18,10 @@ from typing import Protocol
 
 from churn_assets.world.calendar import Day
 
+# The longest window or horizon, in days, a request or a measure call may ask (ten years): bounds what an agent
+# may pass (the JSON grammar's integers, a measure's `days`), so no window runs past the calendar's dates.
+MAX_DAYS = 3660
+
 # view -> the entity class that owns its facts
 VIEW_CLASS: dict[str, str] = {
     "users": "user_status",  # users, hire and offboard days

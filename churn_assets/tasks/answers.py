@@ -84,7 +84,10 @@ class AnswerType:
             return int(value)
         if kind in ("money", "fraction"):
             assert self.decimals is not None
-            return round_half_up(float(value), self.decimals)
+            try:
+                return round_half_up(float(value), self.decimals)
+            except (InvalidOperation, OverflowError):  # 1e30 or inf: a model's answer, not an amount
+                raise AnswerParseError(f"not an amount this answer can hold: {value!r}") from None
         if kind == "entity":
             return str(value).strip()
         if kind == "entity_list":

@@ -56,7 +56,8 @@ class DeterministicAgent:
         except MeasureArgumentError as e:
             raise AgentError(f"template {tmpl.template_id}: {e}") from None
         value = tmpl.answer.normalize(result.value)
-        return AgentAnswer(value, tmpl.answer.format(value), tmpl.template_id, dict(parsed.params), grounded=True)
+        return AgentAnswer(value, tmpl.answer.format(value), tmpl.template_id, dict(parsed.params), grounded=True,
+                           measure_calls=1, measures_called=((result.call.describe(), result.value),))
 
     def answer_from_records(self, question: str, today: Day, search: RecordSearch, *,
                             by_kind: bool = True) -> AgentAnswer:

@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from churn_assets.arms.extraction import RECORD_CLASSES
-from churn_assets.grounding.rows import VIEWS
+from churn_assets.grounding.rows import MAX_DAYS, VIEWS
 
 RETRIEVE, SEARCH, ANSWER = "retrieve", "search_records", "answer"
 DAY_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
@@ -57,7 +57,7 @@ ANSWER_ACTION = action(ANSWER, {
 FILTERS: dict[str, dict[str, Any]] = {
     "product": ID, "contract": ID, "vendor": ID,
     "first": {"type": "string", "pattern": DAY_PATTERN}, "last": {"type": "string", "pattern": DAY_PATTERN},
-    "window_days": {"type": "integer", "minimum": 1, "maximum": 3660},
+    "window_days": {"type": "integer", "minimum": 1, "maximum": MAX_DAYS},
     "products": {"type": "array", "items": ID, "maxItems": MAX_ITEMS},
 }
 VIEW_FILTERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # view -> (required, optional)

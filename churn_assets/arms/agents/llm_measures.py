@@ -21,13 +21,12 @@ from churn_assets.arms.agents.llm_tools import ToolArgumentError
 from churn_assets.fabric.saas_client import SaasRequestError
 from churn_assets.grounding.measures import MeasureArgumentError, MeasureResult, SemanticModel
 from churn_assets.grounding.registry import Registry
-from churn_assets.grounding.rows import StructuredTools
+from churn_assets.grounding.rows import MAX_DAYS, StructuredTools
 from churn_assets.tasks.templates import ID_PATTERN, PLACEHOLDERS
 from churn_assets.world.calendar import Day
 
 MEASURE = "measure"
 Pools = Mapping[str, Sequence[str]]  # argument -> the ids (or words) a call may pass (`question_pools`)
-MAX_DAYS = 3660  # a window or horizon in days (ten years): bounds the grammar's integers
 
 
 def question_pools(question: str) -> dict[str, list[str]]:
@@ -38,7 +37,7 @@ def question_pools(question: str) -> dict[str, list[str]]:
     ids = list(dict.fromkeys(re.findall(rf"\b{ID_PATTERN}\b", question)))
     out: dict[str, list[str]] = {}
     for name, ph in PLACEHOLDERS.items():
-        if ph.kind == "id" and ids:
+        if ph.kind == "id":  # [] when the question names none: no measure taking an id can answer it
             out[name] = ids
         elif ph.kind == "word" and re.fullmatch(r"[a-z_]+(\|[a-z_]+)*", ph.pattern):
             out[name] = ph.pattern.split("|")
@@ -46,8 +45,8 @@ def question_pools(question: str) -> dict[str, list[str]]:
 
 
 def arg_schema(name: str, pools: Pools | None) -> dict[str, Any]:
-    """The JSON schema of one argument: an enumeration where the world's values are known, else a bounded
-    value of the placeholder's kind."""
+    """The JSON schema of one argument: an enumeration of the values a call may pass (`question_pools`), else a
+    bounded value of the placeholder's kind."""
     kind = PLACEHOLDERS[name].kind
     if kind == "int":
         return {"type": "integer", "minimum": 1, "maximum": MAX_DAYS}
@@ -61,9 +60,13 @@ def arg_schema(name: str, pools: Pools | None) -> dict[str, Any]:
 
 
 def measure_actions(registry: Registry, pools: Pools | None) -> list[dict[str, Any]]:
-    """One JSON action per measure: its name pinned, its arguments required and typed."""
+    """One JSON action per measure: its name pinned, its arguments required and typed. A measure with an argument
+    no value may be passed for (an id, when the question names none) is left out: no call of it could be right."""
+    def callable_with(args: Sequence[str]) -> bool:
+        return pools is None or all(pools.get(a, [None]) for a in args)
+
     return [action(MEASURE, {"measure": {"const": m.name}, **{a: arg_schema(a, pools) for a in m.args}},
-                   ["measure", *m.args]) for m in registry.measures.values()]
+                   ["measure", *m.args]) for m in registry.measures.values() if callable_with(m.args)]
 
 
 def signatures(registry: Registry) -> tuple[str, ...]:
@@ -89,8 +92,9 @@ def check_known_ids(args: Mapping[str, Any], pools: Pools | None) -> None:
         return
     for name, value in args.items():
         known = pools.get(name)
-        if known and isinstance(value, str) and value not in known:
-            raise ToolArgumentError(f"{name} {value!r} is not one the question names (it names {', '.join(known)})")
+        if known is not None and isinstance(value, str) and value not in known:
+            names = f"it names {', '.join(known)}" if known else "it names none"
+            raise ToolArgumentError(f"{name} {value!r} is not one the question names ({names})")
 
 
 def measure_handler(model: SemanticModel, today: Day, tools: StructuredTools, pools: Pools | None,

@@ -15,7 +15,7 @@ from typing import Any
 
 from churn_assets.grounding.measures.context import IMPLEMENTATIONS, Served, Unknown
 from churn_assets.grounding.registry import MeasureDecl, Registry, load_registry
-from churn_assets.grounding.rows import StructuredTools
+from churn_assets.grounding.rows import MAX_DAYS, StructuredTools
 from churn_assets.tasks.answers import Value
 from churn_assets.tasks.templates import PLACEHOLDERS
 from churn_assets.world.calendar import Day
@@ -53,8 +53,9 @@ class MeasureResult:
 def _typed(decl: MeasureDecl, name: str, value: Any) -> Any:
     kind = PLACEHOLDERS[name].kind
     bad = MeasureArgumentError(f"measure {decl.name}: argument {name} must be {_KIND_WORDS[kind]} (got {value!r})")
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+    if kind == "int":  # 1..MAX_DAYS (a window or horizon in days), as an int or its ASCII digits
+        if isinstance(value, bool) or not isinstance(value, int | str) or \
+                not re.fullmatch(r"[0-9]{1,4}", str(value).strip()) or not 1 <= int(value) <= MAX_DAYS:
             raise bad
         return int(value)
     if kind == "dollars":
@@ -73,8 +74,8 @@ def _typed(decl: MeasureDecl, name: str, value: Any) -> Any:
     return value
 
 
-_KIND_WORDS = {"int": "a whole number", "dollars": "a number of dollars", "day": "a day YYYY-MM-DD",
-               "id": "an id such as prd_0001", "word": "a word as the question writes it"}
+_KIND_WORDS = {"int": f"a whole number of days 1..{MAX_DAYS}", "dollars": "a number of dollars",
+               "day": "a day YYYY-MM-DD", "id": "an id such as prd_0001", "word": "a word as the question writes it"}
 
 
 class SemanticModel:
