@@ -327,7 +327,7 @@ def test_bad_ledger_fails_clearly_and_worlds_rm_drops_the_schemas(
             assert read_load_key(conn, schema_name(scratch, "raw"), META_TABLE) == key_before
 
         bad_day = CliRunner().invoke(main, ["project", "--world", scratch, "--at", "2024-02-30"])
-        assert bad_day.exit_code == 2 and "not a day" in bad_day.stderr
+        assert bad_day.exit_code == 2 and "not a calendar day (February 2024 has 29 days)" in bad_day.stderr
 
         assert "warehouse schemas" in world_artefacts(session.paths, session.instance, scratch)
         removed = remove_world(session.paths, session.instance, scratch)
