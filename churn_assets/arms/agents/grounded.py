@@ -67,11 +67,12 @@ def grounded(value: Value, answer_type: AnswerType, question: str, today: dt.dat
         semantic = model or _registry_model()
         rows = ShownRows(shown)
         try:
-            over_rows = semantic.call(parsed.template.measure, parsed.params, today, rows).value
+            over_rows = semantic.call(parsed.template.measure, parsed.params, today, rows)
+        except MeasureArgumentError:  # parameters its measure cannot take: the rows give no candidate
+            over_rows = None
+        if over_rows is not None:
             covered = set(semantic.declaration(parsed.template.measure).reads) <= rows.classes
-            candidates.append((over_rows, covered))
-        except MeasureArgumentError:
-            pass
+            candidates.append((over_rows.value, covered))
     for candidate, may_be_unknown in candidates:
         try:
             typed = answer_type.normalize(candidate)
