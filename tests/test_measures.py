@@ -178,6 +178,13 @@ def test_docs_cli_and_asset_show_the_same_tables() -> None:
     [mat] = result.asset_materializations_for_node("semantic_model")
     assert mat.metadata["tables"].value == generated
     assert mat.metadata["registry_hash"].value == model.registry.content_hash
+    calls = [dict(r.data) for r in mat.metadata["template_calls"].value.records]
+    assert [f"| `{c['template']}` | `{c['call']}` |" for c in calls] == [
+        line for line in generated.split("each answered by one call:")[1].splitlines() if line.startswith("| `")]
+    shown = {r.data["measure"]: r.data for r in mat.metadata["measure_table"].value.records}
+    assert list(shown) == list(model.registry.measures)
+    assert all(f"| `{m}` | {row['arguments']} | {row['unit']} | {row['reads (tier)']} |" in generated
+               for m, row in shown.items())
     assert unanswered_templates() == []
     assert len(TEMPLATES) == 47 and all(t.measure in generated for t in TEMPLATES)
 

@@ -11,7 +11,7 @@ import dagster as dg
 
 from churn_assets.grounding.measures.context import IMPLEMENTATIONS
 from churn_assets.grounding.registry import load_registry
-from churn_assets.grounding.semantic_tables import as_markdown, template_rows
+from churn_assets.grounding.semantic_tables import as_markdown, measure_rows, template_rows
 from churn_assets.tasks.templates import TEMPLATES
 
 
@@ -24,12 +24,24 @@ from churn_assets.tasks.templates import TEMPLATES
 )
 def semantic_model(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     registry = load_registry()
+    measures = [dg.TableRecord({"measure": r["measure"], "arguments": ", ".join(r["args"]) or "-", "unit": r["unit"],
+                                "reads (tier)": ", ".join(r["reads"]), "meaning": r["meaning"]})
+                for r in measure_rows(registry)]
+    calls = [dg.TableRecord(r) for r in template_rows()]
     return dg.MaterializeResult(metadata={
         "registry_hash": registry.content_hash,
         "measures": len(registry.measures),
-        "templates": len(template_rows()),
+        "templates": len(calls),
+        # Tables the UI renders inline (sortable); the Markdown is the same text as docs/measures.md.
+        "template_calls": dg.MetadataValue.table(calls, schema=_schema("template", "call")),
+        "measure_table": dg.MetadataValue.table(measures, schema=_schema("measure", "arguments", "unit",
+                                                                         "reads (tier)", "meaning")),
         "tables": dg.MetadataValue.md(as_markdown(registry)),
     })
+
+
+def _schema(*columns: str) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(name, "string") for name in columns])
 
 
 def unanswered_templates() -> list[str]:
