@@ -3,7 +3,9 @@ decision 270).
 
     python bench/bench_cell_executor.py --preset cache-age --saas-profile unlimited --rounds 2 --out cells.json
 
-Both paths evaluate the same cells of a sweep preset on one state folder whose inputs are built already (run the
+The `dask` and `celery` paths need the `engines` extra: `.venv/bin/pip install -e ".[engines]"`.
+
+The paths evaluate the same cells of a sweep preset on one state folder whose inputs are built already (run the
 sweep once first: `churnbench sweep --preset cache-age --saas-profile unlimited --workers 2`); before each run the
 cells' results folders and catalog rows are removed, so every run evaluates every cell:
 
