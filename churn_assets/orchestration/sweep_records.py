@@ -129,7 +129,3 @@ def regression_night_dir(paths: StatePaths, sweep_id: str, night: dt.date) -> Pa
 def list_sweeps(paths: StatePaths) -> list[str]:
     folder = paths.root / "sweeps"
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -311,10 +311,6 @@ class WorldInfo:
     problem: str  # why the config could not be read, "" when it could
     ledger_events: int | None  # events in the materialized ledger, None when not materialized
 
-    @property
-    def ledger_materialized(self) -> bool:
-        return self.ledger_events is not None
-
 
 def list_worlds(paths: StatePaths, instance: dg.DagsterInstance) -> list[WorldInfo]:
     """Registered worlds, plus unregistered ones that still have artefacts on disk (gc removes those)."""

@@ -62,11 +62,6 @@ class PackedRecords(Sequence[dict[str, Any]]):
         for line in self._lines:
             yield parse(line)
 
-    @property
-    def packed_bytes(self) -> int:
-        """The bytes of the packed lines (not counting each line's object header)."""
-        return sum(map(len, self._lines))
-
     def content_digest(self) -> str:
         """A digest of the packed lines (what `records_key` keys records without a chain by)."""
         return hashlib.blake2b(b"\n".join(self._lines), digest_size=16).hexdigest()

@@ -40,10 +40,6 @@ class Fragment:
     span: bool = False  # templates only: the answer is the query at day2 minus the query at day1
     refs: tuple[str, ...] = ()  # state fragments this one names
 
-    @property
-    def placeholders(self) -> frozenset[str]:
-        return frozenset(re.findall(r"\{([a-z0-9_]+)\}", self.body))
-
 
 class LibraryError(ValueError):
     """The SQL files contradict their own rules (a bug in them, found when they are first read)."""
