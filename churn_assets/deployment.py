@@ -19,7 +19,7 @@ import yaml
 from pydantic import BeforeValidator, Field
 
 from churn_assets.errors import UserFacingError
-from churn_assets.unique_keys import DuplicateKeyError, load_yaml
+from churn_assets.unique_keys import DuplicateKeyError, load_yaml, not_text
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.validation import IsoDay, StrictModel, none_is, parse
 
@@ -153,6 +153,8 @@ def load_deployment(path: str | Path | None = None) -> DeploymentConfig:
             text, where = p.read_text(), str(p)
         except FileNotFoundError:
             raise DeploymentConfigError(f"deployment config {p}: file not found") from None
+        except UnicodeDecodeError as e:
+            raise DeploymentConfigError(not_text(f"deployment config {p}", e)) from None
     else:
         text = resources.files("churn_assets").joinpath(DEPLOYMENT_RESOURCE).read_text()
         where = f"churn_assets/{DEPLOYMENT_RESOURCE}"

@@ -5,7 +5,8 @@ PyYAML's `safe_load` and `json.loads` keep the last of two equal keys and say no
 the first were never written. Every config and stored file churnbench reads (world configs and `--set` values,
 the registry, `deployment.yaml`, `prices.yaml`, the SaaS keys file, the regression baseline, stored scenario and
 sweep JSON) goes through these instead; each refusal is one `DuplicateKeyError` line naming the file (or what was
-read), the line and the key. dbt's own YAML is dbt's to read.
+read), the line and the key. dbt's own YAML is dbt's to read. A source scan
+(tests/test_unique_keys.py) names every other parse in the package and why it may skip these.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def load_yaml(text: str, where: str) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def not_text(where: str, error: UnicodeDecodeError) -> str:
+    """The one-line reason a file that should be text is not: where, the byte and its offset."""
+    return f"{where}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset {error.start})"
 
 
 def load_json(text: str | bytes, where: str) -> Any:

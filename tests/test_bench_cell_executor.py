@@ -51,3 +51,20 @@ def test_its_options_parse(bench: ModuleType, capsys: pytest.CaptureFixture[str]
         bench.main(["--help"])
     assert exit_.value.code == 0
     assert "--rounds" in capsys.readouterr().out
+
+
+def test_the_engine_paths_build_a_job_or_name_the_missing_extra(bench: ModuleType) -> None:
+    """`--paths dask,celery` (issue 47): an op per cell on the engine's executor, or one line naming the extra."""
+    for engine, module in (("dask", "dagster_dask"), ("celery", "dagster_celery")):
+        if importlib.util.find_spec(module) is None:
+            with pytest.raises(SystemExit, match=rf"{module} is not installed: .*engines extra"):
+                bench.static_cells_job(3, engine)
+            continue
+        job = bench.static_cells_job(3, engine)
+        assert job.executor_def.name == engine and sorted(n.name for n in job.nodes) == ["cell_0", "cell_1", "cell_2"]
+
+
+def test_an_unknown_path_is_refused(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--paths", "pool,spark"])
+    assert exit_.value.code == 2 and "unknown path(s) ['spark']" in capsys.readouterr().err

@@ -130,3 +130,64 @@ def test_policy_free_arms_take_their_one_policy() -> None:
 
     stored = Scenario("default-s42-2906f8", "naive", "off", day, later)
     assert scenario_from_json(json.loads(json.dumps(stored.to_json()))).key == stored.key
+
+
+# Every JSON/YAML parse in the package that does not go through `unique_keys`, with why it may not: data the
+# package made itself a moment ago, a reply of a service or a model (not a file a user edits), Dagster's cursor,
+# or the ledger's hot path (each event line is hash-chained: an edited line fails the chain before it is used).
+RAW_PARSES_ALLOWED = {
+    "churn_assets/evaluation/verify.py": 2,  # json.loads(canonical(...)): our own serialization, read back
+    "churn_assets/evaluation/results.py": 1,  # json.loads(canonical(identity)): the same
+    "churn_assets/evaluation/catalog.py": 1,  # json.loads(json.dumps(summary)): a round trip to plain types
+    "churn_assets/services/base.py": 1,  # a service's health reply over HTTP
+    "churn_assets/tasks/answers.py": 1,  # the model's answer text
+    "churn_assets/arms/agents/json_actions.py": 1,  # the model's action text (refused in one line if not JSON)
+    "churn_assets/orchestration/assets/evaluation.py": 1,  # timings the step serialized itself
+    "churn_assets/orchestration/sensors.py": 1,  # the sensor's Dagster cursor
+    "churn_assets/world/packed.py": 1,  # orjson over hash-chained ledger lines
+}
+
+
+def test_no_loader_bypasses_the_duplicate_key_rule() -> None:
+    """A source scan (issue 46): a new `json.loads`, `json.load`, `yaml.safe_load` or `orjson.loads` outside
+    `unique_keys.py` fails here until it reads through `load_json`/`load_yaml` or is listed above with why."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"\b(?:json\.loads?|yaml\.(?:safe_)?load|orjson\.loads)\(")
+    found = {}
+    for path in sorted((root / "churn_assets").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "churn_assets/unique_keys.py":
+            continue
+        count = len(pattern.findall(path.read_text()))
+        if count:
+            found[rel] = count
+    assert found == RAW_PARSES_ALLOWED
+
+
+def test_the_stochastic_baseline_refuses_a_key_given_twice(tmp_path: Path) -> None:
+    from churn_assets.sweeps.stochastic_gate import load_stochastic_baseline
+
+    baseline = tmp_path / "llm-baseline.json"
+    baseline.write_text('{"format": 1, "kind": "x", "alpha": 0.05, "alpha": 0.5, "cells": {}}')
+    with pytest.raises(DuplicateKeyError, match=rf"{baseline}: key 'alpha' is given twice"):
+        load_stochastic_baseline(baseline)
+
+
+def test_a_file_that_is_not_utf8_is_named_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: a non-UTF-8 deployment or registry file was an internal error with no file name."""
+    from churn_assets.deployment import DeploymentConfigError, load_deployment
+    from churn_assets.grounding.registry import RegistryError, load_registry
+    from churn_assets.sweeps.stochastic_gate import StochasticGateError, load_stochastic_baseline
+
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("calendar:\n  start: caf\xe9\n".encode("latin-1"))
+    for load, error, what in ((load_deployment, DeploymentConfigError, "deployment config"),
+                              (load_registry, RegistryError, "registry"),
+                              (load_stochastic_baseline, StochasticGateError, "stochastic baseline")):
+        with pytest.raises(error, match=rf"^{what} {bad}: not UTF-8 text \(byte 0xe9 at offset 22\)$"):
+            load(bad)
+    monkeypatch.setenv("CHURNBENCH_REGISTRY", str(bad))
+    got = CliRunner().invoke(main, ["measures"])
+    assert got.exit_code == 1 and got.stderr.strip().count("\n") == 0 and f"registry {bad}: not UTF-8" in got.stderr

@@ -11,13 +11,14 @@ import warnings
 from pathlib import Path
 
 from churn_assets.benchmark.stages import FUNCTIONS, Context
+from churn_assets.unique_keys import load_json
 
 
 def main(argv: list[str]) -> int:
     stage, ctx_path, out_path, repeats = argv
     warnings.simplefilter("ignore")
 
-    ctx = Context(**json.loads(Path(ctx_path).read_text()))
+    ctx = Context(**load_json(Path(ctx_path).read_text(), str(Path(ctx_path))))
     measured = FUNCTIONS[stage](ctx, int(repeats))
     Path(out_path).write_text(json.dumps(measured.to_json(), default=str))
     return 0

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import click
+
+from churn_assets.unique_keys import load_json
 
 
 def _scales(text: str) -> list[float]:
@@ -51,7 +52,7 @@ def bench(scale_text: str, stages_text: str | None, repeats: int, days: int, wor
     from churn_assets.benchmark.runner import parse_stages, render_markdown, render_text, run_bench, update_readme
 
     if from_json is not None:
-        doc = json.loads(from_json.read_text())
+        doc = load_json(from_json.read_text(), str(from_json))
     else:
         stages = parse_stages(stages_text)
         if folder is None:

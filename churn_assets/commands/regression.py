@@ -23,6 +23,7 @@ from churn_assets.commands.run import REPEATS_OPTION
 from churn_assets.errors import UserFacingError
 from churn_assets.orchestration.sweep_records import regression_night, regression_night_dir
 from churn_assets.state import StatePaths
+from churn_assets.unique_keys import load_json
 
 
 @click.command()
@@ -81,7 +82,7 @@ def regression(update_baseline: bool, baseline: str | None, workers: int, agent:
     if outcome.failure and (not gate_file.exists() or gate_file.stat().st_mtime < wall):
         # it stopped before its gate (a missing baseline, a failed cell): no gate of this run to show
         raise UserFacingError(outcome.failure)
-    result = GateResult.from_json(json.loads(gate_file.read_text()))
+    result = GateResult.from_json(load_json(gate_file.read_text(), str(gate_file)))
     for line in result.lines():
         click.echo(f"  {line}")
     click.echo(result.summary())

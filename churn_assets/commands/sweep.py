@@ -14,6 +14,7 @@ from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.sweep_records import list_sweeps, load_sweep, sweep_report_dir
 from churn_assets.state import StatePaths
 from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, exposure_only_spec, preset_spec
+from churn_assets.unique_keys import load_json
 
 
 def _ints(text: str | None) -> tuple[int, ...]:
@@ -95,7 +96,7 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
     record = load_sweep(paths, str(outcome.sweep_id))
     folder = sweep_report_dir(paths, record.sweep_id)
     if as_json:
-        data = json.loads((folder / "report.json").read_text())
+        data = load_json((folder / "report.json").read_text(), str(folder / "report.json"))
         data["seconds"] = round(time.perf_counter() - started, 1)
         click.echo(json.dumps(data, indent=1, default=str))
     else:

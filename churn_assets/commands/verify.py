@@ -33,6 +33,7 @@ from churn_assets.commands.results import catalog_of, require_known_world
 from churn_assets.errors import UserFacingError
 from churn_assets.services import ensure_services, saas_api_key, service_errors
 from churn_assets.state import StatePaths
+from churn_assets.unique_keys import load_json
 from churn_assets.world.ledger import load_ledger
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ class _Verifier:
         from churn_assets.evaluation.results import RunKey
 
         try:
-            summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+            summary = load_json((folder / "summary.json").read_text(encoding="utf-8"), str(folder / "summary.json"))
             key = RunKey(str(summary["experiment"]["world_id"]), str(summary["scenario_key"]),
                          str(summary["experiment_hash"]), str(summary["code_version"]),
                          repeat=int(summary.get("repeat", 0)))
@@ -234,7 +235,8 @@ class _Verifier:
         if row is None or folder.name in (row.seal or {}) or Path(row.results_dir).name == folder.name:
             return folder.name
         try:
-            retry = int(json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("retry", 0))
+            summary_file = folder / "summary.json"
+            retry = int(load_json(summary_file.read_text(encoding="utf-8"), str(summary_file)).get("retry", 0))
         except (OSError, ValueError, TypeError, AttributeError):
             retry = 0
         return row.folder_name + (f"{RETRY_SUFFIX}{retry}" if retry else "")

@@ -22,6 +22,7 @@ from churn_assets.evaluation.results import code_version
 from churn_assets.evaluation.window import Window, world_windows
 from churn_assets.files import atomic_write_text
 from churn_assets.grounding.registry import Registry, load_registry
+from churn_assets.unique_keys import load_json
 from churn_assets.world.ledger import load_ledger
 from churn_assets.world.packed import records_key
 
@@ -51,7 +52,7 @@ def paper_window_figures(ledger_dir: Path, world_dir: Path, world_id: str, *, ta
                      PAPER_POLICIES, code_version())
     kept_file = world_dir / WINDOWS_DIRNAME / f"{key}.json"
     try:
-        kept = json.loads(kept_file.read_text())
+        kept = load_json(kept_file.read_text(), str(kept_file))
         if kept.get("key") == key:
             return kept["figures"], True
     except (OSError, ValueError, AttributeError, KeyError):

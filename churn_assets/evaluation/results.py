@@ -61,6 +61,7 @@ from churn_assets.evaluation.verdicts import STALE_VERDICTS
 from churn_assets.faults import fault_point
 from churn_assets.files import DISK_FULL_ERRNOS, atomic_write_text, disk_full, file_lock, process_stamp
 from churn_assets.memo import Memo, memo
+from churn_assets.unique_keys import load_json
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
@@ -262,7 +263,7 @@ class ResultsStore:
         path = run_dir / IDENTITY_FILE
         if path.exists():
             try:
-                stored = json.loads(path.read_text())
+                stored = load_json(path.read_text(), str(path))
             except json.JSONDecodeError:
                 stored = None
             if stored != json.loads(canonical(identity)):
@@ -281,7 +282,7 @@ class ResultsStore:
     def read_owner(self, run_dir: Path) -> dict[str, Any] | None:
         """The `process_stamp` of the process that last started the run in `run_dir` (None: none recorded)."""
         try:
-            owner: dict[str, Any] = json.loads((Path(run_dir) / OWNER_FILE).read_text())
+            owner: dict[str, Any] = load_json((Path(run_dir) / OWNER_FILE).read_text(), str(Path(run_dir) / OWNER_FILE))
         except (FileNotFoundError, json.JSONDecodeError):
             return None
         return owner
@@ -306,7 +307,7 @@ class ResultsStore:
     def read_timings(self, key: RunKey) -> dict[str, Any]:
         """The timings sidecar of a completed run ({} when it has none)."""
         path = self.run_dir(key) / TIMINGS_FILE
-        return json.loads(path.read_text()) if path.exists() else {}
+        return load_json(path.read_text(), str(path)) if path.exists() else {}
 
     def read_tasks(self, key: RunKey) -> list[dict[str, Any]]:
         path = self.run_dir(key) / TASKS_FILE
@@ -406,7 +407,7 @@ def _json_of(data: bytes, path: Path, line: int | None = None) -> Any:
     """JSON from a results file's bytes, or a `ResultsError` naming the file (and line)."""
     where = f"{path}" + (f", line {line}" if line is not None else "")
     try:
-        return json.loads(data.decode("utf-8"))
+        return load_json(data.decode("utf-8"), where)
     except UnicodeDecodeError:
         raise ResultsError(f"{where}: not UTF-8 text") from None
     except json.JSONDecodeError as e:

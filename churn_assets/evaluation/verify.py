@@ -45,6 +45,7 @@ from churn_assets.tasks.answers import AnswerParseError, Value
 from churn_assets.tasks.gold import GoldError, GoldResolver, complete_vintage
 from churn_assets.tasks.task_set import Task
 from churn_assets.tasks.templates import Template
+from churn_assets.unique_keys import load_json
 from churn_assets.world.calendar import Day
 from churn_assets.world.fold import uniform_vintage
 
@@ -399,7 +400,7 @@ def load_run(run_dir: Path) -> StoredRun:
         if not line:
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(load_json(line, f"{tasks_file}, line {n}"))
         except json.JSONDecodeError as e:
             raise ResultsError(f"{tasks_file}, line {n}: not JSON ({e.msg})") from None
-    return StoredRun(run_dir, json.loads(summary_file.read_text(encoding="utf-8")), rows)
+    return StoredRun(run_dir, load_json(summary_file.read_text(encoding="utf-8"), str(summary_file)), rows)

@@ -21,7 +21,7 @@ from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import UserFacingError
 from churn_assets.grounding.traces import SOURCE_STORES
 from churn_assets.tasks.templates import PLACEHOLDERS
-from churn_assets.unique_keys import DuplicateKeyError, load_yaml
+from churn_assets.unique_keys import DuplicateKeyError, load_yaml, not_text
 from churn_assets.world.events import ENTITY_CLASSES
 from churn_assets.world.validation import StrictModel, fail, none_is, one_of, parse
 
@@ -166,6 +166,8 @@ def load_registry(path: str | Path | None = None) -> Registry:
             text = Path(path).read_text()
         except FileNotFoundError:
             raise RegistryError(f"registry {where}: file not found") from None
+        except UnicodeDecodeError as e:
+            raise RegistryError(not_text(f"registry {where}", e)) from None
     return _parsed(text, where)
 
 

@@ -11,7 +11,6 @@ so that nothing depends on the venv being on PATH (`churnbench ui` run as `.venv
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from functools import cache
@@ -22,6 +21,7 @@ from dagster_dbt import DbtCliResource, DbtProject
 from dagster_dbt.dbt_project import DagsterDbtProjectPreparer
 
 from churn_assets.errors import UserFacingError
+from churn_assets.unique_keys import load_json
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 # Every model is the asset `analytics/<model>` (group `analytics`), one partition per world.
@@ -75,7 +75,7 @@ def require_manifest() -> Path:
 @cache
 def dbt_model_names() -> tuple[str, ...]:
     """The models of the dbt project, from the manifest (what a world's dbt build makes), sorted."""
-    manifest = json.loads(require_manifest().read_text())
+    manifest = load_json(require_manifest().read_text(), str(require_manifest()))
     return tuple(sorted(n["name"] for n in manifest["nodes"].values() if n.get("resource_type") == "model"))
 
 

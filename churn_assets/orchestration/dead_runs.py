@@ -25,7 +25,6 @@ left alone: this machine cannot tell whether their processes live.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.results import LOCK_FILE, SUMMARY_FILE, TIMINGS_FILE, ResultsStore
 from churn_assets.files import is_locked, process_gone, process_stamp
 from churn_assets.state import StatePaths
+from churn_assets.unique_keys import load_json
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -129,9 +129,9 @@ def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog,
         pid = int(owner["pid"]) if owner else None
         ref = f"{row.run_id} {row.scenario_key}"
         if (run_dir / SUMMARY_FILE).exists():
-            summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+            summary = load_json((run_dir / SUMMARY_FILE).read_text(), str(run_dir / SUMMARY_FILE))
             timings_file = run_dir / TIMINGS_FILE
-            timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+            timings = load_json(timings_file.read_text(), str(timings_file)) if timings_file.exists() else {}
             if catalog.mark_dead_complete(row, summary, timings):
                 out.append(DeadRun("catalog", ref, "complete (its results folder was complete)", pid))
             continue

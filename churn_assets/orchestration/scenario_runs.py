@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import time
 from pathlib import Path
 from typing import Any
+
+from churn_assets.unique_keys import load_json
 
 
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
@@ -65,8 +66,8 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
         # an earlier code version under the same scenario key.
         folder = Path(str(result.metadata["eval_run"]["results"]))
-        summary = json.loads((folder / "summary.json").read_text())
-        timings = json.loads((folder / "timings.json").read_text())
+        summary = load_json((folder / "summary.json").read_text(), str(folder / "summary.json"))
+        timings = load_json((folder / "timings.json").read_text(), str(folder / "timings.json"))
         summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=built,
                        mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}),
                        reused=bool(result.metadata["eval_run"].get("reused")),

@@ -71,6 +71,7 @@ from churn_assets.state import (
     stored_state_format,
     write_state_format,
 )
+from churn_assets.unique_keys import load_json
 from churn_assets.world.ledger import LEDGER_FILE, LedgerError, check_meaning
 
 EVAL_RUN = dg.AssetKey("eval_run")
@@ -248,7 +249,7 @@ def _rewrite_summaries(paths: StatePaths, report: MigrationReport) -> None:
     base = paths.root / "results"
     for summary in sorted(base.glob(f"*/*/*/{SUMMARY_FILE}")) if base.is_dir() else []:
         key = summary.parent.parent.name
-        data = json.loads(summary.read_text())
+        data = load_json(summary.read_text(), str(summary))
         stored = data.get("scenario_key")
         if stored == key or renamed_key(str(stored)) != key:
             continue  # current, or not this folder's scenario (never guessed)
@@ -273,7 +274,7 @@ def _rename_scenario_files(paths: StatePaths, report: MigrationReport) -> None:
 def _rename_in_sweep_records(paths: StatePaths, report: MigrationReport) -> None:
     """Outcome keys, and each outcome's `scenario_key` and `results` folder, of every sweep record."""
     for path in sorted((paths.root / "sweeps").glob("*.json")) if (paths.root / "sweeps").is_dir() else []:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text(), str(path))
         outcomes = data.get("outcomes") or {}
         renamed: dict[str, object] = {}
         changed = False

@@ -58,6 +58,7 @@ from churn_assets.state import WORLD_ID_RE, StatePaths, validate_world_id
 from churn_assets.state import WorldNotFoundError as WorldNotFoundError  # re-exported: the registry's callers
 from churn_assets.state import load_world_config as load_world_config
 from churn_assets.state import write_world_config as write_world_config
+from churn_assets.unique_keys import load_json
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
 from contracts.store import CONTRACTS_DIRNAME
@@ -335,7 +336,7 @@ def list_worlds(paths: StatePaths, instance: dg.DagsterInstance) -> list[WorldIn
 def _ledger_count(ledger_dir: Path) -> int | None:
     """Events in the manifest, when the ledger files are there (Dagster history may outlive them)."""
     try:
-        manifest = json.loads((ledger_dir / MANIFEST_FILE).read_text())
+        manifest = load_json((ledger_dir / MANIFEST_FILE).read_text(), str(ledger_dir / MANIFEST_FILE))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return int(manifest["count"]) if (ledger_dir / LEDGER_FILE).exists() else None

@@ -27,6 +27,7 @@ from churn_assets.services.postgres import CLUSTER_OWNER_FILE as OWNER_FILE
 from churn_assets.services.process import terminate
 from churn_assets.services.supervisor import MONGO, POSTGRES, SAAS, stop_services
 from churn_assets.state import PG_HOME_PREFIX, StatePaths, pg_root
+from churn_assets.unique_keys import load_json
 
 
 class PurgeError(UserFacingError):
@@ -140,7 +141,7 @@ def find_clusters(root: Path | None = None) -> list[Cluster]:
 def _cluster(path: Path) -> Cluster:
     size = disk_usage(path)
     try:
-        owner = json.loads((path / OWNER_FILE).read_text())
+        owner = load_json((path / OWNER_FILE).read_text(), str(path / OWNER_FILE))
         state_dir, state_id = Path(owner["state_dir"]), str(owner["state_id"])
     except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
         return Cluster(path, None, size, False, f"no readable {OWNER_FILE}: whose it is is unknown; left alone")

@@ -32,6 +32,7 @@ from churn_assets.services.base import (
 )
 from churn_assets.services.process import live_process, log_tail, read_record, terminate, wait_gone, write_record
 from churn_assets.state import StatePaths, atomic_write_text
+from churn_assets.unique_keys import load_json
 
 START_ATTEMPTS = 3
 CLUSTER_OWNER_FILE = "owner.json"  # in the cluster's folder: the state folder (path and id) it belongs to
@@ -120,7 +121,7 @@ class PostgresService(Service):
         owner_file = paths.pg_home / CLUSTER_OWNER_FILE
         state_id = paths.state_id
         try:
-            owner = json.loads(owner_file.read_text())
+            owner = load_json(owner_file.read_text(), str(owner_file))
         except (FileNotFoundError, json.JSONDecodeError):
             owner = None
         if owner is not None and owner.get("state_id") != state_id:

@@ -27,6 +27,7 @@ from churn_assets.services.base import (
     one_line,
 )
 from churn_assets.state import StatePaths, atomic_write_text
+from churn_assets.unique_keys import load_json
 
 # Children this process spawned, kept so that they can be reaped (no zombies in long-lived processes).
 SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
@@ -100,7 +101,7 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 def read_record(paths: StatePaths, name: str) -> dict[str, Any] | None:
     try:
-        return json.loads(paths.service_record(name).read_text())
+        return load_json(paths.service_record(name).read_text(), str(paths.service_record(name)))
     except FileNotFoundError:
         return None
     except json.JSONDecodeError:

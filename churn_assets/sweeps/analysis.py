@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 import statistics
 from collections import Counter, defaultdict
@@ -28,6 +27,7 @@ from typing import Any
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS
 from churn_assets.evaluation.window import bootstrap_mean
 from churn_assets.sweeps.spec import SweepSpec
+from churn_assets.unique_keys import load_json
 
 BOOTSTRAP_SAMPLES = 5000
 BOOTSTRAP_SEED = 0
@@ -58,7 +58,7 @@ def result_rows(outcome: Mapping[str, Any]) -> list[dict[str, Any]]:
     path = Path(folder) / "tasks.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [load_json(line, str(path)) for line in path.read_text().splitlines() if line.strip()]
 
 
 def cell_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -51,6 +51,7 @@ from churn_assets.evaluation.stats import (
 )
 from churn_assets.evaluation.verdicts import CORRECT
 from churn_assets.sweeps.regression import _flat_hashes
+from churn_assets.unique_keys import load_json, not_text
 
 ALPHA = 0.05
 POWER = 0.8
@@ -229,12 +230,14 @@ def make_stochastic_baseline(cells: Mapping[str, Mapping[str, Any]], hashes: Map
 
 def load_stochastic_baseline(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text(), str(path))
     except FileNotFoundError:
         raise StochasticGateError(f"stochastic baseline {path}: file not found (make one with `churnbench "
                                   "regression --agent llm --update-baseline`)") from None
     except json.JSONDecodeError as e:
         raise StochasticGateError(f"stochastic baseline {path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise StochasticGateError(not_text(f"stochastic baseline {path}", e)) from None
     if not (isinstance(data, dict) and data.get("format") == BASELINE_FORMAT and data.get("kind") == BASELINE_KIND
             and isinstance(data.get("cells"), dict)):
         raise StochasticGateError(f"stochastic baseline {path}: not a format-{BASELINE_FORMAT} baseline of kind "

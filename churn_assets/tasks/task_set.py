@@ -8,7 +8,6 @@ entity classes, measure); gold is never stored with the tasks.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.files import atomic_write_text
 from churn_assets.tasks.templates import TEMPLATES, Template, template
+from churn_assets.unique_keys import load_json
 
 TASKS_FILE = "tasks.jsonl"
 DRAWN_WITH_FILE = "drawn_with.json"  # beside it: the deployment's task count and seed it was drawn with
@@ -116,7 +116,7 @@ def drawn_with(path: Path) -> Drawn | None:
     """(count, seed, per_template) the task set at `path` was drawn with; None when not recorded (a set written
     before the record existed, or an unreadable record)."""
     try:
-        found = json.loads((path.parent / DRAWN_WITH_FILE).read_text())
+        found = load_json((path.parent / DRAWN_WITH_FILE).read_text(), str(path.parent / DRAWN_WITH_FILE))
         per_template = found.get("per_template")
         return int(found["count"]), int(found["seed"]), None if per_template is None else int(per_template)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
@@ -133,7 +133,7 @@ def read_tasks(path: Path) -> list[Task]:
     tasks = []
     for n, line in enumerate(lines, 1):
         try:
-            record = json.loads(line.decode("utf-8"))
+            record = load_json(line.decode("utf-8"), "the line")
             if not isinstance(record, dict):
                 raise TypeError(f"a JSON {type(record).__name__}, not an object")
             tasks.append(Task.from_json(record))

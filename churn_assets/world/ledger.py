@@ -34,6 +34,7 @@ from typing import Any, BinaryIO, cast
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.files import atomic_write_text, temporary_name
+from churn_assets.unique_keys import load_json
 from churn_assets.world.events import SCHEMAS_BY_FORMAT, payload_error, round_payload
 from churn_assets.world.meaning import CHECK_VERSION, MeaningChecker, MeaningError
 from churn_assets.world.packed import PackedRecords
@@ -329,7 +330,7 @@ class LedgerStream:
         if manifest_path is not None:
             try:
                 text = manifest_path.read_bytes().decode("utf-8")
-                self.manifest = LedgerManifest.from_dict(json.loads(text), manifest_path)
+                self.manifest = LedgerManifest.from_dict(load_json(text, str(manifest_path)), manifest_path)
             except json.JSONDecodeError as e:
                 raise LedgerError(f"manifest is not valid JSON ({e.msg})", path=manifest_path) from None
             except UnicodeDecodeError:
@@ -463,7 +464,7 @@ def check_meaning(path: str | Path, *, progress: Callable[[int], None] | None = 
 
 def _sniff_format(first_line: str, path: Path) -> int:
     try:
-        rec = json.loads(first_line)
+        rec = load_json(first_line, f"{path}, line 1")
     except json.JSONDecodeError as e:
         raise LedgerError(f"malformed JSON ({e.msg})", path=path, line=1) from None
     if isinstance(rec, dict) and "hash" in rec:

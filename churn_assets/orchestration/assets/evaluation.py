@@ -70,6 +70,7 @@ from churn_assets.services import raise_if_a_service_died, saas_api_key, service
 from churn_assets.services.llm import LlmServerConfig, ensure_llm_server, llm_server_failure
 from churn_assets.tasks.gold import shared_resolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
+from churn_assets.unique_keys import load_json
 
 _INPUTS = [ledger, warehouse_raw, operational_store, contract_documents, vector_index, rag_index, task_set,
            *STAGED_ASSETS]
@@ -266,7 +267,8 @@ def _lineage(context: dg.AssetExecutionContext, scenario, run_dir: Path, reused_
     latest one holds them for the same experiment), so a reuse does not hide a rematerialized input."""
     from churn_assets.orchestration import lineage
 
-    rows = [json.loads(line) for line in (run_dir / "tasks.jsonl").read_text().splitlines() if line.strip()]
+    tasks_file = run_dir / "tasks.jsonl"
+    rows = [load_json(line, str(tasks_file)) for line in tasks_file.read_text().splitlines() if line.strip()]
     read = lineage.with_versions(context.instance, lineage.read_rows(rows, scenario.world_id, scenario.t.isoformat()))
     if reused_hash is not None:
         before = context.instance.fetch_materializations(

@@ -11,7 +11,6 @@ its verdicts, not a broken asset.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at decoration time.
-import json
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from churn_assets.orchestration.assets.evaluation import eval_run
 from churn_assets.orchestration.partitions import scenario_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenarios import load_scenario, stored_plan
+from churn_assets.unique_keys import load_json
 
 CHECK_PREFIX = "served_age_within_ttl_"
 CACHED_CLASSES = [c.name for c in load_registry().staged_classes]
@@ -61,7 +61,8 @@ def _served_age_checks(context: dg.AssetCheckExecutionContext, state: StateResou
     if not arm_spec(scenario.arm).reads.serves_policy:
         context.log.info(f"{key}: arm {scenario.arm} does not serve a refresh policy; served-age checks skipped")
         return
-    rows = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines() if line.strip()]
+    tasks_file = folder / "tasks.jsonl"
+    rows = [load_json(line, str(tasks_file)) for line in tasks_file.read_text().splitlines() if line.strip()]
     seen = observed_days(rows)
     for c in CACHED_CLASSES:
         ttl = plan.effective_ttls.get(c)

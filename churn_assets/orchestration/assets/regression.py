@@ -22,6 +22,7 @@ from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.partitions import ANY_PARTITION, sweep_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.state import atomic_write_text
+from churn_assets.unique_keys import load_json
 
 GATE_FILE = "regression_gate.json"
 MAX_LISTED = 50  # findings listed in the check's metadata (the file holds all)
@@ -90,7 +91,7 @@ def regression_report(context: dg.AssetExecutionContext, state: StateResource) -
 def _regression_gate(context: dg.AssetCheckExecutionContext, state: StateResource) -> dg.AssetCheckResult:
     gate_file = _gate_file(state, context.partition_key, context.run.tags)
     try:
-        found = json.loads(gate_file.read_text())
+        found = load_json(gate_file.read_text(), str(gate_file))
     except FileNotFoundError:
         return dg.AssetCheckResult(passed=False, description=f"no gate result at {gate_file}: materialize "
                                                              "regression_report for this sweep first")
