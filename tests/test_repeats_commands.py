@@ -185,3 +185,31 @@ def test_a_sweep_report_table_of_repeats() -> None:
     assert (row["gap"], row["repeats"], row["accuracy_mean"], row["pass_hat_k"], row["pass_at_k"]) == (
         27, 2, 0.5, 0.0, 1.0)
     assert row["stability"] == 0.0 and row["median_tool_calls"] == 1 and row["median_model_calls"] is None
+
+
+def test_run_checks_its_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: `churnbench run` checked the request, threw the result away, and `run_scenario` checked it again.
+    The scenario the command line checked (before any service opens) is the one evaluated. Seams: the check, the
+    session, the definitions and the evaluation itself (the real path runs in the integration tests)."""
+    import contextlib
+
+    import churn_assets.commands.run as run_command
+    import churn_assets.orchestration.definitions as definitions
+    import churn_assets.orchestration.materialize as materialize
+    import churn_assets.orchestration.requests as requests
+
+    checked, calls = object(), []
+    monkeypatch.setattr(requests, "check_run", lambda *args, **kwargs: calls.append(args) or checked)
+    monkeypatch.setattr(materialize, "open_session", lambda paths: contextlib.nullcontext(object()))
+    monkeypatch.setattr(definitions, "defs_for", lambda root: None)
+
+    def evaluated(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        assert kwargs["checked"] is checked  # the command's own check, not a second one
+        return {"scenario_key": SCENARIO, "verdicts": {"correct": 1}, "accuracy": 1.0, "exposure": 0,
+                "prediction": 0.0, "results": "/nowhere"}
+
+    monkeypatch.setattr(run_command, "run_scenario", evaluated)
+    got = CliRunner().invoke(main, ["run", "--world", WORLD, "--arm", "naive", "--t-prime", "2024-01-02", "--t",
+                                    "2024-01-29"])
+    assert got.exit_code == 0, got.output
+    assert len(calls) == 1 and got.output.startswith(f"{SCENARIO}: ")

@@ -103,9 +103,9 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     # settings from CHURNBENCH_LLM_* (or the local model): a clear error, before anything starts, when missing
     llm = llm_settings(agent, gguf)
     paths = StatePaths.resolve()
-    # The one request check, before any service is opened or anything written (`run_scenario` repeats it).
+    # The one request check, before any service is opened or anything written (`run_scenario` takes its result).
     build_day, eval_day = cli_day(t_prime, "--t-prime"), cli_day(t, "--t")
-    check_run(paths, Request(world_id, arm, policy, build_day, eval_day, llm.agent_id if llm else "",
+    scenario = check_run(paths, Request(world_id, arm, policy, build_day, eval_day, llm.agent_id if llm else "",
                              saas_profile, llm.to_json() if llm else None))
     from churn_assets.orchestration.definitions import defs_for  # imports Dagster and the code location: after
     from churn_assets.orchestration.materialize import open_session
@@ -113,7 +113,7 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     with open_session(paths) as session:
         summary = run_scenario(session, defs_for(str(paths.root)), world_id, arm, build_day, eval_day, policy,
                                saas_profile, click.echo, llm=llm, replan=replan, retry_transport=retry_transport,
-                               repeats=repeats)
+                               repeats=repeats, checked=scenario)
     click.echo(f"{summary['scenario_key']}: {result_line(summary)}" + (" (repeat 0)" if repeats > 1 else ""))
     for line in experiment_lines(summary.get("repeats")):
         click.echo(line)

@@ -182,13 +182,14 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
                       read_days=answer.served_vintage, transport_failed=answer.transport_error is not None,
                       budget_exhausted=answer.budget_error is not None, question_parsed=answer.parse_error is None)
     scored = score(resolver, task, outcome)
-    t = task.template
+    template = task.template  # (not T, the evaluation day)
     anchor = dt.date.fromisoformat(task.anchor)
-    planned_gold = resolver.gold(t, task.params, anchor=anchor, vintage=dict(planned))
+    planned_gold = resolver.gold(template, task.params, anchor=anchor, vintage=dict(planned))
     stale_classes = sorted(c for c, d in scored.served_vintage.items() if d < anchor)
     trace = answer.to_json()
     return {
-        "task_id": task.task_id, "template": t.template_id, "task_tier": t.task_tier, "intent": t.intent,
+        "task_id": task.task_id, "template": template.template_id, "task_tier": template.task_tier,
+        "intent": template.intent,
         "question_text": task.question_text, "answer": scored.answer, "answer_text": answer.text,
         "verdict": scored.verdict, "gold_at_t": scored.gold_at_anchor, "gold_served": scored.served_gold,
         "served_degenerate": scored.served_degenerate,

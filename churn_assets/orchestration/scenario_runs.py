@@ -16,7 +16,7 @@ from churn_assets.unique_keys import load_json
 def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: dt.date, t: dt.date,
                  policy: str, saas_profile: str, echo: Any, *, llm: Any = None, replan: bool = False,
                  tags: dict[str, str] | None = None, retry_transport: bool = False,
-                 repeats: int | None = None, fields: Any = None) -> dict[str, Any]:
+                 repeats: int | None = None, fields: Any = None, checked: Any = None) -> dict[str, Any]:
     """Define the scenario, build its inputs, run `eval_run` for it, return its summary (plus where it is, and
     `reused`: whether a finished run of the same identity was reused). `llm`: the `LlmSettings` of an LLM agent
     (its agent id goes into the key, its settings into the experiment hash). `replan`: plan the scenario again
@@ -26,7 +26,8 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     None: what `tags` ask, a sweep cell's `REPEATS_TAG`, else 1); the summary is repeat 0's, with `repeats`
     (the experiment's figures over the K repeats, `evaluation/repeats.py`, without the per-task part).
     `fields`: how the caller names the request's parts in a refusal (`evaluation.requests.Fields`; the command
-    line's by default)."""
+    line's by default). `checked`: the `Scenario` the caller's own request check returned for these same
+    arguments on this state folder (the command line checks before it opens any service): not checked again."""
     from churn_assets.evaluation.answer_lines import answer_lines_to
     from churn_assets.evaluation.requests import CLI_FIELDS, Request
     from churn_assets.evaluation.verdicts import STALE_VERDICTS
@@ -44,8 +45,9 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
 
     repeats = repeats_of(tags) if repeats is None else repeats
     # Checked before anything is registered (the one request check: a refusal leaves no scenario behind).
-    scenario = check_run(session.paths, Request(world, arm, policy, t_prime, t, llm.agent_id if llm else "",
-                                                saas_profile, llm.to_json() if llm else None), fields or CLI_FIELDS)
+    scenario = checked if checked is not None else check_run(
+        session.paths, Request(world, arm, policy, t_prime, t, llm.agent_id if llm else "", saas_profile,
+                               llm.to_json() if llm else None), fields or CLI_FIELDS)
     with using_world(session.paths, world):  # `worlds rm` refuses while the run builds and evaluates
         key = register_scenario(session.paths, session.instance, scenario)
         # A finished result of this identity needs no input built or checked again (decision 190): a relaunched
