@@ -212,4 +212,11 @@ def test_run_checks_its_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
     got = CliRunner().invoke(main, ["run", "--world", WORLD, "--arm", "naive", "--t-prime", "2024-01-02", "--t",
                                     "2024-01-29"])
     assert got.exit_code == 0, got.output
-    assert len(calls) == 1 and got.output.startswith(f"{SCENARIO}: ")
+    assert len(calls) == 1 and got.output.startswith(f"{SCENARIO}: ") and "resumed" not in got.output
+
+    # A run that finished an interrupted one's checkpoint says so (issue 46: it never did).
+    monkeypatch.setattr(run_command, "run_scenario", lambda *a, **k: {**evaluated(*a, **k), "resumed_tasks": 3,
+                                                                       "verdicts": {"correct": 1, "parse_failure": 4}})
+    got = CliRunner().invoke(main, ["run", "--world", WORLD, "--arm", "naive", "--t-prime", "2024-01-02", "--t",
+                                    "2024-01-29"])
+    assert "resumed an interrupted run: 3 of 5 answers came from its checkpoint" in got.output, got.output

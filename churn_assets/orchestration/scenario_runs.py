@@ -72,6 +72,7 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         timings = load_json((folder / "timings.json").read_text(), str(folder / "timings.json"))
         summary.update(results=str(folder), seconds=round(seconds, 1), inputs_built=built,
                        mean_latency_ms=timings.get("mean_latency_ms"), saas=timings.get("saas", {}),
+                       resumed_tasks=timings.get("resumed_tasks", 0),
                        reused=bool(result.metadata["eval_run"].get("reused")),
                        repeats=result.metadata["eval_run"].get("experiment"))
         summary["stale_answers"] = sum(summary["verdicts"].get(v, 0) for v in STALE_VERDICTS)
