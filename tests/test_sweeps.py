@@ -49,7 +49,8 @@ def test_exposure_only_sweeps_evaluate_only_the_named_worlds() -> None:
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"worlds": ()}, "no world"), ({"arms": ()}, "no arm"), ({"gaps": (), "t_primes": ()}, "no T'"),
-    ({"gaps": (-1,)}, "cannot be negative"), ({"t_primes": (T + dt.timedelta(days=1),)}, "after T"),
+    ({"gaps": (-1,)}, "cannot be negative"),
+    ({"t_primes": (T + dt.timedelta(days=1),)}, "t_primes: T'=.* is after t \\(T="),
     ({"agent": "gpt"}, "agent 'gpt'"), ({"evaluate_worlds": (3,)}, "names no world"),
 ])
 def test_a_bad_spec_says_what_is_wrong(change: dict[str, Any], message: str) -> None:

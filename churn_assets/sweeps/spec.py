@@ -137,7 +137,8 @@ class SweepSpec:
             raise SweepError(f"sweep {self.preset}: a gap is T - T' in days and cannot be negative ({bad[0]})")
         late = [d for d in self.t_primes if d > self.t]
         if late:
-            raise SweepError(f"sweep {self.preset}: T'={late[0]} is after T={self.t}")
+            raise SweepError(f"sweep {self.preset}: t_primes: T'={late[0]} is after t (T={self.t}); T' is the cache "
+                             "build day, on or before T")
         if not set(self.evaluate_worlds) <= set(range(len(self.worlds))):
             raise SweepError(f"sweep {self.preset}: evaluate_worlds {list(self.evaluate_worlds)} names no world")
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= 100:
