@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -521,7 +523,7 @@ def test_cli_run_with_the_llm_agent_and_no_model_fails_in_one_line(monkeypatch: 
 
 
 @pytest.mark.parametrize(("gguf", "fragment"), [
-    ("/nowhere/model.gguf", "CHURNBENCH_LLM_GGUF=/nowhere/model.gguf: no such file"),
+    ("/nowhere/model.gguf", "--gguf /nowhere/model.gguf: no such file"),
     ("llama-70b", "is neither a file nor a packaged model"),
     (__file__, "not a GGUF file"),
 ])
@@ -536,4 +538,20 @@ def test_cli_run_with_a_bad_gguf_fails_in_one_line_before_anything_starts(monkey
                                        "2024-03-29", "--t", "2024-04-27", "--agent", "llm", "--gguf", gguf])
     assert result.exit_code == 1
     [line] = result.output.splitlines()
-    assert fragment in line
+    assert fragment in line and "CHURNBENCH_LLM_GGUF=" not in line  # what the user typed is named
+
+
+def test_paper_refuses_a_bad_gguf_before_importing_dagster(tmp_path: Path) -> None:
+    """Issue 46: `paper --agent llm --gguf /etc/passwd` imported the code location (about 3 s at idle) before it
+    looked at the file. Checked in a fresh interpreter: nothing of Dagster is imported when the refusal comes."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom churn_assets.cli import main\ntry:\n    main(['paper', '--agent', 'llm', '--gguf', "
+            f"{__file__!r}])\nexcept SystemExit as e:\n    print('exit', e.code)\n"
+            "print('dagster imported' if 'dagster' in sys.modules else 'dagster not imported')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHURNBENCH_LLM")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**env, "CHURNBENCH_STATE_DIR": str(tmp_path / "state")})
+    assert done.stdout.splitlines()[-2:] == ["exit 1", "dagster not imported"], done.stdout + done.stderr
+    assert f"--gguf {__file__}: not a GGUF file" in done.stderr

@@ -46,8 +46,14 @@ def llm_settings(agent: str | None, gguf: str | None, echo: Any = click.echo) ->
     if agent != "llm":
         return None
     from churn_assets.arms.agents.llm_settings import LlmSettings
+    from churn_assets.arms.agents.local_models import LocalModelError
 
-    settings = LlmSettings.from_env()
+    try:
+        settings = LlmSettings.from_env()
+    except LocalModelError as e:  # name what the user typed, not the variable --gguf set for them
+        if gguf and str(e).startswith(f"{ENV_GGUF}="):
+            raise LocalModelError(str(e).replace(f"{ENV_GGUF}=", "--gguf ", 1)) from None
+        raise
     echo(f"agent {settings.agent_id}: {settings.describe()}, {settings.mode} loop")
     return settings
 

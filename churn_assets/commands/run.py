@@ -153,6 +153,8 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
     their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
+    echo = (lambda _msg: None) if as_json else click.echo
+    llm = llm_settings(agent, gguf, echo)  # a bad --gguf is refused before the code location is imported
     workers = workers or default_workers()
     if workers > 1:  # the workers' imports run while this process imports and opens the state folder
         start_fork_server()
@@ -161,8 +163,6 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     from churn_assets.orchestration.world_registry import add_world, is_registered
 
     paths = StatePaths.resolve()
-    echo = (lambda _msg: None) if as_json else click.echo
-    llm = llm_settings(agent, gguf, echo)
     started = time.perf_counter()
     if world_id is None:
         from churn_assets.orchestration.materialize import open_session
