@@ -195,6 +195,13 @@ def test_a_custom_grid_has_its_own_id_and_its_report_names_its_grid(tmp_path: Pa
     assert grid["arms"] == "grounding" and grid["T"] == "2024-01-30" and grid["agent"] == "deterministic"
     assert grid["T'"].startswith("gaps T - T' of 7, 28 day(s)") and grid["worlds"] == "seed 42, 30 days"
     assert report.markdown.startswith(f"# Sweep `{custom.sweep_id}` (a custom grid from the `smoke` preset)")
+    # once it has cells, the report names its worlds by id too (issue 46), as the UI and `worlds list` do
+    cell = {"world_id": "smoke-s42-abcdef", "arm": "grounding", "policy": "tiered", "t_prime": "2024-01-23",
+            "t": "2024-01-30"}
+    record["outcomes"] = {"k": {"cell": cell, "status": "pending"}}
+    report = build_report(record, tmp_path / "report2", ["assignments"])
+    grid = {r["what"]: r["values"] for r in parse_table(report.markdown.split("## Grid", 1)[1])}
+    assert grid["worlds"] == "seed 42, 30 days (ids: smoke-s42-abcdef)"
 
 
 def test_the_seeds_summary_pairs_by_seed_and_is_seeded() -> None:

@@ -9,6 +9,10 @@
   form of the multi-partition key of before, so that materializations recorded under it keep matching.
 - `scenario_partitions`: one dynamic partition per defined scenario (the `eval_run` asset).
 - `sweep_partitions`: one dynamic partition per launched sweep (the `sweep_report` asset).
+- `regression_partitions`: one dynamic partition per regression sweep (the `regression_report` asset and its
+  gate). A set of its own (issue 46): sharing `sweep_partitions`, each report listed the other's sweeps as
+  "Missing", and materializing `regression_report` for an ordinary sweep gated it against the regression
+  baseline.
 
 Mappings (built-in ones only: Dagster 1.13 drops any other from what the webserver sees and warns that it
 is deprecated):
@@ -38,6 +42,7 @@ WORLD_PARTITIONS_NAME = "world"
 WORLD_DAY_PARTITIONS_NAME = "world_day"
 SCENARIO_PARTITIONS_NAME = "scenario"
 SWEEP_PARTITIONS_NAME = "sweep"
+REGRESSION_PARTITIONS_NAME = "regression_sweep"
 WORLD_DAY_SEPARATOR = "|"  # Dagster's own separator of multi-partition keys (the key form of before)
 WORLD_DAY_KEY_FORM = "<YYYY-MM-DD>|<world id>"
 _DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -46,6 +51,7 @@ world_partitions = dg.DynamicPartitionsDefinition(name=WORLD_PARTITIONS_NAME)
 world_day_partitions = dg.DynamicPartitionsDefinition(name=WORLD_DAY_PARTITIONS_NAME)
 scenario_partitions = dg.DynamicPartitionsDefinition(name=SCENARIO_PARTITIONS_NAME)
 sweep_partitions = dg.DynamicPartitionsDefinition(name=SWEEP_PARTITIONS_NAME)
+regression_partitions = dg.DynamicPartitionsDefinition(name=REGRESSION_PARTITIONS_NAME)
 
 with warnings.catch_warnings():
     # AllPartitionMapping is beta in Dagster 1.13, and exactly the edges wanted.

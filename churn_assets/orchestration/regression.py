@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
+
 from churn_assets.arms.agents.llm_settings import LlmSettings
 from churn_assets.arms.registry import ARMS
 from churn_assets.evaluation.repeats import verdict_matrix
@@ -37,6 +39,7 @@ from churn_assets.files import atomic_write_text
 from churn_assets.grounding.registry import load_registry
 from churn_assets.orchestration.launches import Launch
 from churn_assets.orchestration.materialize import MaterializationError, Session, materialize
+from churn_assets.orchestration.partitions import REGRESSION_PARTITIONS_NAME, SWEEP_PARTITIONS_NAME
 from churn_assets.orchestration.scenario_inputs import scenario_plan
 from churn_assets.orchestration.scenarios import load_scenario, stored_plan
 from churn_assets.orchestration.sweep_records import (
@@ -122,6 +125,15 @@ def replan_stale_plans(session: Session, spec: Any, echo: Echo) -> int:
     return replanned
 
 
+def _leave_sweep_partitions(session: Session, sweep_id: str) -> None:
+    """A regression sweep registered by an older version sits in `sweep_report`'s partitions too, where it shows
+    as "Missing": it leaves them, unless a `sweep_report` was materialized for it (then it was run as a sweep)."""
+    instance = session.instance
+    if instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, sweep_id) and sweep_id not in \
+            instance.get_materialized_partitions(dg.AssetKey("sweep_report")):
+        instance.delete_dynamic_partition(SWEEP_PARTITIONS_NAME, sweep_id)
+
+
 def run_regression(session: Session, definitions: Any, *, echo: Echo = print, update_baseline: bool = False,
                    workers: int = 1, spec: Any = None, launch: Any = None) -> RegressionOutcome:
     """The regression (see the module doc). `spec`: another `SweepSpec` than the preset's (tests run a smaller
@@ -135,7 +147,9 @@ def run_regression(session: Session, definitions: Any, *, echo: Echo = print, up
         load_baseline(path)  # a missing or broken baseline fails before anything runs
     replan_stale_plans(session, spec, echo)
     launch = launch or Launch()
-    record = run_sweep(session, definitions, spec, echo=echo, workers=workers, report=False, launch=launch)
+    record = run_sweep(session, definitions, spec, echo=echo, workers=workers, report=False, launch=launch,
+                       partition_set=REGRESSION_PARTITIONS_NAME)
+    _leave_sweep_partitions(session, record.sweep_id)
     figures, hashes = figures_of(record.to_json()), current_hashes(spec)
     if update_baseline:
         try:
@@ -205,7 +219,7 @@ def run_stochastic_regression(session: Session, definitions: Any, *, echo: Echo 
     if not update_baseline:
         load_stochastic_baseline(path)  # a missing or broken baseline fails before any model is asked
     replan_stale_plans(session, spec, echo)
-    record = run_sweep(session, definitions, spec, echo=echo, workers=workers, report=False)
+    record = run_sweep(session, definitions, spec, echo=echo, workers=workers, report=False, partition_set=None)
     cells = cell_verdicts_of(record, spec.repeats)
     hashes = current_hashes(spec)
     agent_id = str(record.spec.options.get("agent_id") or settings.agent_id)

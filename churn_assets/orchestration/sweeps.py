@@ -39,7 +39,11 @@ from churn_assets.orchestration.cells import WorkerPool, worker_session
 from churn_assets.orchestration.launches import SWEEP_TAG as SWEEP_TAG  # the tag's one home; re-exported
 from churn_assets.orchestration.launches import Launch, ensure_sweep_runs
 from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, Session, materialize, repeats_tags
-from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, SWEEP_PARTITIONS_NAME
+from churn_assets.orchestration.partitions import (
+    REGRESSION_PARTITIONS_NAME,
+    SCENARIO_PARTITIONS_NAME,
+    SWEEP_PARTITIONS_NAME,
+)
 from churn_assets.orchestration.requests import check_sweep_request
 from churn_assets.orchestration.scenarios import stored_plan
 from churn_assets.orchestration.sweep_records import (
@@ -76,10 +80,12 @@ def with_llm_settings(spec: SweepSpec) -> tuple[SweepSpec, Any]:
 
 
 def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Echo, *,
-                   checked: tuple[list[Cell], list[Cell]], tags: dict[str, str] | None = None) -> SweepRecord:
+                   checked: tuple[list[Cell], list[Cell]], tags: dict[str, str] | None = None,
+                   partition_set: str | None = SWEEP_PARTITIONS_NAME) -> SweepRecord:
     """Register the sweep's worlds (ledgers materialized when missing) and the sweep; return its record (the
     stored one when the sweep ran before: its outcomes are kept). `checked`: its cells, as the request check
-    returned them (nothing is registered before that check)."""
+    returned them (nothing is registered before that check). `partition_set`: the dynamic partitions of the
+    report asset the sweep gets (`sweep_report`'s, or `regression_report`'s for a regression; None: neither)."""
     worlds = resolve_worlds(spec)
     for w in worlds:
         if w.config is not None:
@@ -101,8 +107,8 @@ def register_sweep(session: Session, definitions: Any, spec: SweepSpec, echo: Ec
     path = sweep_file(session.paths, spec.sweep_id)
     record = load_sweep(session.paths, spec.sweep_id) if path.exists() else SweepRecord(spec, evaluated, exposure)
     record.cells, record.exposure_cells = evaluated, exposure
-    if not session.instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, spec.sweep_id):
-        session.instance.add_dynamic_partitions(SWEEP_PARTITIONS_NAME, [spec.sweep_id])
+    if partition_set is not None and not session.instance.has_dynamic_partition(partition_set, spec.sweep_id):
+        session.instance.add_dynamic_partitions(partition_set, [spec.sweep_id])
     record.save(session.paths)
     return record
 
@@ -246,7 +252,8 @@ def record_refresh_rows(session: Session, record: SweepRecord) -> None:
 
 
 def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo = print, workers: int = 1,
-              report: bool = True, llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
+              report: bool = True, partition_set: str | None = SWEEP_PARTITIONS_NAME,
+              llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
               retry_transport: bool = False, fields: Fields = LAUNCHPAD_FIELDS, launch: Launch | None = None,
               on_record: Callable[[SweepRecord], None] | None = None) -> SweepRecord:
     """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
@@ -256,7 +263,9 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     experiment); the others are reused as always. The request is checked first, nothing registered before
     (`orchestration/requests.check_sweep_request`; `fields`: how its refusals name the fields). `launch`: who
     launched it and its own run (`launches.Launch`): every run it starts carries its sweep id and launcher, and is
-    filed under the sweep-runs backfill when the sweep has a run of its own. `on_record`: see `evaluate_cells`."""
+    filed under the sweep-runs backfill when the sweep has a run of its own. `on_record`: see `evaluate_cells`.
+    `partition_set`: where the sweep is registered as a partition (`register_sweep`); `report` materializes
+    `sweep_report`, which needs the default."""
     started = time.perf_counter()
     checked = check_sweep_request(session.paths, spec, fields)
     llm = budget = None
@@ -267,7 +276,8 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     tags = launch.run_tags(spec.sweep_id)
     if launch.run_id is not None:
         ensure_sweep_runs(session.instance)
-    record = register_sweep(session, definitions, spec, echo, checked=checked, tags=tags)
+    record = register_sweep(session, definitions, spec, echo, checked=checked, tags=tags,
+                            partition_set=partition_set)
     if llm is not None:
         # each repeat of a cell costs what one answering of it does
         est = estimate(llm, len(record.cells) * spec.repeats, task_settings().count, today=spec.t)
@@ -339,8 +349,9 @@ def remove_sweep(session: Session, removal: Removal) -> None:
     existing = [k for k in removal.scenarios if instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, k)]
     for key in existing:
         instance.delete_dynamic_partition(SCENARIO_PARTITIONS_NAME, key)
-    if instance.has_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id):
-        instance.delete_dynamic_partition(SWEEP_PARTITIONS_NAME, removal.sweep_id)
+    for partition_set in (SWEEP_PARTITIONS_NAME, REGRESSION_PARTITIONS_NAME):
+        if instance.has_dynamic_partition(partition_set, removal.sweep_id):
+            instance.delete_dynamic_partition(partition_set, removal.sweep_id)
     for folder in removal.folders:
         shutil.rmtree(folder, ignore_errors=True)
     for key in removal.scenarios:

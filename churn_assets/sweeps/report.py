@@ -172,6 +172,11 @@ def build_report(record: Mapping[str, Any], folder: Path, cached_classes: Sequen
                                                "Stale answers attributed per entity class read stale"))
 
     grid_rows = SweepSpec.from_json(spec).grid()
+    # The worlds by id too (issue 46: a report named them by seed and days only, and the UI, `worlds list` and the
+    # results folders name them by id), in the order the cells first name them.
+    ids = list(dict.fromkeys(c["world_id"] for c in cells if c.get("world_id")))
+    if ids:
+        grid_rows = [(k, f"{v} (ids: {', '.join(ids)})" if k == "worlds" else v) for k, v in grid_rows]
     data["grid"] = dict(grid_rows)
     based_on = f" (a custom grid from the `{spec['preset']}` preset)" if spec.get("custom") else ""
     head = [f"# Sweep `{sweep_id}`{based_on}", "", spec.get("description") or "", "",

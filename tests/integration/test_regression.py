@@ -76,6 +76,12 @@ def test_the_gate_passes_unchanged_and_names_what_a_degraded_registry_moved(
     assert unchanged.result.passed and all(o["reused"] for o in unchanged.record.outcomes.values())
     sweep_id = unchanged.record.sweep_id
     assert _check_status(session.instance, "regression_report", "regression_gate", sweep_id) == "SUCCEEDED"
+    # The regression's report has a partition set of its own (issue 46): `sweep_report` does not list this sweep
+    # as "Missing", and `regression_report` lists no ordinary sweep.
+    from churn_assets.orchestration.partitions import REGRESSION_PARTITIONS_NAME, SWEEP_PARTITIONS_NAME
+
+    assert sweep_id in session.instance.get_dynamic_partitions(REGRESSION_PARTITIONS_NAME)
+    assert sweep_id not in session.instance.get_dynamic_partitions(SWEEP_PARTITIONS_NAME)
     tiered_key = scenario_key_of(next(c for c in unchanged.record.cells if c.arm == TIERED_ARM))
     off_key = scenario_key_of(next(c for c in unchanged.record.cells if c.arm == UNTIERED_ARM))
     for entity_class in ("assignments", "prices", "contract_terms"):  # observed served ages within the tiers

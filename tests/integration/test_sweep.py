@@ -52,6 +52,10 @@ def test_a_grid_sweep_evaluates_checks_reuses_and_reports(session: Session, sess
     lines: list[str] = []
     record = run_sweep(session, session_defs, spec, echo=lines.append)
     assert record.status_counts() == {"done": 2, "failed": 0, "pending": 0, "skipped": 0}
+    from churn_assets.orchestration.partitions import REGRESSION_PARTITIONS_NAME, SWEEP_PARTITIONS_NAME
+
+    assert record.sweep_id in session.instance.get_dynamic_partitions(SWEEP_PARTITIONS_NAME)
+    assert record.sweep_id not in session.instance.get_dynamic_partitions(REGRESSION_PARTITIONS_NAME)
     exposure = {r["cell"]["policy"]: r for r in record.exposure_rows if r["cell"]["t"] == T.isoformat()}
     earlier = [r for r in record.exposure_rows if r["cell"]["t"] != T.isoformat()]
     assert len(earlier) == 2 and all(r["task_anchor"] == T.isoformat() and r["tasks"] <= TASKS for r in earlier)

@@ -15,6 +15,7 @@ import pytest
 from churn_assets.orchestration.dead_runs import DeadRun
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import (
+    REGRESSION_PARTITIONS_NAME,
     SCENARIO_PARTITIONS_NAME,
     SWEEP_PARTITIONS_NAME,
     WORLD_DAY_PARTITIONS_NAME,
@@ -41,7 +42,7 @@ def _files(root: Path) -> set[str]:
 def _partitions(session: Session) -> dict[str, list[str]]:
     return {name: sorted(session.instance.get_dynamic_partitions(name))
             for name in (WORLD_PARTITIONS_NAME, WORLD_DAY_PARTITIONS_NAME, SCENARIO_PARTITIONS_NAME,
-                         SWEEP_PARTITIONS_NAME)}
+                         SWEEP_PARTITIONS_NAME, REGRESSION_PARTITIONS_NAME)}
 
 
 def _refusals(world: str) -> dict[str, list[str]]:

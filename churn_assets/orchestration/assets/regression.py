@@ -19,7 +19,7 @@ import dagster as dg
 from churn_assets.orchestration.assets.common import user_errors
 from churn_assets.orchestration.assets.evaluation import eval_run
 from churn_assets.orchestration.metadata import table_metadata
-from churn_assets.orchestration.partitions import ANY_PARTITION, sweep_partitions
+from churn_assets.orchestration.partitions import ANY_PARTITION, regression_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.state import atomic_write_text
 from churn_assets.unique_keys import load_json
@@ -37,7 +37,7 @@ def _gate_file(state: StateResource, sweep_id: str, tags: Mapping[str, str]) -> 
 
 
 @dg.asset(
-    partitions_def=sweep_partitions,
+    partitions_def=regression_partitions,
     deps=[dg.AssetDep(eval_run, partition_mapping=ANY_PARTITION)],
     group_name="evaluation",
     kinds={"python", "markdown"},
@@ -116,7 +116,7 @@ def _regression_gate(context: dg.AssetCheckExecutionContext, state: StateResourc
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.PreviewWarning)  # partitioned checks are "preview" in Dagster 1.13
     regression_gate = dg.asset_check(
-        asset=regression_report, name="regression_gate", blocking=True, partitions_def=sweep_partitions,
+        asset=regression_report, name="regression_gate", blocking=True, partitions_def=regression_partitions,
         description="Every figure of the regression sweep within the baseline's thresholds, and the world config, "
                     "registry and templates hashes equal to the baseline's; names every figure that moved.",
     )(_regression_gate)
