@@ -51,7 +51,7 @@ def error_line(e: BaseException, trace: Path | None) -> str:
 def report(e: BaseException) -> int:
     """Print one line for `e` (and its trace under --debug); the exit code."""
     if isinstance(e, KeyboardInterrupt) or (isinstance(e, click.Abort) and isinstance(e.__cause__, KeyboardInterrupt)):
-        click.echo("churnbench: interrupted", err=True)
+        click.echo("churnbench: interrupted (what was answered or built is kept: the same command resumes)", err=True)
         return INTERRUPTED_EXIT
     if isinstance(e, click.UsageError):
         click.echo(usage_line(e), err=True)

@@ -217,6 +217,8 @@ def materialize(
                 run_config=QUIET_RUN_CONFIG, tags=run_tags, raise_on_error=False,
             )
         if not result.success:
+            if interrupted(result):  # Ctrl-C: Dagster stopped the step; say so, not "failed" with a trace file
+                raise KeyboardInterrupt(f"run {result.run_id}")
             raise_if_a_service_died(paths, settle_s=0.0)  # a step that lost its database says so
             error = MaterializationError(f"materializing {', '.join(assets)} [{pk}] failed (run "
                                          f"{result.run_id}): {failure_message(result)}")
@@ -333,6 +335,15 @@ def _require_known_partition(instance: dg.DagsterInstance, partitions_def: dg.Pa
                                    "(a world's days are its calendar's, registered by `churnbench worlds add`)")
     if not known:
         raise MaterializationError(f"{key} is not a partition of these assets")
+
+
+def interrupted(result: Any) -> bool:
+    """Whether a failed in-process run failed because it was interrupted (SIGINT/SIGTERM: Dagster turns the
+    signal into `DagsterExecutionInterruptedError` inside the step)."""
+    return any(event.is_step_failure and event.step_failure_data is not None
+               and event.step_failure_data.error is not None
+               and event.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"
+               for event in result.all_events)
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
