@@ -187,20 +187,23 @@ def _launch(context: dg.OpExecutionContext, sweep_id: str) -> "Launch":
                    "`sweep-runs` backfill, each tagged with the sweep's id.")
 def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: StateResource) -> str:
     from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, SWEEP_CLI_FIELDS
-    from churn_assets.orchestration.launches import CLI
+    from churn_assets.orchestration.launches import CLI, launcher_of
+    from churn_assets.orchestration.requests import check_sweep_request
     from churn_assets.orchestration.sweeps import run_sweep
 
     paths = state.paths
     try:
         spec = sweep_spec_of(config)
+        fields = SWEEP_CLI_FIELDS if launcher_of(dict(context.run.tags)) == CLI else LAUNCHPAD_FIELDS
+        # Checked before the run is tagged with the sweep's id: a refused launch names no sweep that never existed.
+        checked = check_sweep_request(paths, spec, fields)
         launch = _launch(context, spec.sweep_id)
         session = Session(paths, state.service_urls(), context.instance)
         progress = _Progress(context)
         record = run_sweep(session, asset_defs_for(str(paths.root)), spec, echo=_echo(context),
                            workers=config.parallelism, llm_budget_usd=config.llm_budget_usd,
                            llm_max_concurrent=config.llm_max_concurrent, retry_transport=config.retry_transport,
-                           fields=SWEEP_CLI_FIELDS if launch.launched_by == CLI else LAUNCHPAD_FIELDS, launch=launch,
-                           on_record=progress)
+                           fields=fields, launch=launch, on_record=progress, checked=checked)
     except UserFacingError as e:
         raise step_failure(e) from None
     progress(record, final=True)

@@ -255,7 +255,8 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
               report: bool = True, partition_set: str | None = SWEEP_PARTITIONS_NAME,
               llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
               retry_transport: bool = False, fields: Fields = LAUNCHPAD_FIELDS, launch: Launch | None = None,
-              on_record: Callable[[SweepRecord], None] | None = None) -> SweepRecord:
+              on_record: Callable[[SweepRecord], None] | None = None,
+              checked: tuple[list[Cell], list[Cell]] | None = None) -> SweepRecord:
     """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
     takes its settings from CHURNBENCH_LLM_*, prints its estimate before any cell starts, stops starting cells
     at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once.
@@ -265,9 +266,10 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     launched it and its own run (`launches.Launch`): every run it starts carries its sweep id and launcher, and is
     filed under the sweep-runs backfill when the sweep has a run of its own. `on_record`: see `evaluate_cells`.
     `partition_set`: where the sweep is registered as a partition (`register_sweep`); `report` materializes
-    `sweep_report`, which needs the default."""
+    `sweep_report`, which needs the default. `checked`: the caller's own request check of this spec (not
+    repeated)."""
     started = time.perf_counter()
-    checked = check_sweep_request(session.paths, spec, fields)
+    checked = checked if checked is not None else check_sweep_request(session.paths, spec, fields)
     llm = budget = None
     if spec.agent == LLM:
         spec, llm = with_llm_settings(spec)

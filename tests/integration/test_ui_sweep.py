@@ -290,6 +290,9 @@ def test_a_t_outside_the_calendar_is_refused_naming_t_and_adding_no_partition(ui
     assert failure.startswith("t: T = 2024-03-01 is outside the calendar of world uicalendar-s42-"), failure
     assert failure.endswith("(2024-01-01..2024-01-30)") and "\n" not in failure, failure
     assert partition_lists(ui) == before  # no world, day, scenario or sweep partition added
+    tags = gql(ui, "query($id: ID!) { runOrError(runId: $id) { ... on Run { tags { key value } } } }",
+               {"id": launched["run"]["runId"]})["runOrError"]["tags"]
+    assert "churnbench/sweep" not in {t["key"] for t in tags}, tags  # issue 46: no tag of a sweep never made
 
 
 def step_failures(port: int, run_id: str) -> list[str]:
