@@ -79,10 +79,12 @@ def materialized_partitions(port: int, asset: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def ui(state_dir: Path, tmp_path_factory: pytest.TempPathFactory, churnbench_exe: str,
+def ui(state_dir: Path, services: object, tmp_path_factory: pytest.TempPathFactory, churnbench_exe: str,
        cli_env: Callable[..., dict[str, str]]) -> Iterator[int]:
     """`churnbench ui` on the session's state folder, with a deployment of 20 tasks per task set, and a regression
-    baseline that does not exist (the regression job launched here fails fast on it, before running its sweep)."""
+    baseline that does not exist (the regression job launched here fails fast on it, before running its sweep).
+    `services`: the session's own, so that they are stopped at its end even when this module runs alone (the UI
+    leaves the services it started running, as every command does)."""
     folder = tmp_path_factory.mktemp("ui-sweep")
     packaged = yaml.safe_load((Path(__file__).parents[2] / "churn_assets" / "deployment.yaml").read_text())
     packaged["tasks"]["count"] = TASKS
