@@ -173,12 +173,7 @@ class _Verifier:
             warehouse_disagreements,
             warehouse_reads,
         )
-        from churn_assets.evaluation.verify import (
-            arm_invariant_disagreements,
-            load_run,
-            verify_rows,
-            verify_rows_independent,
-        )
+        from churn_assets.evaluation.verify import load_run, verify_rows, verify_rows_independent
 
         row = row or self._row_of(folder)
         folder_name = self._folder_name(folder, row)
@@ -210,10 +205,6 @@ class _Verifier:
         else:
             out += verify_rows(resolver, tasks, stored.rows, stored.summary).disagreements
             checked.append("gold and verdicts recomputed from the ledger")
-        broken, rule = arm_invariant_disagreements(stored.summary, stored.rows)
-        if rule is not None:
-            out += broken
-            checked.append(f"arm invariant ({rule})")
         if self.replay:
             out += self._replayed(stored, tasks, resolver)
             checked.append("replay: every task answered again the same way")

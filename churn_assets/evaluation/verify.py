@@ -251,37 +251,6 @@ def _verify_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     return out
 
 
-def arm_invariant_disagreements(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
-                                ) -> tuple[list[Disagreement], str | None]:
-    """docs/rules.md, "Arm correctness", for the deterministic agent, per row: `naive` answers every task right
-    (gold at T); `grounding` and its off ablation answer gold at their planned vintage, so a task is stale exactly
-    when it is exposed (a stale answer on an unexposed task, a right one on an exposed task, or any other error
-    is a bug of the arm, whatever the run's totals). A row whose store call failed (`transport_error`) or whose
-    exposure was not computed is not judged. Returns the disagreements and the rule checked (None: no rule
-    for this arm and agent)."""
-    from churn_assets.arms.agents.deterministic import AGENT_ID
-    from churn_assets.arms.registry import TIERED_ARM, UNTIERED_ARM
-
-    experiment = summary.get("experiment") or {}
-    arm = experiment.get("arm")
-    if experiment.get("agent_id") != AGENT_ID or arm not in ("naive", TIERED_ARM, UNTIERED_ARM):
-        return [], None
-    out = []
-    for r in rows:
-        if r.get("transport_error") or (arm != "naive" and r.get("exposed") is None):
-            continue
-        stale = r.get("verdict") in STALE_VERDICTS
-        expected = "correct" if arm == "naive" or not r.get("exposed") else "a stale answer (it is exposed)"
-        if (arm == "naive" and r.get("verdict") != "correct") or \
-                (arm != "naive" and ((r.get("verdict") != "correct" and not stale) or stale != bool(r.get("exposed")))):
-            out.append(Disagreement(str(r.get("task_id")), "verdict", r.get("verdict"), expected,
-                                    message=f"task {r.get('task_id')}: verdict {r.get('verdict')} on `{arm}` with the "
-                                            f"deterministic agent, which docs/rules.md (Arm correctness) says is "
-                                            f"{expected}: a bug of the arm"))
-    rule = "naive: every answer gold at T" if arm == "naive" else f"{arm}: stale exactly when exposed"
-    return out, rule
-
-
 # ---------------------------------------------------------------------------------------------------
 # the independent check: SQL gold over the truth schema, verdicts from the observed data times
 # ---------------------------------------------------------------------------------------------------
