@@ -13,7 +13,9 @@ and compares each with what the row stores. The rows must be exactly the run's t
 questions), and the summary's counts must be the counts of the rows. Gold is compared as stored JSON
 (exactly: a tampered gold value is a disagreement even when it would round to the same answer).
 
-`verify_rows` is the pure check; `load_run` reads a results folder.
+`verify_rows` is the pure check; `load_run` reads a results folder. `arm_rule_disagreements` checks, with the
+deterministic agent, each row against its arm's rule of docs/rules.md "Arm correctness" (`ARM_RULES`: the answer
+equals the row's gold at T or at its planned vintage), which every mode of `verify-results` runs.
 
 The independent check (`verify_rows_independent`, `churnbench verify-results --independent`) sets a second
 gold against the first: the SQL gold of `evaluation/independent/` over the world's truth schema, which shares
@@ -267,7 +269,7 @@ class ArmRule:
 
 
 # Arm names and the agent id as literals: importing `arms.registry` (or `freshness.scenario`) here would add 0.3-0.5 s
-# to every verification (tests/test_verify_results.py checks them against the registry and the scenario).
+# to every verification (tests/test_verify_arm_rules.py checks them against the registry and the scenario).
 DETERMINISTIC_AGENT = "det"
 # The other arms have no per-row rule: retrieval arms legitimately miss aggregates over more records than they
 # retrieve, `grounding_no_semantic_model` legitimately differs on computed measures.
