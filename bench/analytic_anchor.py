@@ -28,7 +28,6 @@ far from T' shows the long run the formula describes), it writes `<name>.csv`, `
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import json
 import statistics
@@ -42,7 +41,7 @@ from churn_assets.freshness.analytic import cho_freshness
 
 # The default world of a seed, simulated as the calibration does (bench/ is not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import default_world
+from calibrate_predictor import default_world, write_csv
 
 T = dt.date(2024, 4, 27)
 T_PRIME = dt.date(2024, 3, 29)
@@ -135,14 +134,6 @@ def anchor(seed: int, days: int, t_prime: dt.date = T_PRIME, t: dt.date = T, ech
             "budget_rows": sorted(budget_rows, key=lambda r: (r["budget"], r["allocation"]))}
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """The per-class rows as `<name>.csv` (the file tests/test_analytic_anchor.py pins)."""
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -217,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = anchor(args.seed, args.days, args.t_prime, args.t, echo=lambda m: print(m, file=sys.stderr, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(result["class_rows"], args.out / f"{args.name}.csv")
+    write_csv(args.out / f"{args.name}.csv", result["class_rows"])  # the file tests/test_analytic_anchor.py pins
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(result, args.out / f"{args.name}.png")
     if args.json:
