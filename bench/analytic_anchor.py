@@ -28,34 +28,26 @@ far from T' shows the long run the formula describes), it writes `<name>.csv`, `
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import json
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+# The formula, one definition shared with tests/test_analytic_anchor.py.
+from churn_assets.freshness.analytic import cho_freshness
+
 # The default world of a seed, simulated as the calibration does (bench/ is not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibrate_predictor import default_world
+from calibrate_predictor import default_world, write_csv
 
 T = dt.date(2024, 4, 27)
 T_PRIME = dt.date(2024, 3, 29)
 BUDGETS = (4, 8, 16, 32)
 POLICIES = ("tiered", "off", *(f"{a}:{n}" for n in BUDGETS for a in ("uniform", "proportional")))
 OTHER = "(other tasks)"
-
-
-def cho(lam: float, period: float | None) -> float | None:
-    """Cho and Garcia-Molina's expected freshness of a Poisson(lambda) element refreshed every `period` days
-    (None: never refreshed, freshness 0 in the long run; lambda 0: always fresh)."""
-    if period is None:
-        return 0.0 if lam > 0 else 1.0
-    x = lam * period
-    return 1.0 if x == 0 else (1.0 - math.exp(-x)) / x
 
 
 def single_cached_class(template_classes: tuple[str, ...], cached: set[str]) -> str:
@@ -110,9 +102,9 @@ def anchor(seed: int, days: int, t_prime: dt.date = T_PRIME, t: dt.date = T, ech
                    "lambda_answer": None if c == OTHER else round(lam[c], 4),
                    "lambda_events": None if c == OTHER else round(class_rates[c], 3),
                    "period_days": None if period is None else round(period, 2),
-                   "cho": None if c == OTHER else round(cho(lam[c], period) or 0.0, 4),
+                   "cho": None if c == OTHER else round(cho_freshness(lam[c], period), 4),
                    "cho_per_task": None if c == OTHER else round(statistics.fmean(
-                       cho(lam_task[q], period) or 0.0 for q in ids), 4),
+                       cho_freshness(lam_task[q], period) for q in ids), 4),
                    **{k: round(statistics.fmean(v), 4) for k, v in share.items()}}
             rows.append(row)
         if w.policy.partition(":")[0] in ("uniform", "proportional"):
@@ -216,10 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = anchor(args.seed, args.days, args.t_prime, args.t, echo=lambda m: print(m, file=sys.stderr, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / f"{args.name}.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(result["class_rows"][0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(result["class_rows"])
+    write_csv(args.out / f"{args.name}.csv", result["class_rows"])  # the file tests/test_analytic_anchor.py pins
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(result, args.out / f"{args.name}.png")
     if args.json:

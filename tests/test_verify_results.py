@@ -56,8 +56,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GoldResolver, list[Ta
     return written_run(tmp_path_factory.mktemp("results"))
 
 
-def written_run(root: Path) -> tuple[GoldResolver, list[Task], Path]:
-    """A run of the scripted arm (policy off, T' = 2024-01-10, T = 2024-01-28, 20 tasks) written under `root`."""
+def written_run(root: Path, *, out_of_budget: bool = True) -> tuple[GoldResolver, list[Task], Path]:
+    """A run of the scripted arm (policy off, T' = 2024-01-10, T = 2024-01-28, 20 tasks) written under `root`; with
+    `out_of_budget`, its third task ran out of its read budget (a model agent's failure: the deterministic agent's
+    own runs have none, tests/test_verify_arm_rules.py)."""
     config = load_config(days=30)
     records = [{"seq": i, "at": e.at.isoformat(), "kind": e.kind, "entity_type": e.entity_type,
                 "entity_id": e.entity_id, "payload": e.payload} for i, e in enumerate(simulate(config))]
@@ -68,8 +70,8 @@ def written_run(root: Path) -> tuple[GoldResolver, list[Task], Path]:
     store = ResultsStore(root)
     spec = RunSpec(Scenario(config.world_id, PlannedArm.name, "off", T_PRIME, T), config.config_hash,
                    task_set_hash(tasks))
-    evaluate(PlannedArm(resolver, planned, out_of_budget=tasks[2].task_id), tasks, resolver, store, spec,
-             exposure=exposure, code="git-test")
+    arm = PlannedArm(resolver, planned, out_of_budget=tasks[2].task_id if out_of_budget else "")
+    evaluate(arm, tasks, resolver, store, spec, exposure=exposure, code="git-test")
     return resolver, tasks, store.run_dir(spec.key("git-test"))
 
 

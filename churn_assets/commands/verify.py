@@ -5,8 +5,11 @@
    what the run wrote, unless whoever edited them edited the catalog row and Dagster's metadata to match.
 2. **Plain** (always): `stale.csv` made again from `tasks.jsonl`, the catalog's figures recomputed from it, gold
    recomputed from the ledger by the code that scored the run with every verdict and exposure, the summary's counts,
-   and every warehouse read's observed content against the warehouse as it is now. Proves the files agree with
-   each other, with the catalog and with the ledger under this code; not that the answers were the arm's.
+   every warehouse read's observed content against the warehouse as it is now, and, with the deterministic agent,
+   the arm's per-row rule of docs/rules.md "Arm correctness" (`evaluation.verify.ARM_RULES`: naive's answers equal
+   gold at T, grounding's and its off ablation's gold at the planned vintage). Proves the files agree with each
+   other, with the catalog and with the ledger under this code, and that no row breaks its arm's rule; not that
+   the answers were the arm's (docs/guarantees.md has the table of what each mode checks).
 3. **--independent**: also a second gold, by SQL over the truth schema, with verdicts from the observed data
    times. Proves gold and verdicts under a second implementation that shares no code with the first.
 4. **--replay** (deterministic agent): every task answered again through the arm, on the stores as they are, each
@@ -62,7 +65,8 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
 
     The seal: each file against the SHA-256 recorded when the run completed (catalog row and Dagster metadata).
     Plain: stale.csv and the catalog's figures recomputed from tasks.jsonl; gold recomputed by the code that scored
-    the run; every verdict; warehouse reads against the warehouse now. --independent: a second gold in SQL.
+    the run; every verdict; warehouse reads against the warehouse now; with the deterministic agent, each row
+    against its arm's rule (docs/rules.md, "Arm correctness"). --independent: a second gold in SQL.
     --replay: the tasks answered again and compared. Prints "N rows confirmed" per run, or every disagreement
     (naming the file, the catalog row or the task) and exits 1.
     """
@@ -173,7 +177,13 @@ class _Verifier:
             warehouse_disagreements,
             warehouse_reads,
         )
-        from churn_assets.evaluation.verify import load_run, verify_rows, verify_rows_independent
+        from churn_assets.evaluation.verify import (
+            arm_rule,
+            arm_rule_disagreements,
+            load_run,
+            verify_rows,
+            verify_rows_independent,
+        )
 
         row = row or self._row_of(folder)
         folder_name = self._folder_name(folder, row)
@@ -205,6 +215,10 @@ class _Verifier:
         else:
             out += verify_rows(resolver, tasks, stored.rows, stored.summary).disagreements
             checked.append("gold and verdicts recomputed from the ledger")
+        rule = arm_rule(stored.experiment)  # every mode: the rule compares answers with golds the modes confirm
+        if rule is not None:
+            out += arm_rule_disagreements(rule, tasks, stored.rows)
+            checked.append(f"arm correctness: {rule.text}")
         if self.replay:
             out += self._replayed(stored, tasks, resolver)
             checked.append("replay: every task answered again the same way")

@@ -13,7 +13,9 @@ and compares each with what the row stores. The rows must be exactly the run's t
 questions), and the summary's counts must be the counts of the rows. Gold is compared as stored JSON
 (exactly: a tampered gold value is a disagreement even when it would round to the same answer).
 
-`verify_rows` is the pure check; `load_run` reads a results folder.
+`verify_rows` is the pure check; `load_run` reads a results folder. `arm_rule_disagreements` checks, with the
+deterministic agent, each row against its arm's rule of docs/rules.md "Arm correctness" (`ARM_RULES`: the answer
+equals the row's gold at T or at its planned vintage), which every mode of `verify-results` runs.
 
 The independent check (`verify_rows_independent`, `churnbench verify-results --independent`) sets a second
 gold against the first: the SQL gold of `evaluation/independent/` over the world's truth schema, which shares
@@ -249,6 +251,91 @@ def _verify_summary(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
         if planned is not None and r.get("planned_vintage") != planned:
             out.append(Disagreement(str(r.get("task_id")), "planned_vintage", r.get("planned_vintage"), planned))
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# the arms' per-row rules with the deterministic agent (docs/rules.md, "Arm correctness")
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArmRule:
+    """What every judged answer of an arm equals with the deterministic agent: a stored gold of its row."""
+
+    arm: str
+    gold_field: str  # "gold_at_t" or "gold_planned" (the gold under the vintage the arm was planned to serve)
+    text: str  # the rule as docs/rules.md states it, named when a row breaks it
+    tiers: frozenset[int] | None = None  # only tasks of these tiers are judged (None: every task)
+
+
+# Arm names and the agent id as literals: importing `arms.registry` (or `freshness.scenario`) here would add 0.3-0.5 s
+# to every verification (tests/test_verify_arm_rules.py checks them against the registry and the scenario).
+DETERMINISTIC_AGENT = "det"
+# The other arms have no per-row rule: retrieval arms legitimately miss aggregates over more records than they
+# retrieve, `grounding_no_semantic_model` legitimately differs on computed measures.
+ARM_RULES = {rule.arm: rule for rule in (
+    ArmRule("naive", "gold_at_t", "naive answers every task equal to gold at T"),
+    ArmRule("grounding", "gold_planned", "grounding answers every task equal to gold at its planned vintage"),
+    ArmRule("grounding_no_freshness_tiers", "gold_planned",
+            "grounding_no_freshness_tiers answers every task equal to gold at its planned vintage"),
+    ArmRule("hierarchical", "gold_planned",
+            "hierarchical answers every single-source (tier 1) task equal to gold at its planned vintage",
+            tiers=frozenset({1})),
+)}
+
+
+def arm_rule(experiment: Mapping[str, Any]) -> ArmRule | None:
+    """The per-row rule a run's arm and agent must keep (None: no such rule, e.g. a model agent's answers)."""
+    if experiment.get("agent_id") != DETERMINISTIC_AGENT:
+        return None
+    return ARM_RULES.get(str(experiment.get("arm")))
+
+
+def arm_rule_disagreements(rule: ArmRule, tasks: Sequence[Task], rows: Sequence[Mapping[str, Any]]
+                           ) -> list[Disagreement]:
+    """Every row that breaks the arm's rule, named with its template, the rule and both values.
+
+    The answer is compared with the row's stored gold under the template's answer type (`_same`); the plain check
+    recomputes that gold from the ledger, so together they compare the answer with the ledger. Not judged: rows of
+    a task outside the task set (reported by the plain check) and rows whose store call failed (`transport_error`:
+    the answer is none of the arm's). A budget or parse failure is judged: the deterministic agent has no read
+    budget and parses every generated question, so either is a breach (or a forged row)."""
+    by_id = {t.task_id: t for t in tasks}
+    out = []
+    for row in rows:
+        task = by_id.get(str(row.get("task_id")))
+        if task is None or row.get("transport_error") is not None:
+            continue
+        if rule.tiers is not None and task.template.task_tier not in rule.tiers:
+            continue
+        broken = _breaks(rule, task, row)
+        if broken is not None:
+            out.append(Disagreement(task.task_id, "answer", row.get("answer"), row.get(rule.gold_field),
+                                    message=broken))
+    return out
+
+
+def _breaks(rule: ArmRule, task: Task, row: Mapping[str, Any]) -> str | None:
+    """Why one row breaks the rule (None: it keeps it)."""
+    gold = row.get(rule.gold_field)
+    shown = _unequal_answer(task, row, gold)
+    if shown is None:
+        return None
+    return (f"template {task.template.template_id}: breaks docs/rules.md \"Arm correctness\" ({rule.text}): "
+            f"answer {shown}, {rule.gold_field} {_show(gold)}")
+
+
+def _unequal_answer(task: Task, row: Mapping[str, Any], gold: Any) -> str | None:
+    """None when the row's answer, as the scorer read it, equals `gold`; otherwise the answer as a message shows it."""
+    if row.get("budget_error") is not None:
+        return "none (budget exhausted)"
+    try:
+        answer, parse_failed = _stored_answer(task, row)
+    except (AnswerParseError, TypeError, ValueError):  # not of the template's type (the plain check names it too)
+        return f"{_show(row.get('answer'))} (not a {task.template.answer.kind})"
+    if parse_failed:
+        return "none (parse failure)"
+    return None if _same(task.template, answer, gold) else _show(answer)
 
 
 # ---------------------------------------------------------------------------------------------------

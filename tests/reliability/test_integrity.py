@@ -8,8 +8,10 @@ grounding_no_freshness_tiers (policy off: freshness errors to forge).
   a finished run. With the row put back, the run completes and verifies.
 - The forged answer of the probe (one stale task's answer set to gold, its verdict to correct, the summary's counts
   to match): the seal names the files that changed; with the seal forged too, the plain mode names stale.csv and
-  the catalog row; with those forged too, the plain and the independent modes pass (what they cannot prove) and
-  `--replay` names the task.
+  the catalog row; with those forged too, every file agrees with the others, the catalog and the ledger, and the
+  deterministic arm's rule (docs/rules.md, "Arm correctness": its answers are gold at its planned vintage) is what
+  names the task, in the plain and the independent modes (issue 46: stale answers one short of the exposure);
+  `--replay` names it too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 
 from churn_assets.errors import DataIntegrityError
 from churn_assets.evaluation.catalog import RunCatalog
-from churn_assets.evaluation.results import STALE_FILE, SUMMARY_FILE, TASKS_FILE, stale_csv
+from churn_assets.evaluation.results import STALE_FILE, SUMMARY_FILE, TASKS_FILE, canonical, stale_csv
 from churn_assets.evaluation.seals import SEAL_METADATA, seal_folder
 from churn_assets.fabric.postgres import connection, schema_name
 from churn_assets.fabric.warehouse_content import TABLE, VIEW, closure, verify_content
@@ -194,11 +196,14 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
     assert honest.returncode == 0, honest.stdout + honest.stderr
     assert "seal: 5 files match the catalog row and the Dagster eval_run metadata" in honest.stdout
     assert "replay: every task answered again the same way" in honest.stdout
+    assert f"arm correctness: {FORGED_ARM} answers every task equal to gold at its planned vintage" in honest.stdout
 
     kept = tmp_path / "kept"
     shutil.copytree(folder, kept)
     try:
         victim = _forge(folder)
+        [victim_row] = [r for r in map(json.loads, (kept / TASKS_FILE).read_text().splitlines())
+                        if r["task_id"] == victim]
         # 1. The seal: the two files that changed are named; the catalog row and stale.csv disagree too.
         sealed = verify(key)
         assert sealed.returncode == 1
@@ -218,8 +223,9 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
         assert "stale.csv: is not the list tasks.jsonl makes" in plain.stdout and victim in plain.stdout
         assert f"catalog row {row.run_id}: accuracy stored" in plain.stdout
 
-        # 3. stale.csv and the catalog's figures forged too: plain and independent pass (they prove consistency
-        #    with the ledger, not that the answer was the arm's); the replay names the task.
+        # 3. stale.csv and the catalog's figures forged too: the files agree with each other, the catalog and the
+        #    ledger; the arm's rule names the task (its answer is not gold at the planned vintage), in the plain and
+        #    the independent modes, and the replay names it too.
         forged_rows = [json.loads(x) for x in (folder / TASKS_FILE).read_text().splitlines()]
         (folder / STALE_FILE).write_text(stale_csv(forged_rows))
         assert victim not in [r["task_id"] for r in csv.DictReader(io.StringIO((folder / STALE_FILE).read_text()))]
@@ -230,10 +236,13 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
                      stale_answers=summary["stale_answers"])
         session.instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(forged_seal)}))
-        forged_ok = verify(key)
-        assert forged_ok.returncode == 0, forged_ok.stdout
+        broken = f'task {victim}: template {victim_row["template"]}: breaks docs/rules.md "Arm correctness"'
+        plain = verify(key)
+        assert plain.returncode == 1 and "1 disagreement(s)" in plain.stdout, plain.stdout
+        assert broken in plain.stdout and f"gold_planned {canonical(victim_row['gold_planned'])}" in plain.stdout
         independent = verify("--independent", key)
-        assert independent.returncode == 0, independent.stdout + independent.stderr
+        assert independent.returncode == 1 and "1 disagreement(s)" in independent.stdout, independent.stdout
+        assert broken in independent.stdout
         replayed = verify("--replay", key)
         assert replayed.returncode == 1
         assert f"task {victim}: answer (answered again) stored" in replayed.stdout, replayed.stdout
