@@ -177,6 +177,11 @@ class StatePaths:
         return self.services_dir / "postgres-arm-secret"
 
     @property
+    def postgres_password_file(self) -> Path:
+        """The generated password of the embedded Postgres superuser over TCP (`services/postgres.py`), mode 0600."""
+        return self.services_dir / "postgres-password"
+
+    @property
     def mongo_dir(self) -> Path:
         return self.services_dir / "mongo"
 

@@ -1,17 +1,18 @@
-"""`churnbench services up|down|status|purge|gc`: the embedded services of this state folder, and removing what
-state folders leave on the machine.
+"""`churnbench services up|down|status|urls|purge|gc`: the embedded services of this state folder, the settings a
+worker on another host needs to reach them, and removing what state folders leave on the machine.
 
 Kept free of Dagster imports: a warm `services up` must answer in well under a second.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 
 import click
 
-from churn_assets.services import ServiceStatus, services_status, start_services, stop_services
+from churn_assets.services import ServiceStatus, redact, services_status, start_services, stop_services
 from churn_assets.state import StatePaths
 
 
@@ -22,7 +23,7 @@ def services() -> None:
 
     The state folder is ./.churnbench or $CHURNBENCH_STATE_DIR. Set CHURNBENCH_POSTGRES_URL /
     CHURNBENCH_MONGODB_URI / CHURNBENCH_SAAS_URL to use external servers instead (nothing is started
-    or stopped for them).
+    or stopped for them). The embedded ones bind to $CHURNBENCH_SERVICE_HOST (default 127.0.0.1).
     """
 
 
@@ -60,6 +61,27 @@ def status() -> None:
                    "`--agent llm` run, the model server); an unresponsive one needs `churnbench services down` "
                    "first", err=True)
         sys.exit(1)
+
+
+@services.command("urls")
+@click.option("--show-secrets", is_flag=True,
+              help="Print the passwords and keys too, as `export` lines for a worker's environment.")
+def urls(show_secrets: bool) -> None:
+    """The settings a worker on another host needs to reach these services over TCP only (Postgres with its
+    password, the Dagster storage, the arm roles' secret, the MongoDB-protocol server, the SaaS API and its key):
+    the variables that select external services. Secrets are masked unless --show-secrets; then write them to a
+    private file, e.g. `(umask 077; churnbench services urls --show-secrets > worker.env)`. Starts nothing."""
+    from churn_assets.services import worker_settings
+
+    paths = StatePaths.resolve()
+    settings, notes = worker_settings(paths)
+    for setting in settings:
+        value = setting.shown(secrets=show_secrets)
+        click.echo(f"export {setting.name}={shlex.quote(value)}" if show_secrets else f"{setting.name}={value}")
+    for note in notes:
+        click.echo(f"churnbench: note: {note}", err=True)
+    if not show_secrets and any(s.secret for s in settings):
+        click.echo("churnbench: secrets masked; `churnbench services urls --show-secrets` prints them", err=True)
 
 
 @services.command("purge")
@@ -115,6 +137,6 @@ def gc(yes: bool) -> None:
 
 def format_status(s: ServiceStatus) -> str:
     pid = f"pid {s.pid}" if s.pid else ""
-    parts = [f"{s.name:<9}", f"{s.state:<12}", f"{s.mode:<9}", f"{pid:<10}", s.url or ""]
+    parts = [f"{s.name:<9}", f"{s.state:<12}", f"{s.mode:<9}", f"{pid:<10}", redact(s.url) if s.url else ""]
     note = ", ".join(p for p in (s.action, s.detail) if p)
     return "  ".join(parts).rstrip() + (f"  ({note})" if note else "")

@@ -4,8 +4,10 @@ values, the one error type, and the `Service` interface (embedded unless its URL
 from __future__ import annotations
 
 import abc
+import ipaddress
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -25,6 +27,13 @@ SAAS_KEY_ISSUER_ENV = "CHURNBENCH_SAAS_KEY_ISSUER"
 SAAS_KEYS_FILENAME = "saas-keys.json"
 # External Postgres only: where Dagster keeps runs and events (default: the CHURNBENCH_POSTGRES_URL database).
 DAGSTER_POSTGRES_URL_ENV = "CHURNBENCH_DAGSTER_POSTGRES_URL"
+
+# The one address every embedded service (Postgres over TCP, the MongoDB-protocol server, the SaaS API, the local
+# model server) binds to and its URLs name: a worker on another host reaches them there (issue 47, decision 324).
+SERVICE_HOST_ENV = "CHURNBENCH_SERVICE_HOST"
+DEFAULT_SERVICE_HOST = "127.0.0.1"
+# The embedded Postgres superuser's password over TCP; a worker's CHURNBENCH_POSTGRES_URL carries it.
+POSTGRES_SUPERUSER = "postgres"
 
 POSTGRES_MAJOR = 16  # production runs Postgres 16; the wheel also bundles 18 (docs/rules.md, "Postgres version")
 DAGSTER_DATABASE = "dagster"
@@ -71,6 +80,46 @@ class ServiceUrls:
     mongodb: str
     saas: str | None = None
     embedded: frozenset[str] = field(default_factory=frozenset)
+
+
+def service_host() -> str:
+    """The address the embedded services bind to: CHURNBENCH_SERVICE_HOST, else 127.0.0.1."""
+    raw = os.environ.get(SERVICE_HOST_ENV, "")
+    return parse_service_host(raw) if raw.strip() else DEFAULT_SERVICE_HOST
+
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+
+
+def parse_service_host(raw: str) -> str:
+    """A service address as given (`127.0.0.2`, `10.0.0.5`, `::1` or `[::1]`, `db-host.internal`), normalized;
+    refused with one line when it is no single host's address (a wildcard listens everywhere but names nothing a
+    worker could connect to)."""
+    host = raw.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOSTNAME.fullmatch(host) or host.replace(".", "").isdigit():
+            raise ServiceError(f"{SERVICE_HOST_ENV}={raw!r} is not an IP address or host name") from None
+        return host
+    if ip.is_unspecified or ip.is_multicast:
+        raise ServiceError(f"{SERVICE_HOST_ENV}={raw!r} names no single host: give this machine's address that "
+                           "the workers reach (e.g. its LAN address), which the services bind to and their URLs name")
+    return ip.compressed
+
+
+def url_host(host: str) -> str:
+    """`host` as it stands in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
+
+
+def host_family(host: str) -> int:
+    """The socket family to bind or connect to `host` with (IPv6 for an IPv6 address, else IPv4)."""
+    import socket
+
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def with_driver(url: str, driver: str = "psycopg2") -> str:

@@ -4,7 +4,9 @@ external) Postgres, one persistent instance shared by the CLI and `dagster dev`.
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from churn_assets.evaluation.answer_lines import ANSWER_LOGGER
 from churn_assets.services.base import ServiceUrls, with_driver
@@ -38,13 +40,21 @@ def dagster_yaml_text(paths: StatePaths, urls: ServiceUrls) -> str:
 
 
 def write_dagster_yaml(paths: StatePaths, urls: ServiceUrls) -> Path:
-    """DAGSTER_HOME=<state>/dagster: one persistent instance shared by the CLI and `dagster dev`."""
+    """DAGSTER_HOME=<state>/dagster: one persistent instance shared by the CLI and `dagster dev`. A storage URL
+    with a password (an external Postgres, or a worker's URL from `churnbench services urls`) makes it a secret
+    file: mode 0600, as `churn_assets/credentials.py` writes them."""
+    from churn_assets.credentials import PRIVATE_MODE, write_private
+
     text = dagster_yaml_text(paths, urls)
     target = paths.dagster_yaml
+    secret = urlsplit(urls.dagster_storage).password is not None
     try:
-        if target.read_text() == text:
+        if target.read_text() == text and (not secret or stat.S_IMODE(target.stat().st_mode) == PRIVATE_MODE):
             return target
     except FileNotFoundError:
         pass
-    atomic_write_text(target, text)
+    if secret:
+        write_private(target, text)
+    else:
+        atomic_write_text(target, text)
     return target

@@ -1,6 +1,7 @@
 """The embedded local model server: llama.cpp's HTTP server (`python -m churn_assets.services.llm_server`, through
-`xllamacpp`) serving one GGUF file on a free loopback port, supervised like the other embedded services (a record
-in `<state>/services/llm.json`, `/health` waited for, its log in `<state>/services/llm.out`).
+`xllamacpp`) serving one GGUF file on a free port of the service address (CHURNBENCH_SERVICE_HOST, default
+127.0.0.1), supervised like the other embedded services (a record in `<state>/services/llm.json`, `/health` waited
+for, its log in `<state>/services/llm.out`).
 
 Unlike Postgres, Mongo and the SaaS API it is started on demand, by the first evaluation of an `--agent llm`
 scenario whose model settings name a local model (`ensure_llm_server`), not by `services up`; `services down`
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from churn_assets.services.base import ServiceError, ServiceStatus, http_health
+from churn_assets.services.base import ServiceError, ServiceStatus, http_health, url_host
 from churn_assets.services.process import ProcessService, log_tail, read_record, services_lock
 from churn_assets.state import StatePaths
 
@@ -61,18 +62,19 @@ class LlmService(ProcessService):
             raise ServiceError("internal: the local model server needs a model to start")
         return self.config
 
-    def command(self, paths: StatePaths, port: int) -> list[str]:
+    def command(self, paths: StatePaths, host: str, port: int) -> list[str]:
         c = self._config()
         # --state-dir only marks the process as this state folder's (`owned_processes`); the server ignores it
-        return [sys.executable, "-m", "churn_assets.services.llm_server", "--gguf", str(c.gguf), "--port", str(port),
+        return [sys.executable, "-m", "churn_assets.services.llm_server", "--gguf", str(c.gguf), "--host", host,
+                "--port", str(port),
                 "--n-ctx", str(c.n_ctx), "--threads", str(c.threads), "--alias", c.alias,
                 "--state-dir", str(paths.root)]
 
     def record_extra(self) -> dict[str, Any]:
         return {"model": self._config().identity(), "alias": self._config().alias}
 
-    def url_for(self, port: int) -> str:
-        return f"http://127.0.0.1:{port}"
+    def url_for(self, host: str, port: int) -> str:
+        return f"http://{url_host(host)}:{port}"
 
     def health(self, url: str, timeout: float) -> None:
         http_health(url, timeout)
@@ -92,7 +94,7 @@ LLM = LlmService()  # status and stop (`services status|down`)
 
 
 def ensure_llm_server(paths: StatePaths, config: LlmServerConfig) -> str:
-    """The base URL (`http://127.0.0.1:<port>/v1`) of this state folder's model server serving `config`: the
+    """The base URL (`http://<service address>:<port>/v1`) of this state folder's model server serving `config`: the
     running one when it serves that model, else (re)started and waited for until `/health` answers. One starter
     at a time per state folder (the services lock); a server serving another model is stopped first."""
     service = LlmService(config)

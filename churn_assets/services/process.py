@@ -1,6 +1,7 @@
 """Process supervision: service records in the state folder, one starter or stopper at a time, processes
 found again by pid and start time (a reused pid is a stranger), terminated politely then firmly, and
-`ProcessService`, a service that is one child process on a free loopback port."""
+`ProcessService`, a service that is one child process on a free port of the service address
+(CHURNBENCH_SERVICE_HOST, default 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from churn_assets.services.base import (
     Service,
     ServiceError,
     ServiceStatus,
+    host_family,
     one_line,
+    service_host,
 )
 from churn_assets.state import StatePaths, atomic_write_text
 from churn_assets.unique_keys import load_json
@@ -78,15 +81,19 @@ def wait_gone(pid: int, create_time: float | None, timeout: float) -> bool:
     return live_process(pid, create_time) is None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free right now (the caller retries if another process takes it first)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def free_port(host: str | None = None) -> int:
+    """A port of `host` (default: the service address) that is free right now (the caller retries if another
+    process takes it first)."""
+    host = host or service_host()
+    with socket.socket(host_family(host), socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def port_open(port: int, host: str | None = None) -> bool:
+    """Whether something accepts connections on `host` (default: the service address) at `port`."""
+    host = host or service_host()
+    with socket.socket(host_family(host), socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
 
@@ -127,16 +134,16 @@ def services_lock(paths: StatePaths) -> Iterator[None]:
 
 
 class ProcessService(Service):
-    """A service that is one child process listening on a free loopback port (Mongo, the SaaS API, the local model
-    server)."""
+    """A service that is one child process listening on a free port of the service address (Mongo, the SaaS API, the
+    local model server): `command` and `url_for` get the host it binds to and its URLs name."""
 
     start_timeout: float = START_TIMEOUT_S  # from the spawn to its first healthy answer
 
     @abc.abstractmethod
-    def command(self, paths: StatePaths, port: int) -> list[str]: ...
+    def command(self, paths: StatePaths, host: str, port: int) -> list[str]: ...
 
     @abc.abstractmethod
-    def url_for(self, port: int) -> str: ...
+    def url_for(self, host: str, port: int) -> str: ...
 
     def log_file(self, paths: StatePaths) -> Path:
         return paths.services_dir / f"{self.name}.log"
@@ -164,25 +171,26 @@ class ProcessService(Service):
 
         self.prepare(paths)
         log = self.log_file(paths)
+        host = service_host()
         last = ""
         for _attempt in range(3):  # the free port may be taken between choosing and binding it
-            port = free_port()
-            cmd = self.command(paths, port)
+            port = free_port(host)
+            cmd = self.command(paths, host, port)
             with (paths.services_dir / f"{self.name}.out").open("ab") as out:
                 # Own session: Ctrl-C in the terminal must not reach a service meant to outlive the
                 # command; stdin/stdout detached so no caller's pipe is held open by the service.
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
             SPAWNED[proc.pid] = proc
-            url = self.url_for(port)
+            url = self.url_for(host, port)
             deadline = time.monotonic() + self.start_timeout
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     SPAWNED.pop(proc.pid, None)
                     last = f"exited with code {proc.returncode}"
                     break
-                if not port_open(port):
-                    last = f"nothing listens on 127.0.0.1:{port} yet"
+                if not port_open(port, host):
+                    last = f"nothing listens on {host}:{port} yet"
                     time.sleep(0.05)
                     continue
                 try:
@@ -191,7 +199,7 @@ class ProcessService(Service):
                     last = one_line(e)
                     time.sleep(0.05)
                     continue
-                record = {"pid": proc.pid, "port": port, "url": url, "started_by": "churnbench",
+                record = {"pid": proc.pid, "host": host, "port": port, "url": url, "started_by": "churnbench",
                           "create_time": psutil.Process(proc.pid).create_time(), "command": cmd,
                           **self.record_extra()}
                 write_record(paths, self.name, record)

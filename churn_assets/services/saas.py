@@ -1,4 +1,4 @@
-"""The embedded SaaS API (`python -m saas_mock` under uvicorn) on a free loopback port, and its API keys
+"""The embedded SaaS API (`python -m saas_mock` under uvicorn) on a free port of the service address, and its API keys
 (`<state>/services/saas-keys.json`, mode 0600, one per-tenant issuer key per profile: the key a client of
 world W sends is derived from it, `churn_assets.credentials.tenant_key`, and reads tenant W only)."""
 
@@ -18,6 +18,7 @@ from churn_assets.services.base import (
     SAAS_URL_ENV,
     ServiceError,
     http_health,
+    url_host,
 )
 from churn_assets.services.process import ProcessService
 from churn_assets.state import StatePaths
@@ -25,7 +26,7 @@ from churn_assets.unique_keys import load_json
 
 
 class SaasService(ProcessService):
-    """The SaaS API (`python -m saas_mock`, FastAPI under uvicorn) on a free loopback port.
+    """The SaaS API (`python -m saas_mock`, FastAPI under uvicorn) on a free port of the service address.
 
     It reads tenants from the truth schemas of the warehouse (found through `--state-dir`, or
     CHURNBENCH_POSTGRES_URL when that is set), hence after Postgres. Keys are written once to
@@ -44,13 +45,13 @@ class SaasService(ProcessService):
     def log_file(self, paths: StatePaths) -> Path:
         return paths.services_dir / f"{self.name}.out"  # uvicorn logs to its output, which goes here
 
-    def command(self, paths: StatePaths, port: int) -> list[str]:
+    def command(self, paths: StatePaths, host: str, port: int) -> list[str]:
         # No key and no URL on the command line (other users can read it): both come through the state folder.
-        return [sys.executable, "-m", "saas_mock", "--state-dir", str(paths.root), "--host", "127.0.0.1",
+        return [sys.executable, "-m", "saas_mock", "--state-dir", str(paths.root), "--host", host,
                 "--port", str(port)]
 
-    def url_for(self, port: int) -> str:
-        return f"http://127.0.0.1:{port}"
+    def url_for(self, host: str, port: int) -> str:
+        return f"http://{url_host(host)}:{port}"
 
     def owned_processes(self, paths: StatePaths) -> list[Any]:
         import psutil

@@ -1,19 +1,28 @@
 """The services of a state folder together: started in parallel (each after what it depends on), found,
-health-checked, stopped in reverse order; the URLs they answer on; and the translation of a connection lost
-mid-command into an error naming the service that died."""
+health-checked, stopped in reverse order; the URLs they answer on (and the settings a worker on another host needs
+to reach them over TCP, `worker_settings`); and the translation of a connection lost mid-command into an error
+naming the service that died."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from churn_assets.services.base import (
     DAGSTER_DATABASE,
     DAGSTER_POSTGRES_URL_ENV,
+    MONGODB_URI_ENV,
+    POSTGRES_URL_ENV,
+    SAAS_API_KEY_ENV,
+    SAAS_KEY_ISSUER_ENV,
+    SAAS_URL_ENV,
+    SERVICE_HOST_ENV,
     WAREHOUSE_DATABASE,
     Service,
     ServiceError,
@@ -22,13 +31,15 @@ from churn_assets.services.base import (
     is_connection_error,
     libpq_url,
     one_line,
+    redact,
+    service_host,
     with_database,
 )
 from churn_assets.services.dagster_home import write_dagster_yaml
 from churn_assets.services.llm import LLM, llm_status
 from churn_assets.services.mongo import MongoService
 from churn_assets.services.postgres import PostgresService
-from churn_assets.services.process import services_lock, terminate
+from churn_assets.services.process import read_record, services_lock, terminate
 from churn_assets.services.saas import SaasService
 from churn_assets.state import StatePaths
 
@@ -90,6 +101,94 @@ def urls_from(statuses: Sequence[ServiceStatus], paths: StatePaths) -> ServiceUr
     embedded = frozenset(s.name for s in statuses if s.mode == "embedded")
     return ServiceUrls(postgres_server=server, warehouse=warehouse, dagster_storage=dagster,
                        mongodb=mongo.url, saas=saas, embedded=embedded)
+
+
+@dataclass(frozen=True)
+class WorkerSetting:
+    """One environment variable a worker on another host needs to reach this host's services."""
+
+    name: str
+    value: str
+    secret: bool  # a password or key, or a URL carrying one: masked unless asked for
+
+    def shown(self, *, secrets: bool) -> str:
+        if not self.secret or secrets:
+            return self.value
+        return redact(self.value) if "://" in self.value else "***"
+
+
+def worker_settings(paths: StatePaths) -> tuple[list[WorkerSetting], list[str]]:
+    """The settings (and notes) that point a worker on another host at this state folder's services, as the
+    variables that select external services (so the worker starts none): the embedded Postgres over TCP with its
+    superuser's password (warehouse and Dagster storage), the arm roles' secret, the MongoDB-protocol server and the
+    SaaS API with its default profile's issuer key (the local model server, when it runs, is a note); an external
+    service's own variables are passed on as they are. Raises when a core embedded service is not running."""
+    from churn_assets.credentials import read_secret_file
+    from churn_assets.fabric.roles import ARM_PASSWORD_ENV, arm_secret
+    from churn_assets.services.llm import NAME as LLM_NAME
+    from churn_assets.services.saas import saas_keys_file
+
+    out: list[WorkerSetting] = []
+    notes: list[str] = []
+    wanted_host = service_host()
+
+    def passed_on(*names: str, secret: bool) -> None:
+        out.extend(WorkerSetting(n, os.environ[n], secret) for n in names if os.environ.get(n))
+
+    def running(service: Service) -> dict[str, object]:
+        status = service.status(paths)
+        record = read_record(paths, service.name) or {}
+        if status.state != "running":
+            raise ServiceError(f"{service.label} of {paths.root} is {status.state}: `churnbench services up` "
+                               "first")
+        host = str(record.get("host") or "127.0.0.1")
+        if host != wanted_host:
+            notes.append(f"{service.name} is bound to {host}, not {SERVICE_HOST_ENV}={wanted_host}: "
+                         "`churnbench services down && churnbench services up` binds it again")
+        return {"url": status.url, **record}
+
+    if POSTGRES.external_url():
+        passed_on(POSTGRES_URL_ENV, DAGSTER_POSTGRES_URL_ENV, secret=True)
+    else:
+        running(POSTGRES)
+        address = POSTGRES.tcp_address(paths)
+        if address is None:
+            raise ServiceError(f"{POSTGRES.label} of {paths.root} listens on its Unix socket only (started by an "
+                               "older churnbench): `churnbench services down && churnbench services up` adds TCP")
+        if address[0] != wanted_host:
+            notes.append(f"postgres is bound to {address[0]}, not {SERVICE_HOST_ENV}={wanted_host}: "
+                         "`churnbench services down && churnbench services up` binds it again")
+        password = read_secret_file(paths.postgres_password_file)
+        out.append(WorkerSetting(POSTGRES_URL_ENV, POSTGRES.tcp_url(*address, password, WAREHOUSE_DATABASE), True))
+        out.append(WorkerSetting(DAGSTER_POSTGRES_URL_ENV, POSTGRES.tcp_url(*address, password, DAGSTER_DATABASE),
+                                 True))
+    out.append(WorkerSetting(ARM_PASSWORD_ENV, arm_secret(paths.arm_secret_file), True))
+    if MONGO.external_url():
+        passed_on(MONGODB_URI_ENV, secret=True)
+    else:
+        out.append(WorkerSetting(MONGODB_URI_ENV, str(running(MONGO)["url"]), False))
+    if SAAS.external_url():
+        passed_on(SAAS_URL_ENV, secret=False)
+        passed_on(SAAS_KEY_ISSUER_ENV, SAAS_API_KEY_ENV, secret=True)
+    else:
+        out.append(WorkerSetting(SAAS_URL_ENV, str(running(SAAS)["url"]), False))
+        keys = json.loads(read_secret_file(saas_keys_file(paths)))["keys"]
+        issuer = next((k for k in keys if k.get("profile") == "default" and k.get("per_tenant")), None)
+        if issuer is None:
+            raise ServiceError(f"{saas_keys_file(paths)} has no per-tenant key of the default profile: "
+                               "`churnbench services down && churnbench services up` issues one")
+        out.append(WorkerSetting(SAAS_KEY_ISSUER_ENV, str(issuer["key"]), True))
+        if len(keys) > 1:
+            notes.append(f"{SAAS_KEY_ISSUER_ENV} is the default profile's issuer key: a worker's SaaS requests "
+                         "are served under that profile whatever --saas-profile says")
+    llm = llm_status(paths)
+    if llm is not None and llm.state == "running" and llm.url:
+        # Not a setting: CHURNBENCH_LLM_BASE_URL selects an external endpoint, whose agent settings (and so
+        # agent id) differ from the local model's; how workers reach the model server is issue 47's item 3.
+        alias = (read_record(paths, LLM_NAME) or {}).get("alias", "?")
+        notes.append(f"the local model server serves {alias} at {llm.url}/v1 (not a worker setting: an external "
+                     "endpoint has other agent settings)")
+    return out, notes
 
 
 def services_status(paths: StatePaths | None = None, *, check_health: bool = True,
