@@ -132,25 +132,47 @@ def test_add_context_names_the_task_once() -> None:
         "task q001 (t1_list_price): staged partition s.t @ 2024-01-05: hashes differ"
 
 
-def test_a_failed_step_carries_its_line_in_the_failure_metadata() -> None:
-    """What a run launched from the UI shows as its failure: the step's description and its metadata `error` are
-    the one line the CLI prints; the trace stays in the step's log."""
+def test_a_failed_step_records_its_line_alone_as_its_error() -> None:
+    """What a run launched from the UI shows as its failure (issue 46): the step failure's error and the run
+    failure's (Dagster copies the first step failure's) are the one line the CLI prints, with no class name, no
+    stack and no copy of the line in the metadata; the description stays the line (what the CLI and the sensors
+    read), and a refusal is not retried."""
     import dagster as dg
 
-    from churn_assets.orchestration.assets.common import ERROR_METADATA, user_errors
+    from churn_assets.orchestration.assets.common import user_errors
     from churn_assets.orchestration.materialize import failure_message, failure_trace
 
-    @dg.asset
+    @dg.asset(retry_policy=dg.RetryPolicy(max_retries=2))
     def refusing() -> None:
         with user_errors("eval_run k: "):
             raise UserFacingError("unknown arm 'nosuch'\n(known: naive, grounding)")
 
     result = dg.materialize([refusing], raise_on_error=False)
     [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert not [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
     data = failure.step_failure_data
     assert data.user_failure_data is not None
     line = "eval_run k: unknown arm 'nosuch' (known: naive, grounding)"
     assert data.user_failure_data.description == line
-    assert data.user_failure_data.metadata[ERROR_METADATA].value == line
+    assert "error" not in data.user_failure_data.metadata
+    [run_failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE]
+    for error in (data.error, run_failure.job_failure_data.error):
+        assert error is not None
+        assert (error.message, list(error.stack), error.cls_name, error.cause) == (line, [], "Failure", None)
     assert failure_message(result) == line
-    assert "Failure" in (failure_trace(result) or "")
+    assert failure_trace(result) == f"step refusing:\n{line}"
+
+
+def test_a_refusal_keeps_its_metadata_across_a_process_boundary() -> None:
+    """A pool worker's refusal reaches the parent pickled: still a `dg.Failure` with its line and metadata."""
+    import pickle
+
+    import dagster as dg
+
+    from churn_assets.orchestration.assets.common import step_failure
+    from churn_assets.orchestration.refusal import StepRefusal
+
+    refusal = pickle.loads(pickle.dumps(step_failure("a\nb", {"missing": "x"})))
+    assert isinstance(refusal, StepRefusal) and isinstance(refusal, dg.Failure) and not refusal.allow_retries
+    assert (refusal.description, refusal.metadata["missing"].value) == ("a b", "x")
+    assert refusal.user_code_process_error_infos[0].message == "a b"

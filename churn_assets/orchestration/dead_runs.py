@@ -7,7 +7,10 @@ process killed outright (SIGKILL, power loss, OOM killer) therefore leaves its D
 row `running` for ever. Each process records who it is (`files.process_stamp`: pid, start time, host):
 
 - on every Dagster run it launches in process (`materialize`), as the tags `PID_TAG`, `CREATED_TAG`, `HOST_TAG`;
-  an `eval_run` launched from the UI adds them to its own run when it starts;
+  an `eval_run` launched from the UI adds them to its own run when it starts. They are hidden tags (Dagster's
+  `.dagster/` prefix, which its GraphQL leaves out of a run's tags, so the Runs list does not show them:
+  decision 323); a run recorded by an older version carries them as `churnbench/pid`, `churnbench/pid_created`,
+  `churnbench/host`, and is read the same (`process_stamp_of`, `runs_of_host`);
 - in the results folder of the run it evaluates (`owner.json`, `evaluation/results.py`), beside the folder's
   lock, which the kernel releases when the process dies.
 
@@ -25,7 +28,7 @@ left alone: this machine cannot tell whether their processes live.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,9 +42,25 @@ from churn_assets.unique_keys import load_json
 if TYPE_CHECKING:
     import dagster as dg
 
-PID_TAG = "churnbench/pid"
-CREATED_TAG = "churnbench/pid_created"
-HOST_TAG = "churnbench/host"
+# Dagster's prefix of hidden tags (`dagster._core.storage.tags.HIDDEN_TAG_PREFIX`): kept on the run, left out of
+# the tags its GraphQL returns, so the Runs list shows none of these bookkeeping tags.
+HIDDEN_PREFIX = ".dagster/churnbench/"
+PID_TAG = f"{HIDDEN_PREFIX}pid"
+CREATED_TAG = f"{HIDDEN_PREFIX}pid_created"
+HOST_TAG = f"{HIDDEN_PREFIX}host"
+# What a run recorded before decision 323 carries instead: read back, never written.
+LEGACY_TAGS = {PID_TAG: "churnbench/pid", CREATED_TAG: "churnbench/pid_created", HOST_TAG: "churnbench/host"}
+
+
+def tag_value(tags: Mapping[str, str], key: str, legacy: Mapping[str, str] = LEGACY_TAGS) -> str | None:
+    """The value of a process tag `key` on a run: its hidden form, else the visible one an older version wrote."""
+    value = tags.get(key)
+    return value if value is not None else tags.get(legacy.get(key, key))
+
+
+def has_process_tags(tags: Mapping[str, str]) -> bool:
+    """Whether the run already records the process that runs it (in either form)."""
+    return tag_value(tags, PID_TAG) is not None
 
 
 def process_tags() -> dict[str, str]:
@@ -50,11 +69,27 @@ def process_tags() -> dict[str, str]:
     return {PID_TAG: str(stamp["pid"]), CREATED_TAG: repr(stamp["create_time"]), HOST_TAG: stamp["host"]}
 
 
-def _stamp_of_tags(tags: dict[str, str]) -> dict[str, Any] | None:
-    try:
-        return {"pid": int(tags[PID_TAG]), "create_time": float(tags[CREATED_TAG]), "host": tags[HOST_TAG]}
-    except (KeyError, ValueError):
+def process_stamp_of(tags: Mapping[str, str]) -> dict[str, Any] | None:
+    """The stamp a run's tags record (either form), or None when it records none or a malformed one."""
+    pid, created, host = (tag_value(tags, k) for k in (PID_TAG, CREATED_TAG, HOST_TAG))
+    if pid is None or created is None or host is None:
         return None
+    try:
+        return {"pid": int(pid), "create_time": float(created), "host": host}
+    except ValueError:
+        return None
+
+
+def runs_of_host(instance: dg.DagsterInstance, host: str, statuses: list[dg.DagsterRunStatus]) -> list[dg.DagsterRun]:
+    """The runs with `statuses` whose tags say this host ran them, tagged in either form (one query per form:
+    Dagster's run filter matches every tag it is given)."""
+    import dagster as dg
+
+    found: dict[str, dg.DagsterRun] = {}
+    for key in (HOST_TAG, LEGACY_TAGS[HOST_TAG]):
+        for run in instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={key: host})):
+            found.setdefault(run.run_id, run)
+    return list(found.values())
 
 
 @dataclass(frozen=True)
@@ -96,11 +131,8 @@ def _reap_dagster_runs(instance: dg.DagsterInstance) -> list[DeadRun]:
 
     out = []
     host = process_stamp()["host"]
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
-                                                             dg.DagsterRunStatus.STARTING],
-                                                   tags={HOST_TAG: host}))
-    for run in runs:
-        stamp = _stamp_of_tags(dict(run.tags))
+    for run in runs_of_host(instance, host, [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]):
+        stamp = process_stamp_of(run.tags)
         if stamp is None or process_gone(stamp) is not True:
             continue
         instance.report_run_failed(run, message=(

@@ -27,9 +27,10 @@ from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.asset_graph import asset_defs_for
 from churn_assets.orchestration.assets.common import step_failure
-from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
+from churn_assets.orchestration.dead_runs import has_process_tags, process_tags
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.metadata import table_metadata
+from churn_assets.orchestration.refusal import StepRefusal
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.sweeps.presets import PRESETS, PresetArgs, customize, exposure_only_spec, preset_spec
@@ -176,7 +177,7 @@ def _launch(context: dg.OpExecutionContext, sweep_id: str) -> "Launch":
 
     launched_by = launcher_of(dict(context.run.tags))
     tag_sweep_run(context.instance, context.run_id, sweep_id, launched_by)
-    if PID_TAG not in context.run.tags:  # launched from the UI: record which process runs it (dead_runs)
+    if not has_process_tags(context.run.tags):  # launched from the UI: record which process runs it (dead_runs)
         context.instance.add_run_tags(context.run_id, process_tags())
     return Launch(launched_by, context.run_id)
 
@@ -210,9 +211,8 @@ def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: 
     counts = record.status_counts()
     context.add_output_metadata({"sweep_id": record.sweep_id, **_cells_metadata(record)})
     if counts["failed"] or counts["skipped"]:
-        raise dg.Failure(description=f"sweep {record.sweep_id}: {counts['failed']} cell(s) failed, "
-                                     f"{counts['skipped']} skipped at the LLM budget cap (the others and the report "
-                                     "are done; see the run log and the report)", allow_retries=False)
+        raise step_failure(f"sweep {record.sweep_id}: {counts['failed']} cell(s) failed, {counts['skipped']} skipped "
+                           "at the LLM budget cap (the others and the report are done; see the run log and the report)")
     return record.sweep_id
 
 
@@ -286,7 +286,8 @@ def run_regression_gate(context: dg.OpExecutionContext, config: RegressionConfig
                                  "figures_moved": len(result.moved), "hashes_changed": len(result.hash_changes),
                                  **_cells_metadata(outcome.record)})
     if not result.passed:
-        raise dg.Failure(description=result.summary() + "\n" + "\n".join(result.lines()), allow_retries=False)
+        # its lines kept apart (one per figure moved), with no stack like every other user-facing failure
+        raise StepRefusal(result.summary() + "\n" + "\n".join(result.lines()))
     return outcome.record.sweep_id
 
 

@@ -40,7 +40,10 @@ from dagster._utils.interrupts import capture_interrupts
 
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
 
-PID_TAG = "churnbench/run_worker_pid"
+# Hidden (Dagster's `.dagster/` prefix: not in the Runs list, decision 323); a run launched by an older version
+# carries the visible `LEGACY_PID_TAG`, read by `terminate`.
+PID_TAG = ".dagster/churnbench/run_worker_pid"
+LEGACY_PID_TAG = "churnbench/run_worker_pid"
 _PACKAGE = Path(__file__).resolve().parents[1]
 _LOCK = threading.Lock()
 _SERVED: tuple[float, int] | None = None  # the source fingerprint the running fork server was started with
@@ -117,7 +120,7 @@ class PreloadedRunLauncher(RunLauncher, ConfigurableClass):
         run = self._instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
-        pid = run.tags.get(PID_TAG)
+        pid = run.tags.get(PID_TAG, run.tags.get(LEGACY_PID_TAG))
         if pid is None:
             return False
         self._instance.report_run_canceling(run)

@@ -30,6 +30,8 @@ from churn_assets.world.config import WORLD_ID_RE
 if TYPE_CHECKING:
     import dagster as dg
 
+    from churn_assets.orchestration.refusal import StepRefusal
+
 REGISTER_WORLD = ("register a world with `churnbench worlds add [--seed N] [--days N] [--set section.key=value]`, "
                   "which adds its partitions (`churnbench worlds list` lists them)")
 DEFINE_SCENARIO = ("define a scenario with `churnbench run --world W --arm A --t-prime D --t D` or a sweep, which "
@@ -110,10 +112,12 @@ def remove(instance: dg.DagsterInstance, item: Unbacked) -> bool:
     return True
 
 
-def refusal(item: Unbacked) -> dg.Failure:
+def refusal(item: Unbacked) -> StepRefusal:
     """The step failure of a run of an unbacked partition; the partition is removed through the running step's
     instance (outside a step: only the failure)."""
     import dagster as dg
+
+    from churn_assets.orchestration.refusal import StepRefusal
 
     line = item.line()
     try:
@@ -122,6 +126,5 @@ def refusal(item: Unbacked) -> dg.Failure:
             line += f" (the partition was removed from the `{item.partitions}` list)"
     except dg.DagsterInvariantViolationError:  # not inside a step
         pass
-    # the one line as the `error` metadata too, as `assets.common.step_failure` gives every refusal
-    return dg.Failure(description=line, metadata={"error": line}, allow_retries=False)
+    return StepRefusal(line)  # as `assets.common.step_failure` gives every refusal: the line alone, no stack
 

@@ -10,8 +10,9 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import dagster as dg
 import pytest
 import yaml
 
@@ -21,6 +22,9 @@ from churn_assets.sweeps.markdown import parse_table
 from churn_assets.sweeps.regression import BASELINE_ENV
 
 from .test_ui import wait_for_asset_nodes, wait_until_answering
+
+if TYPE_CHECKING:
+    from churn_assets.orchestration.materialize import Session
 
 pytestmark = pytest.mark.integration
 
@@ -297,6 +301,43 @@ def test_a_t_outside_the_calendar_is_refused_naming_t_and_adding_no_partition(ui
     assert "churnbench/sweep" not in {t["key"] for t in tags}, tags  # issue 46: no tag of a sweep never made
 
 
+FAILURES = """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename
+  ... on ExecutionStepFailureEvent { error { message className stack } }
+  ... on RunFailureEvent { error { message className stack } } } } } }"""
+PROCESS_TAGS = {"churnbench/pid", "churnbench/pid_created", "churnbench/host", "churnbench/run_worker_pid", "host"}
+
+
+def test_a_refused_launch_fails_in_one_line_naming_the_field_and_the_runs_list_hides_process_tags(
+        ui: int, session: Session, small_world: str) -> None:
+    """Issue 46: a Launchpad config the run refuses (T' after T) shows, as the step's failure and as the run's, the
+    one line naming the field, with no `dagster._core` class path and no stack; and no run in the Runs list shows
+    the tags that record which process runs it, which the runs still carry, hidden (decision 323)."""
+    from churn_assets.orchestration import dead_runs, run_launcher
+
+    config = {"preset": "smoke", "overrides": ["name=uirefused"], "t": "2024-01-20", "t_primes": ["2024-01-25"]}
+    launched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    assert wait_for_run(ui, run_id) == "FAILURE"
+    events = gql(ui, FAILURES, {"id": run_id})["logsForRun"]["events"]
+    failures = {e["__typename"]: e["error"] for e in events if e.get("error")}
+    assert set(failures) == {"ExecutionStepFailureEvent", "RunFailureEvent"}, events
+    for where, error in failures.items():
+        line = error["message"]
+        assert line.startswith("sweep smoke: t_primes: T'=2024-01-25 is after t (T=2024-01-20)"), (where, line)
+        assert "\n" not in line and "dagster._core" not in line and error["stack"] == [], (where, error)
+
+    runs = gql(ui, RUNS, {"filter": {}})["runsOrError"]["results"]
+    shown = {t["key"] for r in runs for t in r["tags"]}
+    assert not shown & PROCESS_TAGS, shown & PROCESS_TAGS
+    assert not [k for k in shown if k.endswith(("pid", "pid_created", "host"))], shown
+    # Hidden, not gone: the UI-launched run has its worker's pid, the CLI's ledger run its process stamp.
+    refused = session.instance.get_run_by_id(run_id)
+    assert refused is not None and run_launcher.PID_TAG in refused.tags, refused
+    ledger_runs = session.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": small_world}))
+    assert any(dead_runs.process_stamp_of(r.tags) is not None for r in ledger_runs), [r.tags for r in ledger_runs]
+
+
 def step_failures(port: int, run_id: str) -> list[str]:
     data = gql(port, "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename "
                      "... on ExecutionStepFailureEvent { failureMetadata { description } } } } } }", {"id": run_id})
@@ -450,9 +491,10 @@ def test_a_malformed_partition_key_added_in_the_ui_fails_in_one_line(ui: int) ->
     [failure] = [e for e in data["logsForRun"]["events"] if e["__typename"] == "ExecutionStepFailureEvent"]
     description = (failure.get("failureMetadata") or {}).get("description") or ""
     assert f"'{bad}' is not a scenario key" in description and "\n" not in description.strip(), failure
-    # A dg.Failure: the UI shows its description as the failure, not an exception from deep in the code.
+    # A dg.Failure whose error is its description alone (issue 46): no class path, no stack, and no copy of the
+    # line as an `error` metadata entry (the UI showed it twice in one row).
     assert (failure["error"] or {}).get("className") == "Failure", failure
-    # Issue 35: the line is the failure's metadata too (`error`), as the CLI would print it; the trace stays in the log.
+    assert failure["error"]["message"] == description, failure
     entries = {e["label"]: e.get("text") for e in failure["failureMetadata"]["metadataEntries"]}
-    assert entries.get("error") == description.strip(), failure
+    assert "error" not in entries, failure
     assert bad not in partition_lists(ui)["scenario"]  # and the key no longer stays in the list

@@ -2,9 +2,9 @@
 a partition's world (and day) with its stored config, and read the world's verified ledger once per process.
 
 - `user_errors()`: a `UserFacingError` fails the step with its own message and no retry (no traceback).
-- `step_failure(message)`: the step failure every asset and job raises for a user error: its description and its
-  metadata `error` are the one line the CLI prints for it (what a run launched from the UI shows as its failure;
-  the trace stays in the step's log).
+- `step_failure(message)`: the step failure every asset and job raises for a user error: its description is the
+  one line the CLI prints for it, and a run launched from the UI shows that line alone as its failure, with no
+  class name and no stack (`orchestration/refusal.py`).
 - `require_world(state, world_id)`: the stored config of a registered world, or such a failure (a world key
   added by hand in the UI, without a stored config, fails clearly, never by guessing, naming the command that
   registers a world, and is removed from the partition list: `orchestration/unbacked.py`).
@@ -42,6 +42,7 @@ from churn_assets.orchestration.partitions import (
     PartitionKeyError,
     world_and_day,
 )
+from churn_assets.orchestration.refusal import StepRefusal
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.orchestration.unbacked import Unbacked, refusal, world_problem
 from churn_assets.progress import Tally, partition_label
@@ -52,14 +53,12 @@ from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE, LedgerError, L
 from churn_assets.world.packed import records_key
 from churn_assets.world.state import WorldState
 
-ERROR_METADATA = "error"  # a failed step's metadata entry holding its one line (`unbacked.refusal` too)
 
-
-def step_failure(message: object, metadata: dict[str, Any] | None = None) -> dg.Failure:
-    """A step failure for an error the user can act on: description and metadata `error` are its one line (the
-    CLI's error line; a UI-launched run shows it as its failure), no retry."""
-    line = one_line(message)
-    return dg.Failure(description=line, metadata={ERROR_METADATA: line, **(metadata or {})}, allow_retries=False)
+def step_failure(message: object, metadata: dict[str, Any] | None = None) -> StepRefusal:
+    """A step failure for an error the user can act on: its description and its recorded error are its one line
+    (the CLI's error line; a UI-launched run shows it alone as its failure), no retry. The line is no longer
+    repeated as a metadata entry `error` (decision 323): the UI printed it twice in the failure's row."""
+    return StepRefusal(one_line(message), metadata)
 
 
 @contextmanager

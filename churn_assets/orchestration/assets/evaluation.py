@@ -52,7 +52,7 @@ from churn_assets.orchestration.assets.operational import operational_store
 from churn_assets.orchestration.assets.staging import STAGED_ASSETS
 from churn_assets.orchestration.assets.tasks import task_set
 from churn_assets.orchestration.assets.warehouse import warehouse_raw
-from churn_assets.orchestration.dead_runs import PID_TAG, process_tags
+from churn_assets.orchestration.dead_runs import has_process_tags, process_tags
 from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session, repeats_of
 from churn_assets.orchestration.partitions import ANY_PARTITION, SCENARIO_PARTITIONS_NAME, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
@@ -90,7 +90,7 @@ def results_store(state: StateResource) -> ResultsStore:
                 "from wrong answers). Keyed by experiment hash and code version; never overwritten.",
 )
 def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
-    if PID_TAG not in context.run.tags:  # launched from the UI: record which process runs it (dead_runs)
+    if not has_process_tags(context.run.tags):  # launched from the UI: record which process runs it (dead_runs)
         context.instance.add_run_tags(context.run_id, process_tags())
     problem = scenario_problem(state.paths, context.partition_key)
     if problem is not None:  # a key typed into "Add a partition": refused, and removed from the list
@@ -127,7 +127,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         try:
             experiment = read_repeats(store, keys, t_iso, deterministic)
         except UserFacingError as e:
-            raise dg.Failure(f"eval_run {scenario.key}: {e}", allow_retries=False) from e
+            raise step_failure(f"eval_run {scenario.key}: {e}") from e
         with user_errors():
             RunCatalog(urls.warehouse).record_experiment(scenario, keys[0], experiment)
         run_dir = store.run_dir(keys[0])

@@ -1,0 +1,84 @@
+"""The bookkeeping tags that say which process runs a Dagster run (issue 46, decision 323): hidden from the Runs
+list (Dagster's `.dagster/` prefix), and a run tagged by an older version, in the visible form, still read back by
+the dead-run reaper and the run launcher."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.storage.tags import TagType, get_tag_type
+
+from churn_assets.files import process_stamp
+from churn_assets.orchestration import dead_runs, run_launcher
+from churn_assets.orchestration.dead_runs import (
+    CREATED_TAG,
+    HOST_TAG,
+    LEGACY_TAGS,
+    PID_TAG,
+    has_process_tags,
+    process_stamp_of,
+    process_tags,
+)
+
+
+def test_the_process_tags_are_hidden_from_the_runs_list() -> None:
+    for key in (*process_tags(), run_launcher.PID_TAG):
+        assert get_tag_type(key) == TagType.HIDDEN, key
+    for key in (*LEGACY_TAGS.values(), run_launcher.LEGACY_PID_TAG):  # what an older version wrote: shown
+        assert get_tag_type(key) == TagType.USER_PROVIDED, key
+
+
+def _tags(stamp: dict[str, object], legacy: bool) -> dict[str, str]:
+    tags = {PID_TAG: str(stamp["pid"]), CREATED_TAG: repr(stamp["create_time"]), HOST_TAG: str(stamp["host"])}
+    return {LEGACY_TAGS[k]: v for k, v in tags.items()} if legacy else tags
+
+
+def test_a_stamp_is_read_from_either_form() -> None:
+    stamp = process_stamp()
+    assert process_stamp_of(_tags(stamp, legacy=False)) == stamp
+    assert process_stamp_of(_tags(stamp, legacy=True)) == stamp
+    assert has_process_tags(_tags(stamp, legacy=True)) and has_process_tags(_tags(stamp, legacy=False))
+    assert process_stamp_of({PID_TAG: "12"}) is None and not has_process_tags({"churnbench/kind": "sweep"})
+    assert process_stamp_of({**_tags(stamp, legacy=False), PID_TAG: "not a pid"}) is None
+
+
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    with dg.DagsterInstance.ephemeral() as instance:
+        yield instance
+
+
+def _started_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> str:
+    run_id = str(uuid.uuid4())
+    instance.add_run(DagsterRun(job_name="sweep", run_id=run_id, status=dg.DagsterRunStatus.STARTED, tags=tags))
+    return run_id
+
+
+def test_the_reaper_records_dead_runs_tagged_in_either_form_and_leaves_a_live_one(
+        instance: dg.DagsterInstance) -> None:
+    alive = process_stamp()
+    dead = {**alive, "create_time": float(alive["create_time"]) - 3600}  # this pid, started an hour earlier: gone
+    new, old = _started_run(instance, _tags(dead, legacy=False)), _started_run(instance, _tags(dead, legacy=True))
+    live = _started_run(instance, _tags(alive, legacy=False))
+    found = dead_runs._reap_dagster_runs(instance)
+    assert sorted(d.ref for d in found) == sorted([new, old])
+    status = {r: instance.get_run_by_id(r).status for r in (new, old, live)}  # type: ignore[union-attr]
+    assert status == {new: dg.DagsterRunStatus.FAILURE, old: dg.DagsterRunStatus.FAILURE,
+                      live: dg.DagsterRunStatus.STARTED}
+
+
+def test_the_launcher_terminates_a_run_by_either_pid_tag(instance: dg.DagsterInstance,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    signalled: list[int] = []
+    monkeypatch.setattr(run_launcher.os, "kill", lambda pid, _sig: signalled.append(pid))
+    launcher = run_launcher.PreloadedRunLauncher()
+    launcher.register_instance(instance)
+    new = _started_run(instance, {run_launcher.PID_TAG: "101"})
+    old = _started_run(instance, {run_launcher.LEGACY_PID_TAG: "202"})
+    assert launcher.terminate(new) and launcher.terminate(old)
+    assert signalled == [101, 202]
+    assert not launcher.terminate(_started_run(instance, {}))
