@@ -219,4 +219,4 @@ def test_run_checks_its_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
                                                                        "verdicts": {"correct": 1, "parse_failure": 4}})
     got = CliRunner().invoke(main, ["run", "--world", WORLD, "--arm", "naive", "--t-prime", "2024-01-02", "--t",
                                     "2024-01-29"])
-    assert "resumed an interrupted run: 3 of 5 answers came from its checkpoint" in got.output, got.output
+    assert "resumed: 3 of 5 answers kept from the interrupted run's checkpoint" in got.output, got.output

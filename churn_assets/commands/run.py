@@ -117,8 +117,8 @@ def run(world_id: str, arm: str, t_prime: str, t: str, policy: str, agent: str, 
     click.echo(f"{summary['scenario_key']}: {result_line(summary)}" + (" (repeat 0)" if repeats > 1 else ""))
     resumed = summary.get("resumed_tasks") or 0
     if resumed and not summary.get("reused"):
-        click.echo(f"resumed an interrupted run: {resumed} of {sum(summary['verdicts'].values())} answers came from "
-                   "its checkpoint, the others were answered now")
+        click.echo(f"resumed: {resumed} of {sum(summary['verdicts'].values())} answers kept from the interrupted "
+                   "run's checkpoint, the others answered now")
     for line in experiment_lines(summary.get("repeats")):
         click.echo(line)
     if retry_transport:

@@ -180,4 +180,4 @@ def test_a_server_killed_mid_run_stops_it_in_one_line_and_the_rerun_resumes(
                                              for r in rows)
     timings = json.loads((folder / "timings.json").read_text())
     assert timings["resumed_tasks"] == 1  # the answered task was kept, the others answered after the restart
-    assert f"resumed an interrupted run: 1 of {RESUME_TASKS} answers came from its checkpoint" in again.stdout
+    assert f"resumed: 1 of {RESUME_TASKS} answers kept from the interrupted run's checkpoint" in again.stdout
