@@ -4,7 +4,7 @@ whose version moved."""
 
 from __future__ import annotations
 
-from churn_assets.orchestration.lineage import InputPartition, judge, read_rows, versions
+from churn_assets.orchestration.lineage import InputPartition, judge, link_labels, read_rows, versions
 
 W = "default-s5-140a74"
 STAGED = {"prices": "staged_prices", "assignments": "staged_assignments"}
@@ -54,3 +54,13 @@ def test_a_partition_links_to_its_page_and_versions_are_keyed_by_it() -> None:
     assert p.link() == "/assets/staged_prices?view=partitions&partition=2024-01-28%7Cdefault-s5-140a74"
     rows = read_rows([], W, "2024-01-30", STAGED)
     assert versions(rows) == {f"ledger[{W}]": "", f"task_set[2024-01-30|{W}]": ""}
+
+
+def test_link_labels_leave_out_the_world_every_input_shares_and_stay_unique() -> None:
+    inputs = [InputPartition("staged_cost_center_membership", f"2024-04-23|{W}"),
+              InputPartition("staged_user_status", f"2024-04-27|{W}"), InputPartition("ledger", W)]
+    assert link_labels(inputs) == ["read/staged_cost_center_membership 2024-04-23",
+                                   "read/staged_user_status 2024-04-27", "read/ledger"]
+    # two worlds' partitions of one asset and day (never one run's reads, but a label must stay unique)
+    two = [InputPartition("ledger", W), InputPartition("ledger", "other-s1-abcdef")]
+    assert link_labels(two) == [f"read/ledger {W}", "read/ledger other-s1-abcdef"]

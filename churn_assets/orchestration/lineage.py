@@ -187,13 +187,25 @@ def with_versions(instance: dg.DagsterInstance, rows: Sequence[ReadRow]) -> list
 
 
 def metadata(rows: Sequence[ReadRow]) -> dict[str, Any]:
-    """`eval_run`'s lineage metadata: the table (with its schema), a link to each partition read (`read/<asset>
-    [<partition>]`, which the UI shows as links), and the versions the check compares."""
+    """`eval_run`'s lineage metadata: the table (with its schema), a link to each partition read (`link_labels`,
+    which the UI shows as links), and the versions the check compares."""
     import dagster as dg
 
-    links = {f"read/{p}": dg.MetadataValue.url(p.link()) for p in dict.fromkeys(r.input for r in rows)}
+    inputs = list(dict.fromkeys(r.input for r in rows))
+    links = {label: dg.MetadataValue.url(p.link()) for p, label in zip(inputs, link_labels(inputs), strict=True)}
     return {"inputs_read": table_metadata([r.to_row() for r in rows], COLUMNS), **links,
             VERSIONS: dg.MetadataValue.json(versions(rows))}
+
+
+def link_labels(inputs: Sequence[InputPartition]) -> list[str]:
+    """`read/<asset> <day>` per input partition: the key's parts every input shares (the run's world) left out,
+    since the UI cuts a long label at its end and two keys of one world looked alike there; the link keeps the
+    whole key. Two inputs whose labels would be equal keep their whole keys."""
+    parts = [p.partition.split("|") for p in inputs]
+    shared = set.intersection(*(set(ps) for ps in parts)) if parts else set()
+    labels = [" ".join([f"read/{p.asset}", *(x for x in ps if x not in shared)]) for p, ps in zip(inputs, parts,
+                                                                                                   strict=True)]
+    return labels if len(set(labels)) == len(labels) else [f"read/{p}" for p in inputs]
 
 
 def recorded_versions(record: Any) -> dict[str, str] | None:
