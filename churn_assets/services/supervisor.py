@@ -6,7 +6,6 @@ naming the service that died."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -42,6 +41,7 @@ from churn_assets.services.postgres import PostgresService
 from churn_assets.services.process import read_record, services_lock, terminate
 from churn_assets.services.saas import SaasService
 from churn_assets.state import StatePaths
+from churn_assets.unique_keys import load_json
 
 POSTGRES = PostgresService()
 MONGO = MongoService()
@@ -172,7 +172,7 @@ def worker_settings(paths: StatePaths) -> tuple[list[WorkerSetting], list[str]]:
         passed_on(SAAS_KEY_ISSUER_ENV, SAAS_API_KEY_ENV, secret=True)
     else:
         out.append(WorkerSetting(SAAS_URL_ENV, str(running(SAAS)["url"]), False))
-        keys = json.loads(read_secret_file(saas_keys_file(paths)))["keys"]
+        keys = load_json(read_secret_file(saas_keys_file(paths)), str(saas_keys_file(paths)))["keys"]
         issuer = next((k for k in keys if k.get("profile") == "default" and k.get("per_tenant")), None)
         if issuer is None:
             raise ServiceError(f"{saas_keys_file(paths)} has no per-tenant key of the default profile: "
