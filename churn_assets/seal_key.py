@@ -22,12 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from churn_assets.credentials import ensure_secret_file, new_secret, read_secret_file
+from churn_assets.errors import UserFacingError
 
 SEAL_KEY_FILE_ENV = "CHURNBENCH_SEAL_KEY_FILE"
 SEAL_KEY_FILE = "seal-key"
 NEXT_KEY_SUFFIX = ".next"  # the key a rotation is moving to, until every seal is made under it
 MAC_ALG = "hmac-sha256"
 _KEY_ID_LABEL = b"churnbench seal key id v1"
+
+
+class KeyChanged(UserFacingError):
+    """A seal made under another key than the state folder's: not a forgery that can be shown, not a confirmation."""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ of `--repeats K` is the folder `...__rep<r>`, `results.RunKey`; a single run is 
              are cleared: no figure stands without the summary it came from) and the Dagster run evaluating it;
 - `complete` written only after the results folder is complete (summary.json written last), with the
              summary figures and the folder's seal (`seals.py`: a MAC of each results file under the state
-             folder's key, which the database never holds; one entry per folder name, so a retry's seal joins the first folder's); it changes again only when its folder
-             was removed and the run starts anew;
+             folder's key, which the database never holds; one entry per folder name, so a retry's seal joins
+             the first folder's); it changes again only when its folder was removed and the run starts anew;
 - `failed`   written when the run raised (an error or an interrupt), with the error and no figures.
 
 A process killed outright (SIGKILL, power loss) leaves its row `running`: never `complete`; the next command

@@ -30,19 +30,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.results import IDENTITY_FILE, STALE_FILE, SUMMARY_FILE, TASKS_FILE, TIMINGS_FILE
-from churn_assets.seal_key import MAC_ALG, SealKey
+from churn_assets.seal_key import MAC_ALG, KeyChanged, SealKey
 
 SEALED_FILES = (TASKS_FILE, SUMMARY_FILE, STALE_FILE, IDENTITY_FILE, TIMINGS_FILE)
 
 Seal = dict[str, Any]  # {"alg", "key_id", "files": {file name -> MAC hex}}; before issue 46 {file name -> SHA-256}
 SEAL_METADATA = "seal"  # the `eval_run` materialization's metadata entry: {folder name: Seal}
 SEAL_DOMAIN = "churnbench results seal v1"
-
-
-class KeyChanged(UserFacingError):
-    """A seal made under another key than the state folder's: not a forgery that can be shown, not a confirmation."""
 
 
 def file_sha256(path: Path) -> str:
