@@ -27,9 +27,11 @@ from churn_assets.evaluation.consistency import (
 from churn_assets.evaluation.replay import replay_rows
 from churn_assets.evaluation.results import PARTIAL_FILE, ResultsStore, stale_csv
 from churn_assets.evaluation.runner import RunSpec, evaluate
-from churn_assets.evaluation.seals import SEALED_FILES, broken_seal, seal_folder
+from churn_assets.evaluation.seals import SEALED_FILES, broken_seal, plain_seal, seal_folder
+from churn_assets.evaluation.signatures import check_signature, generate_keypair, sign_folder
 from churn_assets.evaluation.verify import load_run
 from churn_assets.freshness.scenario import Scenario
+from churn_assets.seal_key import KeyChanged, seal_key
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task, task_set_hash
 
@@ -66,17 +68,68 @@ def _forge(folder: Path) -> str:
 def test_a_seal_names_every_file_that_changed_appeared_or_went_missing(run: Run, tmp_path: Path) -> None:
     _, _, run_dir = run
     folder = _copy(run_dir, tmp_path)
-    seal = seal_folder(folder)
-    assert set(seal) == set(SEALED_FILES) and broken_seal(folder, seal) == []
+    key = seal_key(tmp_path / "state")
+    seal = seal_folder(folder, key)
+    assert set(seal["files"]) == set(SEALED_FILES) and broken_seal(folder, seal, key) == []
     (folder / "tasks.jsonl").write_text((folder / "tasks.jsonl").read_text().replace('"correct"', '"CORRECT"', 1))
     (folder / "timings.json").unlink()
-    assert [p.split(" ")[0] for p in broken_seal(folder, seal)] == ["tasks.jsonl", "timings.json"]
-    assert "changed since the run sealed it" in broken_seal(folder, seal)[0]
-    assert "is missing" in broken_seal(folder, seal)[1]
+    assert [p.split(" ")[0] for p in broken_seal(folder, seal, key)] == ["tasks.jsonl", "timings.json"]
+    assert "changed since the run sealed it" in broken_seal(folder, seal, key)[0]
+    assert "is missing" in broken_seal(folder, seal, key)[1]
     assert broken_seal(folder, {})[0].endswith("was not in the folder when it was sealed")
-    found = [str(d) for d in seal_disagreements(folder, {"catalog row": seal, "Dagster eval_run metadata": seal})]
+    found = [str(d) for d in seal_disagreements(folder, {"catalog row": seal, "Dagster eval_run metadata": seal},
+                                                key)]
     assert found[0].startswith("files (against the catalog row's seal): tasks.jsonl changed since the run sealed it")
     assert len(found) == 4 and found[2].startswith("files (against the Dagster eval_run metadata's seal)")
+
+
+def test_two_state_folders_get_different_keys_and_a_foreign_seal_fails(run: Run, tmp_path: Path) -> None:
+    _, _, run_dir = run
+    mine, theirs = seal_key(tmp_path / "a"), seal_key(tmp_path / "b")
+    assert mine.key_id != theirs.key_id and mine.secret != theirs.secret
+    assert seal_key(tmp_path / "a") == mine  # made once, read back after
+    assert (tmp_path / "a" / "seal-key").stat().st_mode & 0o777 == 0o600
+    assert mine.key_id in repr(mine) and mine.secret.decode() not in repr(mine)
+    with pytest.raises(KeyChanged, match="^key changed: sealed under key id " + theirs.key_id):
+        broken_seal(run_dir, seal_folder(run_dir, theirs), mine)
+    # a forger who knows the format but not the key: a seal claiming this key's id with MACs under another
+    forged = {**seal_folder(run_dir, theirs), "key_id": mine.key_id}
+    assert len(broken_seal(run_dir, forged, mine)) == len(forged["files"])
+    # nor does a seal hold for another folder name (moved to another run's row)
+    assert broken_seal(run_dir, seal_folder(run_dir, mine, "other__name"), mine) != []
+
+
+def test_a_database_only_forger_cannot_remake_a_keyed_seal(run: Run, tmp_path: Path) -> None:
+    """What one can write through a database connection alone: the forged files and their plain SHA-256, or the
+    keyed seal of before, neither of which holds under the key for the forged files."""
+    _, _, run_dir = run
+    folder = _copy(run_dir, tmp_path)
+    key = seal_key(tmp_path / "state")
+    honest = seal_folder(folder, key)
+    _forge(folder)
+    assert broken_seal(folder, honest, key) != []
+    assert not broken_seal(folder, plain_seal(folder))  # a plain seal is remade at will: it proves nothing
+
+
+def test_a_signature_checks_with_the_public_key_alone(run: Run, tmp_path: Path) -> None:
+    _, _, run_dir = run
+    folder = _copy(run_dir, tmp_path)
+    private = tmp_path / "keys" / "publisher"
+    public = generate_keypair(private)
+    assert private.stat().st_mode & 0o777 == 0o600
+    sign_folder(folder, private)
+    assert check_signature(folder, public) == ([], len(SEALED_FILES))
+    other = generate_keypair(tmp_path / "keys" / "someone-else")
+    [wrong_key] = check_signature(folder, other)[0]
+    assert "not by the key given" in wrong_key
+    _forge(folder)
+    problems, _ = check_signature(folder, public)
+    assert [p.split(" ")[0] for p in problems] == ["summary.json", "tasks.jsonl"]
+    record = json.loads((folder / "signature.json").read_text())
+    record["files"] = plain_seal(folder)  # the forger re-lists the files: the signature no longer holds
+    (folder / "signature.json").write_text(json.dumps(record))
+    [broken] = check_signature(folder, public)[0]
+    assert "does not hold" in broken
 
 
 def test_stale_csv_and_the_catalog_figures_are_recomputed_from_the_tasks(run: Run, tmp_path: Path) -> None:
