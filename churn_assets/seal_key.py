@@ -25,6 +25,8 @@ from churn_assets.credentials import ensure_secret_file, new_secret, read_secret
 from churn_assets.errors import UserFacingError
 
 SEAL_KEY_FILE_ENV = "CHURNBENCH_SEAL_KEY_FILE"
+STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"  # = state.STATE_DIR_ENV (the state module ranks above this one)
+DEFAULT_STATE_DIRNAME = ".churnbench"  # = state.DEFAULT_STATE_DIRNAME
 SEAL_KEY_FILE = "seal-key"
 NEXT_KEY_SUFFIX = ".next"  # the key a rotation is moving to, until every seal is made under it
 MAC_ALG = "hmac-sha256"
@@ -88,8 +90,8 @@ def _next_file(state_root: Path) -> Path:
 
 
 def current_key() -> SealKey:
-    """The key of the state folder this process works in (`StatePaths.resolve()`: `CHURNBENCH_STATE_DIR`, which
-    the CLI, the UI's code server and its run workers share)."""
-    from churn_assets.state import StatePaths
-
-    return seal_key(StatePaths.resolve().root)
+    """The key of the state folder this process works in: the folder `state.StatePaths.resolve()` names
+    (`CHURNBENCH_STATE_DIR`, which the CLI, the UI's code server and its run workers share, else `./.churnbench`),
+    resolved here by the same rule because the catalog that seals ranks below the state module
+    (tests/test_seals.py checks that the two agree)."""
+    return seal_key(Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIRNAME).expanduser().resolve())
