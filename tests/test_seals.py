@@ -132,6 +132,10 @@ def test_a_signature_checks_with_the_public_key_alone(run: Run, tmp_path: Path) 
     (folder / "signature.json").write_text(json.dumps(record))
     [broken] = check_signature(folder, public)[0]
     assert "does not hold" in broken
+    # a key given twice (the signed list, then the forger's): refused, never the last one taken
+    text = (folder / "signature.json").read_text()
+    (folder / "signature.json").write_text(text.replace('"files":', '"files": {}, "files":', 1))
+    assert check_signature(folder, public)[0] == ["signature.json: not a signature record (DuplicateKeyError)"]
 
 
 def test_the_cli_signs_and_checks_a_folder_with_the_public_key_alone(run: Run, tmp_path: Path,

@@ -30,6 +30,7 @@ from churn_assets.canonical import canonical_json
 from churn_assets.credentials import write_private
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.seals import plain_seal
+from churn_assets.unique_keys import load_json
 
 SIGNATURE_FILE = "signature.json"
 SIGNATURE_FORMAT = "churnbench results signature v1"
@@ -114,13 +115,14 @@ def check_signature(run_dir: Path, public_key_file: Path) -> tuple[list[str], in
     public = _load(public_key_file, private=False)
     path = run_dir / SIGNATURE_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = load_json(path.read_text(encoding="utf-8"), str(path))
         files = {str(k): str(v) for k, v in dict(record["files"]).items()}
         folder, key_id = str(record["folder"]), str(record["public_key_id"])
         signature = base64.b64decode(str(record["signature"]), validate=True)
     except FileNotFoundError:
         return [f"{SIGNATURE_FILE}: missing (the folder was not signed)"], 0
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        # (a key given twice is a DuplicateKeyError, a ValueError: refused like any malformed record)
         return [f"{SIGNATURE_FILE}: not a signature record ({e.__class__.__name__})"], 0
     if record.get("format") != SIGNATURE_FORMAT:
         return [f"{SIGNATURE_FILE}: format {str(record.get('format'))[:60]!r}, expected {SIGNATURE_FORMAT!r}"], 0
