@@ -1,12 +1,12 @@
 """The state folder's seal key: what makes a seal a MAC rather than a hash anyone can remake (issue 46).
 
-Seals of results folders (`evaluation/seals.py`), the warehouse's content record
-(`fabric/warehouse_content.py`) and a ledger manifest's meaning check (`world/ledger.py`) are HMAC-SHA256 under
-one key per state folder. The key lives in a file of the state folder, `<state>/seal-key` (mode 0600, made on
-first use by `credentials.ensure_secret_file`), never in Postgres: someone who can write the databases (shared
-Postgres under compose or Helm, a remote worker's connection) but cannot read the state folder cannot make a seal
-that verifies. `CHURNBENCH_SEAL_KEY_FILE` names another file (a remote worker mounts the owner's key as a secret,
-docs/guarantees.md).
+Seals of results folders (`evaluation/seals.py`) are HMAC-SHA256 under one key per state folder (the warehouse's
+content record, `fabric/warehouse_content.py`, and a ledger manifest's meaning check, `world/ledger.py`, are not
+keyed yet: issue 46 item 1 names them too). The key lives in a file of the state folder, `<state>/seal-key` (mode
+0600, made on first use by `credentials.ensure_secret_file`), never in Postgres: someone who can write the
+databases (shared Postgres under compose or Helm, a remote worker's connection) but cannot read the state folder
+cannot make a seal that verifies. `CHURNBENCH_SEAL_KEY_FILE` names another file (a remote worker's copy of the
+owner's key, docs/deployment.md).
 
 The key itself is never printed, logged or handed to dbt (dbt writes its variables into its output): `SealKey`'s
 repr shows only its id. The key id (16 hex digits of HMAC(key, a fixed label)) is recorded with every seal, so a
@@ -72,7 +72,7 @@ def seal_key(state_root: Path) -> SealKey:
 
 def next_key(state_root: Path, *, create: bool) -> SealKey | None:
     """The key a rotation moves to (`<key file>.next`): made when `create`, else None when no rotation is under
-    way."""
+    way. (No command rotates yet: the re-sealing of runs that verify under the old key is not built.)"""
     path = _next_file(state_root)
     if create:
         return SealKey.from_text(ensure_secret_file(path, new_secret))

@@ -674,8 +674,8 @@ class RunCatalog:
         return bool(count)
 
     def set_seal(self, run_id: int, seal: Mapping[str, Any]) -> None:
-        """Replace a row's seals (folder name -> seal): `churnbench migrate` and `seals rotate` re-seal a run whose
-        seal held under the old key (or, before issue 46, by SHA-256)."""
+        """Replace a row's seals (folder name -> seal): `churnbench migrate` re-seals a run whose plain seal of
+        before issue 46 (SHA-256) still holds."""
         import sqlalchemy as sa
 
         t = runs_table()
