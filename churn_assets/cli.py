@@ -18,6 +18,7 @@ from churn_assets.commands.project import project
 from churn_assets.commands.regression import gate_power, regression
 from churn_assets.commands.results import results
 from churn_assets.commands.run import paper, run
+from churn_assets.commands.seals import seals
 from churn_assets.commands.services import services
 from churn_assets.commands.sweep import sweep
 from churn_assets.commands.tasks import exposure, tasks
@@ -78,6 +79,7 @@ main.add_command(run)
 main.add_command(paper)
 main.add_command(results)
 main.add_command(verify_results)
+main.add_command(seals)
 main.add_command(bench)
 main.add_command(migrate)
 main.add_command(llm)

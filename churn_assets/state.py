@@ -9,6 +9,8 @@ Layout::
     <state>/
       .state-id                 random id of this state folder (ties the embedded Postgres data to it)
       state-format              the format of what the folder holds (`STATE_FORMAT`; see "Format" below)
+      seal-key                  the key results seals are MACs under (0600, made on first use; `seal_key.py`;
+                                back it up with the folder: without it no seal here can be checked)
       services/                 one <service>.json record per embedded service, logs, the Mongo data
       dagster/                  DAGSTER_HOME (generated dagster.yaml: storage on the embedded Postgres)
       worlds/<world>/           config.json (the registered world config), ledger/, contracts/<day>/,
@@ -34,7 +36,9 @@ format that holds anything is refused in one line naming `churnbench migrate`, w
 
 - 1: before issue 20 (no `state-format` file);
 - 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20);
-- 3: every world's ledger manifest records its passed meaning check, which loaders require (issue 35).
+- 3: every world's ledger manifest records its passed meaning check, which loaders require (issue 35);
+- 4: the catalog's results seals are MACs under the state folder's key, `seal-key` (issue 46; plain seals that
+  still match their files re-sealed, the others named).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
 DEFAULT_PG_ROOT = Path("/var/tmp")
 PG_HOME_PREFIX = "churnbench-pg-"
 
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 STATE_FORMAT_FILE = "state-format"
 MIGRATE_COMMAND = "churnbench migrate"
 

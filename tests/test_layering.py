@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # value-keyed caches.
 RANKS: dict[str, int] = {
     "errors": 0, "canonical": 0, "files": 0, "credentials": 0, "faults": 0, "unique_keys": 0, "progress": 0,
+    "seal_key": 0,
     "memo": 0,
     "world": 1,
     "fabric": 2, "tasks": 2, "contracts": 2,

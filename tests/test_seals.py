@@ -27,9 +27,11 @@ from churn_assets.evaluation.consistency import (
 from churn_assets.evaluation.replay import replay_rows
 from churn_assets.evaluation.results import PARTIAL_FILE, ResultsStore, stale_csv
 from churn_assets.evaluation.runner import RunSpec, evaluate
-from churn_assets.evaluation.seals import SEALED_FILES, broken_seal, seal_folder
+from churn_assets.evaluation.seals import SEALED_FILES, broken_seal, plain_seal, seal_folder
+from churn_assets.evaluation.signatures import check_signature, generate_keypair, sign_folder
 from churn_assets.evaluation.verify import load_run
 from churn_assets.freshness.scenario import Scenario
+from churn_assets.seal_key import KeyChanged, seal_key
 from churn_assets.tasks.gold import GoldResolver
 from churn_assets.tasks.task_set import Task, task_set_hash
 
@@ -66,17 +68,157 @@ def _forge(folder: Path) -> str:
 def test_a_seal_names_every_file_that_changed_appeared_or_went_missing(run: Run, tmp_path: Path) -> None:
     _, _, run_dir = run
     folder = _copy(run_dir, tmp_path)
-    seal = seal_folder(folder)
-    assert set(seal) == set(SEALED_FILES) and broken_seal(folder, seal) == []
+    key = seal_key(tmp_path / "state")
+    seal = seal_folder(folder, key)
+    assert set(seal["files"]) == set(SEALED_FILES) and broken_seal(folder, seal, key) == []
     (folder / "tasks.jsonl").write_text((folder / "tasks.jsonl").read_text().replace('"correct"', '"CORRECT"', 1))
     (folder / "timings.json").unlink()
-    assert [p.split(" ")[0] for p in broken_seal(folder, seal)] == ["tasks.jsonl", "timings.json"]
-    assert "changed since the run sealed it" in broken_seal(folder, seal)[0]
-    assert "is missing" in broken_seal(folder, seal)[1]
+    assert [p.split(" ")[0] for p in broken_seal(folder, seal, key)] == ["tasks.jsonl", "timings.json"]
+    assert "changed since the run sealed it" in broken_seal(folder, seal, key)[0]
+    assert "is missing" in broken_seal(folder, seal, key)[1]
     assert broken_seal(folder, {})[0].endswith("was not in the folder when it was sealed")
-    found = [str(d) for d in seal_disagreements(folder, {"catalog row": seal, "Dagster eval_run metadata": seal})]
+    found = [str(d) for d in seal_disagreements(folder, {"catalog row": seal, "Dagster eval_run metadata": seal},
+                                                key)]
     assert found[0].startswith("files (against the catalog row's seal): tasks.jsonl changed since the run sealed it")
     assert len(found) == 4 and found[2].startswith("files (against the Dagster eval_run metadata's seal)")
+
+
+def test_two_state_folders_get_different_keys_and_a_foreign_seal_fails(run: Run, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, run_dir = run
+    monkeypatch.delenv("CHURNBENCH_SEAL_KEY_FILE", raising=False)  # each folder's own key file
+    mine, theirs = seal_key(tmp_path / "a"), seal_key(tmp_path / "b")
+    assert mine.key_id != theirs.key_id and mine.secret != theirs.secret
+    assert seal_key(tmp_path / "a") == mine  # made once, read back after
+    assert (tmp_path / "a" / "seal-key").stat().st_mode & 0o777 == 0o600
+    assert mine.key_id in repr(mine) and mine.secret.decode() not in repr(mine)
+    with pytest.raises(KeyChanged, match="^key changed: sealed under key id " + theirs.key_id):
+        broken_seal(run_dir, seal_folder(run_dir, theirs), mine)
+    # a forger who knows the format but not the key: a seal claiming this key's id with MACs under another
+    forged = {**seal_folder(run_dir, theirs), "key_id": mine.key_id}
+    assert len(broken_seal(run_dir, forged, mine)) == len(forged["files"])
+    # nor does a seal hold for another folder name (moved to another run's row)
+    assert broken_seal(run_dir, seal_folder(run_dir, mine, "other__name"), mine) != []
+
+
+def test_a_database_only_forger_cannot_remake_a_keyed_seal(run: Run, tmp_path: Path) -> None:
+    """What one can write through a database connection alone: the forged files and their plain SHA-256, or the
+    keyed seal of before, neither of which holds under the key for the forged files."""
+    _, _, run_dir = run
+    folder = _copy(run_dir, tmp_path)
+    key = seal_key(tmp_path / "state")
+    honest = seal_folder(folder, key)
+    _forge(folder)
+    assert broken_seal(folder, honest, key) != []
+    assert not broken_seal(folder, plain_seal(folder))  # a plain seal is remade at will: it proves nothing
+
+
+def test_a_signature_checks_with_the_public_key_alone(run: Run, tmp_path: Path) -> None:
+    _, _, run_dir = run
+    folder = _copy(run_dir, tmp_path)
+    private = tmp_path / "keys" / "publisher"
+    public = generate_keypair(private)
+    assert private.stat().st_mode & 0o777 == 0o600
+    sign_folder(folder, private)
+    assert check_signature(folder, public) == ([], len(SEALED_FILES))
+    other = generate_keypair(tmp_path / "keys" / "someone-else")
+    [wrong_key] = check_signature(folder, other)[0]
+    assert "not by the key given" in wrong_key
+    _forge(folder)
+    problems, _ = check_signature(folder, public)
+    assert [p.split(" ")[0] for p in problems] == ["summary.json", "tasks.jsonl"]
+    record = json.loads((folder / "signature.json").read_text())
+    record["files"] = plain_seal(folder)  # the forger re-lists the files: the signature no longer holds
+    (folder / "signature.json").write_text(json.dumps(record))
+    [broken] = check_signature(folder, public)[0]
+    assert "does not hold" in broken
+    # a key given twice (the signed list, then the forger's): refused, never the last one taken
+    text = (folder / "signature.json").read_text()
+    (folder / "signature.json").write_text(text.replace('"files":', '"files": {}, "files":', 1))
+    assert check_signature(folder, public)[0] == ["signature.json: not a signature record (DuplicateKeyError)"]
+
+
+def test_the_cli_signs_and_checks_a_folder_with_the_public_key_alone(run: Run, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`seals keygen`, `seals sign`, `verify-results FOLDER --public-key`: the reader's check needs no state folder
+    (one that does not exist) and no services."""
+    from click.testing import CliRunner
+
+    from churn_assets.cli import main
+
+    _, _, run_dir = run
+    folder = _copy(run_dir, tmp_path)
+    monkeypatch.setenv("CHURNBENCH_STATE_DIR", str(tmp_path / "no-state-here"))
+    cli = CliRunner()
+    made = cli.invoke(main, ["seals", "keygen", str(tmp_path / "pub" / "signing.pem")])
+    assert made.exit_code == 0 and "0600" in made.output, made.output
+    signed = cli.invoke(main, ["seals", "sign", str(folder), "--key", str(tmp_path / "pub" / "signing.pem")])
+    assert signed.exit_code == 0, signed.output
+    public = str(tmp_path / "pub" / "signing.pem.pub")
+    checked = cli.invoke(main, ["verify-results", str(folder), "--public-key", public])
+    assert checked.exit_code == 0 and f"signature confirmed: {len(SEALED_FILES)} files" in checked.output
+    assert not (tmp_path / "no-state-here").exists()
+    _forge(folder)
+    refused = cli.invoke(main, ["verify-results", str(folder), "--public-key", public])
+    assert refused.exit_code == 1 and "signature not confirmed" in refused.output
+    assert "tasks.jsonl changed since it was signed" in refused.output
+
+
+def test_the_process_key_is_the_state_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`seal_key.current_key` resolves the state folder by `StatePaths.resolve`'s rule (it ranks below it)."""
+    from churn_assets.seal_key import SEAL_KEY_FILE_ENV, current_key, seal_key_file
+    from churn_assets.state import StatePaths
+
+    monkeypatch.delenv(SEAL_KEY_FILE_ENV, raising=False)
+    monkeypatch.setenv("CHURNBENCH_STATE_DIR", str(tmp_path / "s"))
+    assert current_key() == seal_key(StatePaths.resolve().root)
+    monkeypatch.delenv("CHURNBENCH_STATE_DIR")
+    monkeypatch.chdir(tmp_path)
+    assert seal_key_file(StatePaths.resolve().root) == tmp_path / ".churnbench" / "seal-key"
+    assert current_key() == seal_key(tmp_path / ".churnbench")
+
+
+def test_migration_keys_the_plain_seals_that_hold_and_names_the_others(run: Run, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """State format 3 -> 4: a plain seal whose files still match is re-sealed under the key, once; one whose files
+    changed, or whose folder is gone, is kept and reported (a forgery must not gain a MAC)."""
+    from churn_assets.orchestration import state_migration
+    from churn_assets.seal_key import SEAL_KEY_FILE_ENV
+
+    _, _, run_dir = run
+    monkeypatch.delenv(SEAL_KEY_FILE_ENV, raising=False)
+    good, bad = _copy(run_dir, tmp_path / "good"), _copy(run_dir, tmp_path / "bad")
+    rows = {1: SimpleNamespace(run_id=1, results_dir=str(good), seal={good.name: plain_seal(good)}),
+            2: SimpleNamespace(run_id=2, results_dir=str(bad), seal={bad.name: plain_seal(bad), "gone": {"x": "0"}})}
+    _forge(bad)
+    written: dict[int, dict[str, Any]] = {}
+
+    class Catalog:
+        def __init__(self, url: str) -> None:
+            pass
+
+        def runs(self) -> list[Any]:
+            return list(rows.values())
+
+        def set_seal(self, run_id: int, seal: dict[str, Any]) -> None:
+            written[run_id] = seal
+            rows[run_id].seal = seal
+
+    monkeypatch.setattr(state_migration, "RunCatalog", Catalog)
+    state = tmp_path / "state"
+    session: Any = SimpleNamespace(urls=SimpleNamespace(warehouse="postgresql://unused"),
+                                   paths=SimpleNamespace(root=state))
+    report = state_migration.MigrationReport(state, 3)
+    state_migration._key_plain_seals(session, report)
+    key = seal_key(state)
+    assert report.seals_keyed == 1 and list(written) == [1]
+    assert written[1] == {good.name: seal_folder(good, key)} and broken_seal(good, written[1][good.name], key) == []
+    assert [n.split(":")[0] for n in report.notes] == ["catalog row 2", "catalog row 2"]
+    assert any("changed since the run sealed it" in n for n in report.notes)
+    assert any("the folder is missing" in n for n in report.notes)
+    again = state_migration.MigrationReport(state, 3)
+    state_migration._key_plain_seals(session, again)  # once: a keyed seal is never touched again
+    assert again.seals_keyed == 0 and list(written) == [1]
 
 
 def test_stale_csv_and_the_catalog_figures_are_recomputed_from_the_tasks(run: Run, tmp_path: Path) -> None:

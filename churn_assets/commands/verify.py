@@ -1,8 +1,11 @@
 """`churnbench verify-results`: check a run's results files, in this order, and name everything not confirmed.
 
-1. **The seal** (always, first): every results file against the SHA-256 the catalog row recorded when the run
-   completed, and against the seal in Dagster's `eval_run` metadata (`evaluation/seals.py`). Proves the files are
-   what the run wrote, unless whoever edited them edited the catalog row and Dagster's metadata to match.
+1. **The seal** (always, first): every results file against the MAC under the state folder's key that the catalog
+   row recorded when the run completed, and against the seal in Dagster's `eval_run` metadata
+   (`evaluation/seals.py`). Proves the files are what the run wrote, unless whoever edited them could read the key
+   (the database holds no key: rewriting the row and the metadata through a database connection does not help).
+   A seal under another key id is one line, "key changed", and the run is not confirmed; a plain SHA-256 seal in
+   the catalog row (what anyone who can write the database can remake) is not confirmed either.
 2. **Plain** (always): `stale.csv` made again from `tasks.jsonl`, the catalog's figures recomputed from it, gold
    recomputed from the ledger by the code that scored the run with every verdict and exposure, the summary's counts,
    every warehouse read's observed content against the warehouse as it is now, and, with the deterministic agent,
@@ -16,8 +19,12 @@
    read re-checked against its store's recorded hash; every row compared with the stored one. Proves the stored
    answers are the arm's answers on those stores.
 
-A run made before seals (or outside the catalog) says so on its line: nothing recorded outside the folder
-vouches for its files. A RUN is named as `results show` names one (`commands/results.py`), or by its folder.
+A catalog row with no seal is not confirmed (a seal removed through the database must not pass); a folder outside
+the catalog says on its line that nothing recorded outside it vouches for its files. A RUN is named as `results
+show` names one (`commands/results.py`), or by its folder.
+
+`--public-key KEY.pub` checks instead the Ed25519 signature a publisher wrote into each named folder
+(`evaluation/signatures.py`, `churnbench seals sign`): with the public key alone, no state folder or services.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import click
 
 from churn_assets.commands.results import catalog_of, require_known_world
 from churn_assets.errors import UserFacingError
+from churn_assets.seal_key import KeyChanged
 from churn_assets.services import ensure_services, saas_api_key, service_errors
 from churn_assets.state import StatePaths
 from churn_assets.unique_keys import load_json
@@ -59,8 +67,11 @@ class VerificationFailed(UserFacingError):
 @click.option("--replay", is_flag=True,
               help="Also answer every task again through the arm (deterministic agent only), re-reading each read "
                    "at its observed day with its store's hash checked, and compare every row.")
+@click.option("--public-key", "public_key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Check only the publisher's Ed25519 signature of each named results FOLDER with this public key "
+                   "(PEM; `churnbench seals keygen`): no state folder or services needed.")
 def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | None, independent: bool,
-                   replay: bool) -> None:
+                   replay: bool, public_key: Path | None) -> None:
     """Check runs' results files: the seal first, then the files against each other, the catalog and the ledger.
 
     The seal: each file against the SHA-256 recorded when the run completed (catalog row and Dagster metadata).
@@ -74,6 +85,9 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
         raise click.UsageError("name a RUN (see `churnbench results list`), a results folder, or pass --all")
     if world_id is not None and not all_runs:
         raise click.UsageError("--world selects the runs of --all; with named RUNs leave it out")
+    if public_key is not None:
+        _verify_signatures(run_refs, all_runs, independent or replay, public_key)
+        return
     paths = StatePaths.resolve()
     failed = []
     with catalog_of(paths) as catalog, _Verifier(paths, catalog, independent, replay) as verifier:
@@ -108,6 +122,10 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
         for label, folder, row in targets:
             try:
                 outcome = verifier.verify(folder, row)
+            except KeyChanged as e:  # one line: not a forgery that can be shown, never confirmed
+                failed.append(label)
+                click.echo(f"{label}: {e}")
+                continue
             except (UserFacingError, OSError) as e:  # this run cannot be checked; the others still are
                 failed.append(label)
                 click.echo(f"{label}: cannot be verified: {e}")
@@ -154,6 +172,9 @@ class _Verifier:
         self._views: dict[str, dict[str, str] | None] = {}
 
     def __enter__(self) -> _Verifier:
+        from churn_assets.seal_key import seal_key
+
+        self.key = seal_key(self.paths.root)
         self.urls = ensure_services(self.paths)
         self.golds.conn = self._stack.enter_context(_warehouse_connection(self.paths))
         return self
@@ -177,7 +198,9 @@ class _Verifier:
             warehouse_disagreements,
             warehouse_reads,
         )
+        from churn_assets.evaluation.seals import is_keyed
         from churn_assets.evaluation.verify import (
+            Disagreement,
             arm_rule,
             arm_rule_disagreements,
             load_run,
@@ -188,14 +211,26 @@ class _Verifier:
         row = row or self._row_of(folder)
         folder_name = self._folder_name(folder, row)
         checked: list[str] = []
-        # 1. The seal, before anything in the folder is parsed.
+        # 1. The seal, before anything in the folder is parsed; under the state folder's key, which the database
+        # does not hold (a seal under another key raises KeyChanged: one line, never confirmed).
         seals = self._seals(row, folder_name)
-        out = seal_disagreements(folder, seals)
-        if not seals:
-            checked.append("UNSEALED: nothing recorded outside the folder vouches for its files (a run made before "
-                           "seals, or outside the catalog)")
+        out = seal_disagreements(folder, seals, self.key, folder_name)
+        catalog_seal = seals.get("catalog row")
+        if catalog_seal is None and row is not None:
+            out.append(Disagreement(None, "seal", None, None, where=f"catalog row {row.run_id}", message=(
+                "records no seal of this folder: nothing outside the folder vouches for its files (a run made "
+                "before seals, or a seal removed through the database)")))
+        elif catalog_seal is None:
+            checked.append("UNSEALED: nothing recorded outside the folder vouches for its files (a folder outside "
+                           "the catalog)")
+        elif not is_keyed(catalog_seal):
+            out.append(Disagreement(None, "seal", None, None, where=f"catalog row {row.run_id if row else ''}",
+                                    message="holds a plain SHA-256 seal, which anyone who can write the database can "
+                                            "remake: only a MAC under this state folder's key vouches for the files "
+                                            "(`churnbench migrate` re-seals a plain seal whose files still match)"))
         else:
-            checked.append(f"seal: {len(seals['catalog row'])} files match the {' and the '.join(seals)}")
+            checked.append(f"seal: {len(catalog_seal['files'])} files match the {' and the '.join(seals)} "
+                           f"(key {self.key.key_id})")
             if len(seals) == 1:
                 checked.append("Dagster records no seal for it (not evaluated by `eval_run`)")
         # 2. Plain.
@@ -388,6 +423,30 @@ def _sql_gold(golds: _Golds, world: str) -> Any:
                                   f"`churnbench project --world {world}`")
         golds.sql[world] = SqlGold(golds.conn, world)
     return golds.sql[world]
+
+
+def _verify_signatures(refs: tuple[str, ...], all_runs: bool, with_modes: bool, public_key: Path) -> None:
+    """`verify-results FOLDER... --public-key KEY`: each folder's Ed25519 signature with the public key alone."""
+    from churn_assets.evaluation.signatures import check_signature
+
+    if all_runs or with_modes:
+        raise click.UsageError("--public-key checks signed results FOLDERs by their path, alone: leave out --all, "
+                               "--independent and --replay")
+    failed = []
+    for ref in refs:
+        folder = Path(ref)
+        if not folder.is_dir():
+            raise UserFacingError(f"{ref} is not a results folder: --public-key checks folders by their path")
+        problems, files = check_signature(folder, public_key)
+        if problems:
+            failed.append(ref)
+            click.echo(f"{ref}: signature not confirmed:")
+            for p in problems:
+                click.echo(f"  {p}")
+        else:
+            click.echo(f"{ref}: signature confirmed: {files} files signed by the key {public_key}")
+    if failed:
+        raise VerificationFailed(f"verify-results: {len(failed)} folder(s) not confirmed: " + ", ".join(failed))
 
 
 def _is_results_folder(ref: str) -> bool:

@@ -10,9 +10,9 @@ of `--repeats K` is the folder `...__rep<r>`, `results.RunKey`; a single run is 
 - `running`  written when a run starts (or resumes from its checkpoint), with no figures (an earlier attempt's
              are cleared: no figure stands without the summary it came from) and the Dagster run evaluating it;
 - `complete` written only after the results folder is complete (summary.json written last), with the
-             summary figures and the folder's seal (`seals.py`: the SHA-256 of each results file, one entry per
-             folder name, so a retry's seal joins the first folder's); it changes again only when its folder
-             was removed and the run starts anew;
+             summary figures and the folder's seal (`seals.py`: a MAC of each results file under the state
+             folder's key, which the database never holds; one entry per folder name, so a retry's seal joins
+             the first folder's); it changes again only when its folder was removed and the run starts anew;
 - `failed`   written when the run raised (an error or an interrupt), with the error and no figures.
 
 A process killed outright (SIGKILL, power loss) leaves its row `running`: never `complete`; the next command
@@ -59,6 +59,7 @@ from churn_assets.evaluation.seals import seal_folder
 from churn_assets.evaluation.verdicts import VERDICTS
 from churn_assets.fabric.postgres import connect
 from churn_assets.freshness.scenario import ScenarioKeyError, parse_scenario_key
+from churn_assets.seal_key import SealKey, current_key
 
 if TYPE_CHECKING:
     import psycopg
@@ -125,7 +126,7 @@ class CatalogRun:
     finished_at: dt.datetime | None
     identity_version: int = 1
     repeat: int = 0
-    seal: dict[str, dict[str, str]] | None = None  # results folder name -> file -> SHA-256 (`seals.py`)
+    seal: dict[str, dict[str, Any]] | None = None  # results folder name -> its seal (`seals.py`)
     dagster_run_id: str | None = None  # the Dagster run of the latest attempt (None: not run by `eval_run`)
 
     @property
@@ -484,8 +485,9 @@ def durable_connection(url: str) -> Any:
 class RunCatalog:
     """The catalog of one warehouse database (a libpq URL); each call opens a short connection."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, seal_key: SealKey | None = None) -> None:
         self.url = url
+        self._seal_key = seal_key
         self._ready = False
         self._engine: sa.Engine | None = None
 
@@ -517,6 +519,13 @@ class RunCatalog:
         return True
 
     # -- writes (the runner) ---------------------------------------------------------------------------
+
+    def _seal(self, run_dir: Path) -> dict[str, Any]:
+        """The folder's seal under the state folder's key (`seals.py`), read from its file on first use: the key is
+        never in the database this catalog writes to."""
+        if self._seal_key is None:
+            self._seal_key = current_key()
+        return seal_folder(run_dir, self._seal_key)
 
     def _write(self, statement: sa.Executable) -> None:
         with self._connect() as conn:
@@ -560,7 +569,7 @@ class RunCatalog:
         figures = {**_figures(summary, timings), **_files(run_dir)}
         self._upsert(scenario, key, run_dir,
                      {"status": "complete", "finished_at": dt.datetime.now(dt.UTC), **figures,
-                      "seal": {run_dir.name: seal_folder(run_dir)}},
+                      "seal": {run_dir.name: self._seal(run_dir)}},
                      lambda excluded: {"status": "complete", "error": None, "finished_at": excluded.finished_at,
                                        **{c: excluded[c] for c in [*figures, "results_dir"]},
                                        "seal": _merged_seal(t.c.seal, excluded.seal)},
@@ -660,9 +669,17 @@ class RunCatalog:
             count = conn.execute(sa.update(t).where(*self._still_running(run)).values(
                 status="complete", error=None, finished_at=sa.func.now(), **_figures(summary, timings),
                 **_files(run_dir),
-                seal=_merged_seal(t.c.seal, sa.literal({run_dir.name: seal_folder(run_dir)}, t.c.seal.type)))).rowcount
+                seal=_merged_seal(t.c.seal, sa.literal({run_dir.name: self._seal(run_dir)}, t.c.seal.type)))).rowcount
             conn.commit()
         return bool(count)
+
+    def set_seal(self, run_id: int, seal: Mapping[str, Any]) -> None:
+        """Replace a row's seals (folder name -> seal): `churnbench migrate` re-seals a run whose plain seal of
+        before issue 46 (SHA-256) still holds."""
+        import sqlalchemy as sa
+
+        t = runs_table()
+        self._write(sa.update(t).where(t.c.run_id == run_id).values(seal=dict(seal)))
 
     # -- the key rename of `churnbench migrate` (issue 20) ---------------------------------------------
 

@@ -3,7 +3,7 @@ and the content the warehouse reads observed.
 
 Each check returns `verify.Disagreement`s (empty: confirmed), naming the file, the catalog row or the read:
 
-- `seal_disagreements(run_dir, seals)`: the folder's files against each record of its seal (the catalog row's,
+- `seal_disagreements(run_dir, seals, key)`: the folder's files against each record of its seal (the catalog row's,
   Dagster's `eval_run` metadata), first (`seals.py`);
 - `stale_file_disagreements(run_dir, rows)`: `stale.csv` made again from `tasks.jsonl`, byte for byte;
 - `catalog_disagreements(row, rows)`: the catalog's figures that `tasks.jsonl` determines (tasks, accuracy, the
@@ -24,12 +24,15 @@ from churn_assets.evaluation.results import STALE_FILE, stale_csv
 from churn_assets.evaluation.seals import broken_seal
 from churn_assets.evaluation.verdicts import STALE_VERDICTS, VERDICTS
 from churn_assets.evaluation.verify import Disagreement
+from churn_assets.seal_key import SealKey
 
 
-def seal_disagreements(run_dir: Path, seals: Mapping[str, Mapping[str, str]]) -> list[Disagreement]:
-    """The folder against each record of its seal (record name -> file -> SHA-256)."""
+def seal_disagreements(run_dir: Path, seals: Mapping[str, Mapping[str, Any]], key: SealKey | None = None,
+                       folder_name: str | None = None) -> list[Disagreement]:
+    """The folder against each record of its seal (record name -> seal), keyed ones under `key`; raises
+    `seals.KeyChanged` for a seal made under another key."""
     return [Disagreement(None, "seal", None, None, where=f"files (against the {record}'s seal)", message=problem)
-            for record, seal in seals.items() for problem in broken_seal(run_dir, seal)]
+            for record, seal in seals.items() for problem in broken_seal(run_dir, seal, key, folder_name)]
 
 
 def stale_file_disagreements(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> list[Disagreement]:

@@ -32,6 +32,16 @@ Format 2 -> 3 (issue 35):
   is: an older build recorded none, so there is nothing to compare it with; from now on it is checked. (Without
   this every such world's dbt build would count as missing and be built again by its next run.)
 
+Format 3 -> 4 (issue 46):
+
+- **Results seals keyed.** Every catalog row's plain SHA-256 seal of a results folder (`{file: sha256}`, what anyone
+  who can write the database can remake) is checked against the folder's files and, if they still match, made again
+  as a MAC under the state folder's key (`seal_key.py`, `evaluation/seals.reseal`; the key file is made on first
+  use). A plain seal whose folder is missing or whose files no longer match is left as it is and named in the
+  report: `verify-results` does not confirm it. A seal is re-sealed once: a keyed one is never touched again (a
+  forgery must not gain a MAC). Dagster's `eval_run` metadata keeps its plain seal (append-only; checked by
+  SHA-256 beside the catalog row's MAC).
+
 Every step is idempotent and looks for its own leftovers, so a migration cut short is finished by running it
 again; `state-format` is written last, and until then every other command refuses the folder
 (`state.require_current_format`). One migration at a time (a lock file in the state folder).
@@ -100,6 +110,7 @@ class MigrationReport:
     materializations: int = 0
     ledgers_checked: int = 0
     warehouses_recorded: int = 0
+    seals_keyed: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -120,6 +131,8 @@ class MigrationReport:
                    f"{self.catalog_rows} catalog row(s), {self.sweep_records} sweep record(s) renamed")
         out.append(f"  ledgers: {self.ledgers_checked} checked for meaning and recorded in their manifest; "
                    f"warehouses: {self.warehouses_recorded} with their content hashes recorded")
+        out.append(f"  results seals: {self.seals_keyed} plain seal(s) that still match their files re-sealed under "
+                   "the state folder's key")
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -168,6 +181,7 @@ def migrate_state(session: Session) -> MigrationReport:
         _rename_scenario_partitions(session, report)
         _check_ledger_meaning(session, report)
         _record_warehouse_content(session, report)
+        _key_plain_seals(session, report)
         write_state_format(paths)
     return report
 
@@ -219,6 +233,38 @@ def _record_warehouse_content(session: Session, report: MigrationReport) -> None
                 record_content(conn, world, views)
                 report.warehouses_recorded += 1
             conn.rollback()
+
+
+def _key_plain_seals(session: Session, report: MigrationReport) -> None:
+    """Each catalog row's plain seals re-sealed under the state folder's key if their files still match them,
+    else named in the report (format 4)."""
+    from churn_assets.evaluation.seals import is_keyed, reseal
+    from churn_assets.seal_key import seal_key
+
+    catalog = RunCatalog(session.urls.warehouse)
+    key = None
+    for row in catalog.runs():
+        if not row.seal or all(is_keyed(s) for s in row.seal.values()):
+            continue
+        key = key or seal_key(session.paths.root)
+        new, changed = dict(row.seal), False
+        for name, seal in sorted(row.seal.items()):
+            if is_keyed(seal):
+                continue
+            folder = Path(row.results_dir).parent / name
+            if not folder.is_dir():
+                report.notes.append(f"catalog row {row.run_id}: its plain seal of {folder} is kept, not keyed: the "
+                                    "folder is missing (verify-results will not confirm it)")
+                continue
+            keyed, problems = reseal(folder, seal, None, key)
+            if keyed is None:
+                report.notes.append(f"catalog row {row.run_id}: its plain seal of {folder} is kept, not keyed: "
+                                    f"{'; '.join(problems)} (verify-results will not confirm it)")
+                continue
+            new[name], changed = keyed, True
+            report.seals_keyed += 1
+        if changed:
+            catalog.set_seal(row.run_id, new)
 
 
 def _move_results(paths: StatePaths, report: MigrationReport) -> None:

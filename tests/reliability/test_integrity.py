@@ -7,11 +7,15 @@ grounding_no_freshness_tiers (policy off: freshness errors to forge).
   `fct_price` exits 1 in one line naming the table, with its trace in a file; `verify-results` repeats the check on
   a finished run. With the row put back, the run completes and verifies.
 - The forged answer of the probe (one stale task's answer set to gold, its verdict to correct, the summary's counts
-  to match): the seal names the files that changed; with the seal forged too, the plain mode names stale.csv and
-  the catalog row; with those forged too, every file agrees with the others, the catalog and the ledger, and the
-  deterministic arm's rule (docs/rules.md, "Arm correctness": its answers are gold at its planned vintage) is what
-  names the task, in the plain and the independent modes (issue 46: stale answers one short of the exposure);
-  `--replay` names it too.
+  to match): the seal names the files that changed; with the seal forged too by the state folder's owner (who can
+  read the key), the plain mode names stale.csv and the catalog row. With those forged too by a forger who can write
+  the database but not read the state folder (files, catalog row and Dagster's metadata rewritten consistently,
+  issue 46), the keyed seal catches it in plain verification whatever seal the forger writes: a plain SHA-256 seal,
+  MACs under another key with this key's id, or a seal under another key ("key changed", one line). Re-sealed by
+  the owner, every file agrees with the others, the catalog and the ledger, and the deterministic arm's rule
+  (docs/rules.md, "Arm correctness": its answers are gold at its planned vintage) is what names the task,
+  in the plain and the independent modes (issue 46: stale answers one short of the exposure); `--replay` names it
+  too.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import pytest
 from churn_assets.errors import DataIntegrityError
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.results import STALE_FILE, SUMMARY_FILE, TASKS_FILE, canonical, stale_csv
-from churn_assets.evaluation.seals import SEAL_METADATA, seal_folder
+from churn_assets.evaluation.seals import SEAL_METADATA, plain_seal, seal_folder
 from churn_assets.fabric.postgres import connection, schema_name
 from churn_assets.fabric.warehouse_content import TABLE, VIEW, closure, verify_content
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import warehouse_views
 from churn_assets.orchestration.materialize import Session
+from churn_assets.seal_key import SealKey, seal_key
 
 from .conftest import Cli
 
@@ -178,16 +183,18 @@ def _forge(folder: Path) -> str:
 
 
 def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, small_world: str, cli: Cli,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path, state_dir: Path) -> None:
     done = run(cli, small_world, FORGED_ARM)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = Path(done.stdout.strip().splitlines()[-1].removeprefix("results: "))
     key = key_of(small_world, FORGED_ARM, "off")
     catalog = RunCatalog(session.urls.warehouse)
     [row] = [r for r in catalog.find(key) if Path(r.results_dir) == folder]
-    assert row.seal is not None and set(row.seal[folder.name]) == {"tasks.jsonl", "summary.json", "stale.csv",
-                                                                    "identity.json", "timings.json"}
-    assert row.seal[folder.name] == seal_folder(folder)
+    owner_key = seal_key(state_dir)  # the state folder's key: only its owner (and root) can read it
+    assert row.seal is not None and set(row.seal[folder.name]["files"]) == {
+        "tasks.jsonl", "summary.json", "stale.csv", "identity.json", "timings.json"}
+    assert row.seal[folder.name] == seal_folder(folder, owner_key)
+    assert owner_key.secret.decode() not in json.dumps(row.seal)  # the database never holds the key
     materialization = session.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("eval_run"), asset_partitions=[key]), limit=1).records[0]
     assert materialization.asset_materialization.metadata[SEAL_METADATA].value == row.seal  # the same seal
@@ -212,9 +219,9 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
         assert "stale.csv: is not the list tasks.jsonl makes" in sealed.stdout
         assert f"catalog row {row.run_id}: accuracy stored" in sealed.stdout
 
-        # 2. The seal forged too (catalog row and Dagster's metadata): the plain mode still names stale.csv and the
-        #    catalog's figures, which were not.
-        forged_seal = {**row.seal, folder.name: seal_folder(folder)}
+        # 2. The seal forged too by the state folder's owner, who can read the key (catalog row and Dagster's
+        #    metadata): the plain mode still names stale.csv and the catalog's figures, which were not.
+        forged_seal = {**row.seal, folder.name: seal_folder(folder, owner_key)}
         _set_catalog(session, row.run_id, seal=json.dumps(forged_seal))
         session.instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(forged_seal)}))
@@ -223,19 +230,43 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
         assert "stale.csv: is not the list tasks.jsonl makes" in plain.stdout and victim in plain.stdout
         assert f"catalog row {row.run_id}: accuracy stored" in plain.stdout
 
-        # 3. stale.csv and the catalog's figures forged too: the files agree with each other, the catalog and the
-        #    ledger; the arm's rule names the task (its answer is not gold at the planned vintage), in the plain and
-        #    the independent modes, and the replay names it too.
+        # 3. stale.csv and the catalog's figures forged too.
         forged_rows = [json.loads(x) for x in (folder / TASKS_FILE).read_text().splitlines()]
         (folder / STALE_FILE).write_text(stale_csv(forged_rows))
         assert victim not in [r["task_id"] for r in csv.DictReader(io.StringIO((folder / STALE_FILE).read_text()))]
         summary = json.loads((folder / SUMMARY_FILE).read_text())
-        forged_seal = {**row.seal, folder.name: seal_folder(folder)}
-        _set_catalog(session, row.run_id, seal=json.dumps(forged_seal), accuracy=summary["accuracy"],
-                     correct=summary["verdicts"]["correct"], freshness_error=summary["verdicts"]["freshness_error"],
-                     stale_answers=summary["stale_answers"])
-        session.instance.report_runless_asset_event(dg.AssetMaterialization(
-            asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(forged_seal)}))
+        figures = {"accuracy": summary["accuracy"], "correct": summary["verdicts"]["correct"],
+                   "freshness_error": summary["verdicts"]["freshness_error"], "stale_answers": summary["stale_answers"]}
+
+        # 3a. A forger with a database connection only (shared Postgres: the catalog row and Dagster's event log)
+        #     and the files, who cannot read the state folder: every file, the catalog row and Dagster's metadata
+        #     rewritten consistently, with the best seal one can make without the key. Plain verification catches
+        #     each (exit 1, never "confirmed").
+        own_key = SealKey.from_text("a database writer's own key")
+        attempts = {
+            # the seal of before issue 46: SHA-256 of each file, remade at will
+            "plain": ({folder.name: plain_seal(folder)}, "holds a plain SHA-256 seal"),
+            # this key's id with MACs under another key
+            "wrong MAC": ({folder.name: {**seal_folder(folder, own_key), "key_id": owner_key.key_id}},
+                          "tasks.jsonl changed since the run sealed it (its MAC under key"),
+            # a keyed seal under another key: one line, "key changed"
+            "key changed": ({folder.name: seal_folder(folder, own_key)}, "key changed: sealed under key id "
+                            f"{own_key.key_id}, this state folder's key is {owner_key.key_id}"),
+        }
+        for what, (forged_seal, caught_by) in attempts.items():
+            _forge_through_the_database(session, key, row.run_id, {**row.seal, **forged_seal}, figures)
+            caught = verify(key)
+            assert caught.returncode == 1 and caught_by in caught.stdout, (what, caught.stdout)
+            assert "rows confirmed" not in caught.stdout, (what, caught.stdout)
+            if what == "key changed":
+                [line] = caught.stdout.strip().splitlines()
+                assert line.startswith(f"run {row.run_id} {key}: key changed: "), line
+
+        # 3b. The owner re-seals everything with the key (the owner and root can re-seal anything): the files
+        #     agree with each other, the catalog and the ledger; the arm's rule names the task (its answer is not
+        #     gold at the planned vintage), in the plain and the independent modes, and the replay names it too.
+        _forge_through_the_database(session, key, row.run_id, {**row.seal, folder.name: seal_folder(folder, owner_key)},
+                                    figures)
         broken = f'task {victim}: template {victim_row["template"]}: breaks docs/rules.md "Arm correctness"'
         plain = verify(key)
         assert plain.returncode == 1 and "1 disagreement(s)" in plain.stdout, plain.stdout
@@ -256,6 +287,15 @@ def test_a_forged_answer_against_each_mode_of_verify_results(session: Session, s
         session.instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(row.seal)}))
     assert verify(key).returncode == 0
+
+
+def _forge_through_the_database(session: Session, key: str, run_id: int, seal: dict[str, Any],
+                                figures: dict[str, Any]) -> None:
+    """The catalog row's seal and figures and Dagster's `eval_run` metadata, rewritten through database
+    connections alone (Dagster's event log is in the same Postgres)."""
+    _set_catalog(session, run_id, seal=json.dumps(seal), **figures)
+    session.instance.report_runless_asset_event(dg.AssetMaterialization(
+        asset_key="eval_run", partition=key, metadata={SEAL_METADATA: dg.MetadataValue.json(seal)}))
 
 
 def _set_catalog(session: Session, run_id: int, **values: Any) -> None:

@@ -1,7 +1,8 @@
 """Secrets stay secret (issue 22, item 17): after a small evaluation that used every credential (the world's
 Postgres arm role, its SaaS tenant key, the Mongo server), no secret value appears in any file of the state
-folder but the three 0600 files that hold them (one is the embedded Postgres' TCP password, decision 324), in the
-embedded Postgres' server log, in Dagster's event log or in the results catalog, nor in what the run printed.
+folder but the four 0600 files that hold them (one is the embedded Postgres' TCP password, decision 324; one the
+seal key the run's results were sealed under, issue 46), in the embedded Postgres' server log, in Dagster's event
+log or in the results catalog, nor in what the run printed.
 
 The naive arm is the one run: it reads every store live at T (Mongo, the dbt as-of views, documents, SaaS),
 so every secret was used in this run.
@@ -22,6 +23,7 @@ from churn_assets.credentials import tenant_key
 from churn_assets.fabric.postgres import connection
 from churn_assets.fabric.roles import arm_password, arm_secret
 from churn_assets.orchestration.materialize import Session
+from churn_assets.seal_key import seal_key_file
 from churn_assets.services import saas_api_key, saas_keys_file
 from churn_assets.services.base import DAGSTER_DATABASE, with_database
 
@@ -46,7 +48,8 @@ def _secrets(session: Session, world: str) -> dict[str, str]:
 
     secret = arm_secret(session.paths.arm_secret_file)
     found = {"arm secret": secret, "arm password": arm_password(world, secret),
-             "postgres password": session.paths.postgres_password_file.read_text().strip()}
+             "postgres password": session.paths.postgres_password_file.read_text().strip(),
+             "seal key": seal_key_file(session.paths.root).read_text().strip()}
     for entry in json.loads(saas_keys_file(session.paths).read_text())["keys"]:
         found[f"saas issuer {entry['profile']}"] = entry["key"]
         found[f"saas tenant key {entry['profile']}"] = tenant_key(entry["key"], world)
@@ -55,13 +58,14 @@ def _secrets(session: Session, world: str) -> dict[str, str]:
 
 def test_secrets_live_in_private_files_only(session: Session, evaluated: tuple[dict[str, Any], str],
                                             small_world: str) -> None:
-    for path in (session.paths.arm_secret_file, saas_keys_file(session.paths), session.paths.postgres_password_file):
+    holders = {session.paths.arm_secret_file, saas_keys_file(session.paths), session.paths.postgres_password_file,
+               seal_key_file(session.paths.root)}
+    for path in holders:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     secrets = _secrets(session, small_world)
     assert saas_api_key(session.paths, world_id=small_world) == secrets["saas tenant key default"]
     summary, printed = evaluated
     assert summary["tasks"] > 0 and summary["verdicts"]["transport_failure"] == 0  # SaaS was read, and answered
-    holders = {session.paths.arm_secret_file, saas_keys_file(session.paths), session.paths.postgres_password_file}
     haystacks: dict[str, bytes] = {"what the run printed": printed.encode()}
     scanned = 0
     for root, _dirs, files in os.walk(session.paths.root):

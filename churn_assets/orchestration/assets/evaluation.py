@@ -66,6 +66,7 @@ from churn_assets.orchestration.scenario_inputs import (
 from churn_assets.orchestration.scenarios import load_scenario
 from churn_assets.orchestration.unbacked import Unbacked, refusal, scenario_problem
 from churn_assets.orchestration.world_registry import using_world
+from churn_assets.seal_key import seal_key
 from churn_assets.services import raise_if_a_service_died, saas_api_key, service_errors
 from churn_assets.services.llm import LlmServerConfig, ensure_llm_server, llm_server_failure
 from churn_assets.tasks.gold import shared_resolver
@@ -116,11 +117,13 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     with user_errors():
         repeats = repeats_of(context.run.tags)
     store = results_store(state)
+    # Seals are made under this state folder's key (not the one CHURNBENCH_STATE_DIR names, if they differ).
+    catalog = RunCatalog(urls.warehouse, seal_key(paths.root))
     t_iso = scenario.t.isoformat()
     # A finished result of the same identity is looked up before the inputs are: reusing it reads no input
     # (decision 190). Its identity needs the task set, so a missing task set goes on to the check below.
     found = finished_run(store, scenario, config.config_hash, plan, paths.task_set_file(world, scenario.t),
-                         drawn=drawn_settings(), catalog=urls.warehouse)
+                         drawn=drawn_settings(), catalog=catalog)
     keys = finished_repeats(store, found[0], repeats, code=found[1]["code_version"]) if found is not None else None
     if keys is not None and not (retry and any(transport_failures(store.read_summary(k)) for k in keys)):
         # every repeat of the same identity ran to the end before: reused, never run twice
@@ -209,7 +212,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
                 deterministic=deterministic, exposure=exposure, progress=progress, retry_transport=retry,
                 dagster_run_id=context.run_id, content_check=warehouse_check,
                 transport_counters=(lambda: saas.stats.as_dict()) if saas is not None else None,
-                catalog=urls.warehouse,  # the results catalog records running -> complete/failed
+                catalog=catalog,  # the results catalog records running -> complete/failed
                 on_wait=lambda: context.log.info(f"{scenario.key}: another run of this experiment holds "
                                                  "its results folder; waiting to reuse or resume it"))
     except UserFacingError as e:
