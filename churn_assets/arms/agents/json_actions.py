@@ -123,7 +123,7 @@ def system_prompt(records: bool, by_kind: bool, glossary: str, views: str,
     if measures:
         measure = ('Measure: {"action": "measure", "measure": "<name>", <its arguments>}: one value computed from '
                    "the data as of today (the result states the as-of day of each part of the data it read). "
-                   "Measures (name and arguments):\n" + "\n".join(measures) + "\n")
+                   "Measures (name(arguments): meaning (unit)):\n" + "\n".join(measures) + "\n")
         first = ("Measure first (the first reply must be a measure; then measure, read or answer): you know only "
                  f"the values and {known} your measures and reads returned.")
     return ("You answer one question about a company's software licenses, users, cost centers, vendors, "
