@@ -107,8 +107,8 @@ def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
 def system_prompt(records: bool, by_kind: bool, glossary: str, views: str,
                   measures: tuple[str, ...] = ()) -> str:
     """The one system prompt of an arm (fixed: today, the question and its answer format go in the first user
-    message, so the server's prefix cache holds across the tasks of a run). `measures`: the signatures of the
-    measures an arm with a semantic model offers (listed by name and arguments; the first reply must call one)."""
+    message, so the server's prefix cache holds across the tasks of a run). `measures`: the lines (name, arguments,
+    meaning, unit) of the measures an arm with a semantic model offers (the first reply must call one)."""
     if records:
         kinds_arg, kinds = (', "kinds": [<record kinds>]', " among the record kinds named") if by_kind else ("", "")
         read = (f'{{"action": "search_records", "query": "<what to look for, naming the ids you need>", '

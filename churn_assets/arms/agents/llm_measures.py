@@ -73,7 +73,7 @@ def measure_actions(registry: Registry, pools: Pools | None) -> list[dict[str, A
 
 
 def signatures(registry: Registry) -> tuple[str, ...]:
-    """`name(arg, ...)` of every measure, for the tool loop's tool description."""
+    """`name(arg, ...)` of every measure."""
     return tuple(f"{m.name}({', '.join(m.args)})" for m in registry.measures.values())
 
 
@@ -107,7 +107,7 @@ def measure_tool(registry: Registry) -> dict[str, Any]:
     return {"type": "function", "function": {
         "name": MEASURE,
         "description": "Compute one registered measure of the data as of today; give the arguments it takes. "
-                       "Measures: " + "; ".join(signatures(registry)) + ".",
+                       "Measures: " + "; ".join(prompt_lines(registry)) + ".",
         "parameters": {"type": "object", "properties": props, "required": ["measure"]}}}
 
 

@@ -74,7 +74,7 @@ def _views_doc() -> str:
 def system_prompt(mode: str, records: bool, by_kind: bool = True, measures: tuple[str, ...] = ()) -> str:
     """The one system prompt of an arm's agent (fixed per mode and tool set: the day, the question and its answer
     format are the first user message), so an endpoint's prefix cache holds across a run's tasks. `measures`: the
-    signatures of the measures an arm with a semantic model offers (`llm_measures.signatures`; () for none)."""
+    signatures of the measures an arm with a semantic model offers (`llm_measures.prompt_lines`; () for none)."""
     if mode == JSON_ACTIONS:
         return json_actions.system_prompt(records, by_kind, GLOSSARY, _views_doc(), measures)
     how = ("Use search_records to find the fact records you need; only the records it returns are known to you."
