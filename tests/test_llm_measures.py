@@ -12,6 +12,7 @@ without a semantic model offer no measure; `grounded` and `copied_example` judge
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from typing import Any
 
@@ -21,17 +22,23 @@ from test_llm_agent import PRICE_QUESTION, QUESTION, SETTINGS, FakeRouter, T, ag
 from test_llm_json_actions import JSON_SETTINGS, answer, read, schema_of, turn
 
 from churn_assets.arms.agents import json_actions
-from churn_assets.arms.agents.llm_measures import measure_actions, question_pools, signatures
+from churn_assets.arms.agents.llm_measures import (
+    measure_actions,
+    prompt_lines,
+    question_pools,
+    ready_answer,
+)
 from churn_assets.arms.agents.llm_prompts import system_prompt
 from churn_assets.arms.agents.llm_settings import (
     JSON_ACTIONS,
+    PROMPT_VERSION,
     VIEWS_ONLY,
     LlmConfigError,
     LlmSettings,
     check_agent_settings,
 )
 from churn_assets.arms.base import TracingTools
-from churn_assets.grounding.measures import SemanticModel
+from churn_assets.grounding.measures import MeasureResult, SemanticModel
 
 MODEL = SemanticModel()
 HELD = "licenses_held_by_active_users"  # the measure of QUESTION's template (t2_license_holders_product)
@@ -66,12 +73,12 @@ def test_a_measure_call_reads_through_the_arms_traced_tools_and_grounds_the_answ
     [result] = results(chat)
     assert result.startswith(f"Result of measure:\n{HELD} = 2 (count); as of: ")
     # the value is followed by the invitation to answer with it (a bad call's error is not: see below)
-    assert result.endswith("reply now with the answer action and its value; otherwise call the measure that is. "
-                           "(7 read(s) left.)")
+    assert result.endswith('reply now with this answer: {"action": "answer", "answer": 2, "data_as_of": '
+                           '"2024-04-27"}; otherwise call the measure that is. (7 read(s) left.)')
     # the system prompt lists every measure by name and arguments
     sent = chat.received[-1]
     assert isinstance(sent[0], SystemMessage)
-    assert sent[0].content == system_prompt(JSON_ACTIONS, False, True, signatures(MODEL.registry))
+    assert sent[0].content == system_prompt(JSON_ACTIONS, False, True, prompt_lines(MODEL.registry))
     assert f"{HELD}(product)" in sent[0].content and "Measure first" in sent[0].content
 
 
@@ -82,7 +89,10 @@ def test_semantic_first_the_first_turn_may_only_call_a_measure() -> None:
     assert got.value == 2 and got.measure_calls == 1
     first, *later = (schema_of(k) for k in chat.call_kwargs)
     assert {a["properties"]["action"]["const"] for a in first["anyOf"]} == {"measure"}
-    assert [a["properties"]["measure"]["const"] for a in first["anyOf"]] == list(MODEL.registry.measures)
+    # the question names a product: every measure but those taking a cost center, contract or vendor
+    other_ids = {"cost_center", "contract", "vendor"}
+    assert [a["properties"]["measure"]["const"] for a in first["anyOf"]] == [
+        m.name for m in MODEL.registry.measures.values() if not other_ids & set(m.args)]
     assert later[0] == first  # the invalid first reply read nothing: still the first turn
     assert {a["properties"]["action"]["const"] for a in later[1]["anyOf"]} == {"measure", "retrieve", "answer"}
     # the retrieve on the first turn was told to the model as invalid, and not run
@@ -91,11 +101,14 @@ def test_semantic_first_the_first_turn_may_only_call_a_measure() -> None:
 
 def test_the_grammar_offers_the_ids_the_question_names_and_typed_arguments() -> None:
     pools = question_pools("How much did cost center cc_0003 spend on product prd_0001 in the last 30 days?")
-    assert pools["product"] == pools["cost_center"] == ["cc_0003", "prd_0001"] and pools["priority"]
+    # each id argument takes the ids of its own type the question names, no other
+    assert (pools["product"], pools["cost_center"], pools["contract"]) == (["prd_0001"], ["cc_0003"], [])
+    assert pools["priority"]
     by_name = {a["properties"]["measure"]["const"]: a for a in measure_actions(MODEL.registry, pools)}
     held = by_name[HELD]
     assert held["required"] == ["action", "measure", "product"] and held["additionalProperties"] is False
-    assert held["properties"]["product"] == {"enum": ["cc_0003", "prd_0001"]}
+    assert held["properties"]["product"] == {"enum": ["prd_0001"]}
+    assert "contract_status" not in by_name  # it takes a contract, and the question names none
     typed = {a: s for m in by_name.values() for a, s in m["properties"].items()}
     assert typed["days"]["type"] == "integer" and typed["day1"]["pattern"] == json_actions.DAY_PATTERN
 
@@ -168,7 +181,7 @@ def test_the_interface_is_part_of_the_agent_id_and_a_bad_one_is_refused() -> Non
 
 def test_a_scenario_defined_with_earlier_prompts_is_refused_in_one_line() -> None:
     old = {**SETTINGS.to_json(), "prompt_version": "2"}
-    with pytest.raises(LlmConfigError, match="prompt version 2; this code's prompts are version 4"):
+    with pytest.raises(LlmConfigError, match=f"prompt version 2; this code's prompts are version {PROMPT_VERSION}"):
         check_agent_settings(SETTINGS.agent_id, old)
 
 
@@ -230,6 +243,26 @@ def test_a_window_out_of_range_is_one_line_not_a_crash(days: Any) -> None:
     got = llm.answer("How many licenses were purchased in the last 30 days (including today)?", T, tools())
     [told] = [json.loads(str(m.content)) for m in chat.received[-1] if isinstance(m, ToolMessage)]
     assert "argument days must be a whole number of days 1..3660" in told["error"] and got.text == "3"
+
+
+def test_the_system_prompt_gives_each_measure_its_meaning_and_unit() -> None:
+    prompt = system_prompt(JSON_ACTIONS, False, True, prompt_lines(MODEL.registry))
+    for m in MODEL.registry.measures.values():
+        assert f"{m.name}({', '.join(m.args)}): {m.meaning} ({m.unit})" in prompt.splitlines()
+
+
+@pytest.mark.parametrize(("value", "as_of", "expected"), [
+    (2, {"assignments": dt.date(2024, 4, 20), "user_status": dt.date(2024, 4, 27)}, (2, "2024-04-20")),
+    (["cc_002", "cc_005"], {"assignments": dt.date(2024, 4, 27)}, ("cc_002, cc_005", "2024-04-27")),
+    ([], {"contract_terms": None}, ("none", None)),
+    (None, {"vendor_dims": dt.date(2024, 4, 1)}, ("unknown", "2024-04-01")),
+    (dt.date(2026, 2, 23), {"contract_terms": dt.date(2024, 3, 30)}, ("2026-02-23", "2024-03-30")),
+])
+def test_the_ready_answer_is_the_value_as_the_result_line_writes_it(value: Any, as_of: dict[str, Any],
+                                                                      expected: tuple[Any, str | None]) -> None:
+    call = MODEL.check(HELD, {"product": "prd_0001"})
+    got = json.loads(ready_answer(MeasureResult(call, value, "count", as_of, 3)))
+    assert got == {"action": "answer", "answer": expected[0], "data_as_of": expected[1]}
 
 
 def test_unknown_is_grounded_only_by_the_templates_own_measure() -> None:

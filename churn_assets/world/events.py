@@ -23,6 +23,13 @@ ENTITY_CLASSES: tuple[str, ...] = (
     "tickets",
 )
 
+# The id prefix of each entity type (`vnd_003`, `prd_0001`, ...): the simulator mints ids with it, and the LLM
+# agent's grammar types an id argument by it (a `product` argument takes only the `prd_` ids the question names).
+ID_PREFIXES: dict[str, str] = {
+    "vendor": "vnd", "cost_center": "cc", "product": "prd", "contract": "ctr", "user": "usr", "license": "lic",
+    "ticket": "tkt",
+}
+
 
 @dataclass(frozen=True)
 class Field:

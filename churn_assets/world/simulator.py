@@ -21,7 +21,7 @@ from churn_assets.world import gc_pause
 from churn_assets.world.calendar import add_months
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.draws import Draws, WeightedPool
-from churn_assets.world.events import LICENSE_MODELS, TICKET_PRIORITIES, VENDOR_TIERS
+from churn_assets.world.events import ID_PREFIXES, LICENSE_MODELS, TICKET_PRIORITIES, VENDOR_TIERS
 from churn_assets.world.ledger import Event, LedgerManifest, LedgerWriter
 
 IDLE_WINDOW_DAYS = 30  # a license unused this long may be reclaimed
@@ -130,7 +130,7 @@ class Simulator:
         d, w, ref = self.draws, self.w, self.ref
         used_names: set[str] = set()
         for i in range(ref["vendors"]):
-            vid = w.new_id("vnd", 3)
+            vid = w.new_id(ID_PREFIXES["vendor"], 3)
             name = self._fresh_vendor_name(used_names, i)
             tier = VENDOR_TIERS[0] if d.chance(0.2) else d.choice(VENDOR_TIERS[1:])
             weight = self._weight()
@@ -141,7 +141,7 @@ class Simulator:
         units = _BUSINESS_UNITS[: ref["business_units"]]
         cc_names: set[str] = set()
         for i in range(ref["cost_centers"]):
-            cid = w.new_id("cc", 3)
+            cid = w.new_id(ID_PREFIXES["cost_center"], 3)
             unit = units[i % len(units)] if i < len(units) else d.choice(units)
             name = f"{unit} {_TEAMS[(i // len(units)) % len(_TEAMS)]}"
             while name in cc_names:
@@ -156,7 +156,7 @@ class Simulator:
         lo, hi = ref["list_price_usd"]
         product_names: set[str] = set()
         for i in range(ref["products"]):
-            pid = w.new_id("prd", 4)
+            pid = w.new_id(ID_PREFIXES["product"], 4)
             picked = vendor_ids[i] if i < len(vendor_ids) else w.vendors.pick(d)
             assert picked is not None
             vid = picked
@@ -202,7 +202,7 @@ class Simulator:
     def _sign_contract(self, vendor_id: str, existing: bool = False) -> str:
         """A new contract; `existing` ones were signed before the calendar starts and run into it."""
         d, w = self.draws, self.w
-        cid = w.new_id("ctr", 4)
+        cid = w.new_id(ID_PREFIXES["contract"], 4)
         term = d.choice(self.ref["contract_terms_months"])
         if existing:
             # The contract is mid-term on day 0: its expiry falls anywhere within one term from now.
@@ -281,7 +281,7 @@ class Simulator:
 
     def _hire(self, with_license: bool) -> str:
         d, w = self.draws, self.w
-        uid = w.new_id("usr", 6)
+        uid = w.new_id(ID_PREFIXES["user"], 6)
         cc = w.cost_centers.pick(d)
         assert cc is not None
         weight = self._weight()
@@ -297,7 +297,7 @@ class Simulator:
     def _purchase_and_assign(self, product_id: str, user_id: str) -> None:
         w = self.w
         contract_id = self._contract_for(product_id)
-        lid = w.new_id("lic", 6)
+        lid = w.new_id(ID_PREFIXES["license"], 6)
         weight = self._weight()
         shelfware = self.draws.chance(self.drift["shelfware_share"])
         w.licenses[lid] = _License(product_id, usage=self.drift["shelfware_usage"] if shelfware else 1.0)
@@ -477,7 +477,7 @@ class Simulator:
             if lid is None:
                 return
             lic = w.licenses[lid]
-            tid = w.new_id("tkt", 6)
+            tid = w.new_id(ID_PREFIXES["ticket"], 6)
             w.tickets_open[tid] = self.day
             priority = TICKET_PRIORITIES[min(3, int(d.exponential(0.9)))]
             assert lic.holder is not None

@@ -107,8 +107,8 @@ def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
 def system_prompt(records: bool, by_kind: bool, glossary: str, views: str,
                   measures: tuple[str, ...] = ()) -> str:
     """The one system prompt of an arm (fixed: today, the question and its answer format go in the first user
-    message, so the server's prefix cache holds across the tasks of a run). `measures`: the signatures of the
-    measures an arm with a semantic model offers (listed by name and arguments; the first reply must call one)."""
+    message, so the server's prefix cache holds across the tasks of a run). `measures`: the lines (name, arguments,
+    meaning, unit) of the measures an arm with a semantic model offers (the first reply must call one)."""
     if records:
         kinds_arg, kinds = (', "kinds": [<record kinds>]', " among the record kinds named") if by_kind else ("", "")
         read = (f'{{"action": "search_records", "query": "<what to look for, naming the ids you need>", '
@@ -123,7 +123,7 @@ def system_prompt(records: bool, by_kind: bool, glossary: str, views: str,
     if measures:
         measure = ('Measure: {"action": "measure", "measure": "<name>", <its arguments>}: one value computed from '
                    "the data as of today (the result states the as-of day of each part of the data it read). "
-                   "Measures (name and arguments):\n" + "\n".join(measures) + "\n")
+                   "Measures (name(arguments): meaning (unit)):\n" + "\n".join(measures) + "\n")
         first = ("Measure first (the first reply must be a measure; then measure, read or answer): you know only "
                  f"the values and {known} your measures and reads returned.")
     return ("You answer one question about a company's software licenses, users, cost centers, vendors, "

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from churn_assets.arms.agents import json_actions
@@ -56,8 +56,9 @@ from churn_assets.arms.agents.llm_measures import (
     measure_actions,
     measure_handler,
     measure_tool,
+    prompt_lines,
     question_pools,
-    signatures,
+    ready_answer,
 )
 from churn_assets.arms.agents.llm_prompts import (
     AFTER_MEASURE,
@@ -182,6 +183,7 @@ class _Task:
     meter: Meter
     question: str = ""
     semantic: SemanticModel | None = None
+    measured: list[MeasureResult] = field(default_factory=list)  # each measure call's result, in call order
 
 
 class LlmAgent:
@@ -255,7 +257,8 @@ class LlmAgent:
                 return run_measure(args)
 
             handlers[MEASURE] = measure
-        answer = self._run(question, today, handlers, records=False, by_kind=True, semantic=semantic)
+        answer = self._run(question, today, handlers, records=False, by_kind=True, semantic=semantic,
+                           measured=results)
         judged = self._judged(answer, question)
         template = self._template(question)
         if judged is not answer and template is not None:
@@ -315,14 +318,15 @@ class LlmAgent:
             return None  # the model still answers; the runner reads its text with the task's answer type
 
     def _run(self, question: str, today: Day, handlers: Mapping[str, Handler], *, records: bool,
-             by_kind: bool, semantic: SemanticModel | None = None) -> AgentAnswer:
+             by_kind: bool, semantic: SemanticModel | None = None,
+             measured: list[MeasureResult] | None = None) -> AgentAnswer:
         from langchain_core.messages import HumanMessage, SystemMessage
 
         template = self._template(question)
         task = _Task(template.template_id if template is not None else None,
                      template.answer if template is not None else None, Meter(self.settings.model, self.price),
-                     question, semantic)
-        measures = signatures(semantic.registry) if semantic is not None else ()
+                     question, semantic, measured if measured is not None else [])
+        measures = prompt_lines(semantic.registry) if semantic is not None else ()
         messages: list[Any] = [SystemMessage(system_prompt(self.settings.mode, records, by_kind, measures)),
                                HumanMessage(task_prompt(question, today, task.answer_type))]
         try:
@@ -410,10 +414,12 @@ class LlmAgent:
                                              f"reads (max_tool_rounds={s.max_tool_rounds}, "
                                              f"max_tool_calls={s.max_tool_calls})")
             meter.tool_calls += 1
+            before = len(task.measured)
             result = self._call_tool(handlers, {"name": action.name, "args": action.args})
             left = s.read_budget - meter.tool_calls
-            note = (ANSWER_NOW_JSON if left == 0 else AFTER_MEASURE.format(left=left)
-                    if action.name == MEASURE and not result.startswith('{"error"') else f"({left} read(s) left.)")
+            ran = task.measured[before:]  # the value of a measure call that ran (a bad call's error adds none)
+            note = (ANSWER_NOW_JSON if left == 0 else
+                    AFTER_MEASURE.format(answer=ready_answer(ran[-1]), left=left) if ran else f"({left} read(s) left.)")
             messages.append(HumanMessage(f"Result of {action.name}:\n{result}\n{note}"))
 
     def _invalid_replies(self, task: _Task, reasons: list[str], truncated: int, last: str) -> AgentAnswer:

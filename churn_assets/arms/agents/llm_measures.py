@@ -12,6 +12,7 @@ the deterministic agent gives.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,21 +25,23 @@ from churn_assets.grounding.registry import Registry
 from churn_assets.grounding.rows import MAX_DAYS, StructuredTools
 from churn_assets.tasks.templates import ID_PATTERN, PLACEHOLDERS
 from churn_assets.world.calendar import Day
+from churn_assets.world.events import ID_PREFIXES
 
 MEASURE = "measure"
 Pools = Mapping[str, Sequence[str]]  # argument -> the ids (or words) a call may pass (`question_pools`)
 
 
 def question_pools(question: str) -> dict[str, list[str]]:
-    """Argument -> the values this task's measure calls may pass: for an id argument, the ids the question names
-    (every measure argument is a question placeholder, so a right call only ever passes those); for a word with
-    fixed choices (priority, tier), the choices. Read off the question text alone, never the world's state: the
-    grammar tells the model nothing the question does not, nor which measure fits it."""
+    """Argument -> the values this task's measure calls may pass: for an id argument, the ids of its entity type
+    the question names (every measure argument is a question placeholder, so a right call only ever passes those;
+    a `product` takes `prd_` ids, a `contract` `ctr_` ids: `ID_PREFIXES`); for a word with fixed choices
+    (priority, tier), the choices. Read off the question text alone, never the world's state: the grammar tells
+    the model nothing the question does not, nor which measure fits it."""
     ids = list(dict.fromkeys(re.findall(rf"\b{ID_PATTERN}\b", question)))
     out: dict[str, list[str]] = {}
     for name, ph in PLACEHOLDERS.items():
-        if ph.kind == "id":  # [] when the question names none: no measure taking an id can answer it
-            out[name] = ids
+        if ph.kind == "id":  # [] when the question names none of its type: no measure taking one can answer it
+            out[name] = [i for i in ids if i.startswith(ID_PREFIXES[name] + "_")]
         elif ph.kind == "word" and re.fullmatch(r"[a-z_]+(\|[a-z_]+)*", ph.pattern):
             out[name] = ph.pattern.split("|")
     return out
@@ -70,8 +73,30 @@ def measure_actions(registry: Registry, pools: Pools | None) -> list[dict[str, A
 
 
 def signatures(registry: Registry) -> tuple[str, ...]:
-    """`name(arg, ...)` of every measure, for the system prompt (names and arguments only: decision 317)."""
+    """`name(arg, ...)` of every measure."""
     return tuple(f"{m.name}({', '.join(m.args)})" for m in registry.measures.values())
+
+
+def prompt_lines(registry: Registry) -> tuple[str, ...]:
+    """`name(arg, ...): meaning (unit)` of every measure, for the system prompt: the registry's one-line meaning,
+    as a semantic layer describes its metrics to whoever queries it (decision 325, superseding 317)."""
+    return tuple(f"{sig}: {m.meaning} ({m.unit})" for sig, m in zip(signatures(registry), registry.measures.values(),
+                                                                      strict=True))
+
+
+def ready_answer(result: MeasureResult) -> str:
+    """The answer action that would answer with a measure's value and its oldest as-of day, as the JSON the
+    model replies with (offered after the value: decision 325). The value as the result line writes it: a list
+    joined by commas, "unknown" for none."""
+    value: Any = result.value
+    if value is None:
+        value = "unknown"
+    elif isinstance(value, list):
+        value = ", ".join(map(str, value)) or "none"
+    elif not isinstance(value, int | float | str):
+        value = str(value)
+    days = [d for d in result.as_of.values() if d is not None]
+    return json.dumps({"action": "answer", "answer": value, "data_as_of": min(days).isoformat() if days else None})
 
 
 def measure_tool(registry: Registry) -> dict[str, Any]:
@@ -82,7 +107,7 @@ def measure_tool(registry: Registry) -> dict[str, Any]:
     return {"type": "function", "function": {
         "name": MEASURE,
         "description": "Compute one registered measure of the data as of today; give the arguments it takes. "
-                       "Measures: " + "; ".join(signatures(registry)) + ".",
+                       "Measures: " + "; ".join(prompt_lines(registry)) + ".",
         "parameters": {"type": "object", "properties": props, "required": ["measure"]}}}
 
 

@@ -23,9 +23,11 @@ ANSWER_NOW = ("You have used every read this task allows. Answer now from what t
               "'ANSWER: <value>' (and 'DATA_AS_OF: <YYYY-MM-DD>').")
 ANSWER_NOW_JSON = 'You have used every read this task allows. Reply now with the answer action.'
 # After a measure's value (JSON loop): measured with Qwen2.5-Coder-0.5B on the 47-task set, the model otherwise
-# read raw views after a measure that had answered the question, until its budget ran out.
-AFTER_MEASURE = ("If this measure is what the question asks, reply now with the answer action and its value; "
-                 "otherwise call the measure that is. ({left} read(s) left.)")
+# read raw views after a measure that had answered the question, until its budget ran out (decision 318); and, told
+# only to "reply with its value", it answered another number in about a third of such answers (the format's
+# example, a row count), so the answer action with the value is written out (decision 325).
+AFTER_MEASURE = ("If this measure is what the question asks, reply now with this answer: {answer}; otherwise "
+                 "call the measure that is. ({left} read(s) left.)")
 
 FORMATS: dict[str, str] = {
     "integer": "a whole number, e.g. 12",
@@ -72,7 +74,7 @@ def _views_doc() -> str:
 def system_prompt(mode: str, records: bool, by_kind: bool = True, measures: tuple[str, ...] = ()) -> str:
     """The one system prompt of an arm's agent (fixed per mode and tool set: the day, the question and its answer
     format are the first user message), so an endpoint's prefix cache holds across a run's tasks. `measures`: the
-    signatures of the measures an arm with a semantic model offers (`llm_measures.signatures`; () for none)."""
+    signatures of the measures an arm with a semantic model offers (`llm_measures.prompt_lines`; () for none)."""
     if mode == JSON_ACTIONS:
         return json_actions.system_prompt(records, by_kind, GLOSSARY, _views_doc(), measures)
     how = ("Use search_records to find the fact records you need; only the records it returns are known to you."

@@ -44,7 +44,7 @@ ENV_THREADS = "CHURNBENCH_LLM_THREADS"
 
 # Bumped whenever a system prompt, a tool description or the action schema changes: it is part of the settings,
 # so the agent-id (and the experiment hash) changes with them.
-PROMPT_VERSION = "4"
+PROMPT_VERSION = "5"
 TOOLS, JSON_ACTIONS = "tools", "json"
 MODES = (TOOLS, JSON_ACTIONS)
 # What the agent reads through on an arm with a semantic model: the registry's measures (and raw views), or raw
