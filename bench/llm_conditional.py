@@ -4,10 +4,12 @@ exposure of those same tasks. Also, per cell: accuracy, the measure chosen right
 median prompt tokens and seconds per task; and, given a second cell of the same tasks, the paired accuracy
 difference with its 90% interval (tasks resampled by template, the product's cluster bootstrap).
 
-    python bench/llm_conditional.py FOLDER [--versus FOLDER]
+    python bench/llm_conditional.py FOLDER [FOLDER ...] [--versus FOLDER]
 
-FOLDER: a results folder of an LLM cell (any repeat's; every complete repeat of its experiment is read, as
-`results show` does). `--versus`: another cell of the same task set (the raw-views setting), paired per task.
+FOLDER: a results folder of an LLM cell (any repeat's; every complete repeat of its experiment and code version is
+read, as `results show` does). More folders of the same experiment hash join the cell: the repeats of one run
+whose folders carry different code-version labels (a repeat's label is the working tree's when it starts).
+`--versus`: another cell of the same task set (the raw-views setting), paired per task.
 
 The deterministic agent's call is computed from the question (its template's measure with the parsed parameters,
 checked by the semantic model as any call is), not read from a deterministic run: the comparison needs no second
@@ -100,15 +102,36 @@ def paired_difference(a: Sequence[Sequence[Mapping[str, Any]]], b: Sequence[Sequ
     return statistics.fmean(diff.values()), cluster_bootstrap_interval(diff, templates)
 
 
-def read_cell(folder: Path) -> list[list[dict[str, Any]]]:
+def read_cell(*folders: Path) -> list[list[dict[str, Any]]]:
+    """The complete repeats of the folders' experiment (one experiment hash: the folder names' first part): each
+    folder's experiment as `results show` reads it, and a repeat folder whose repeat 0 has another code-version
+    label on its own."""
+    from churn_assets.errors import UserFacingError
     from churn_assets.evaluation.repeats import experiment_keys
-    from churn_assets.evaluation.results import ResultsStore
+    from churn_assets.evaluation.results import ResultsStore, RunKey, parse_folder_name
 
-    keys = experiment_keys(folder)
-    if not keys:
-        raise SystemExit(f"{folder}: no complete repeat")
-    store = ResultsStore(folder.resolve().parents[2])
-    return [store.read_tasks(k) for k in keys]
+    hashes = {f.name.split("__")[0] for f in folders}
+    if len(hashes) > 1:
+        raise SystemExit(f"the folders are of {len(hashes)} experiments ({', '.join(sorted(hashes))}): give one's")
+    keys: dict[int, RunKey] = {}
+    for folder in (f.resolve() for f in folders):
+        store = ResultsStore(folder.parents[2])
+        try:
+            found = experiment_keys(folder)
+        except UserFacingError:  # its repeat 0 carries another code-version label
+            found = []
+        if not found:  # a repeat folder alone
+            base, repeat, _retry = parse_folder_name(folder.name)
+            experiment_hash, _, code = base.partition("__")
+            own = store.latest_complete(RunKey(folder.parent.parent.name, folder.parent.name, experiment_hash, code,
+                                               repeat=repeat))
+            found = [own] if own is not None else []
+        if not found:
+            raise SystemExit(f"{folder}: no complete repeat")
+        for k in found:
+            keys.setdefault(k.repeat, k)
+    store = ResultsStore(folders[0].resolve().parents[2])
+    return [store.read_tasks(keys[r]) for r in sorted(keys)]
 
 
 def line(name: str, f: Mapping[str, Any]) -> str:
@@ -127,17 +150,17 @@ HEADER = ("| cell | K | correct | stale per repeat | exposed answers | with a me
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folder", type=Path, nargs="+")
     parser.add_argument("--versus", type=Path, default=None)
     args = parser.parse_args(argv)
-    cells = [("", args.folder)] + ([("versus", args.versus)] if args.versus else [])
-    read = {str(folder): read_cell(folder) for _, folder in cells}
+    cells = [(args.folder[0], read_cell(*args.folder))] + (
+        [(args.versus, read_cell(args.versus))] if args.versus else [])
     print(HEADER)
     print("|" + "---|" * (HEADER.count("|") - 1))
-    for _, folder in cells:
-        print(line(folder.parent.name, cell_figures(read[str(folder)])))
+    for folder, rows in cells:
+        print(line(folder.parent.name, cell_figures(rows)))
     if args.versus:
-        mean, (lo, hi) = paired_difference(read[str(args.folder)], read[str(args.versus)])
+        mean, (lo, hi) = paired_difference(cells[0][1], cells[1][1])
         print(f"\npaired accuracy difference (first - versus), mean over tasks: {100 * mean:+.1f} points, "
               f"90% interval [{100 * lo:+.1f}, {100 * hi:+.1f}] (tasks resampled by template)")
     return 0

@@ -39,3 +39,12 @@ def test_the_paired_difference_is_over_the_same_tasks() -> None:
     b = [[row("q1", "reasoning_error", 1, []), row("q2", "correct", 2, [])]]
     mean, (lo, hi) = bench.paired_difference(a, b)
     assert mean == 0.5 and lo <= mean <= hi
+
+
+def test_folders_of_two_experiments_do_not_make_one_cell(tmp_path: Any) -> None:
+    import pytest
+
+    bench = load_bench_script("llm_conditional")
+    a, b = tmp_path / "w" / "s" / "aaaa__git-1", tmp_path / "w" / "s" / "bbbb__git-1__rep1"
+    with pytest.raises(SystemExit, match="of 2 experiments"):
+        bench.read_cell(a, b)
