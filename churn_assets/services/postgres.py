@@ -41,6 +41,7 @@ from churn_assets.services.process import (
     free_port,
     live_process,
     log_tail,
+    port_open,
     read_record,
     terminate,
     wait_gone,
@@ -188,13 +189,18 @@ class PostgresService(Service):
         last_error: Exception | None = None
         url = ""
         pm: dict[str, Any] | None = None
+        previous = self._previous_port(paths, host)
         for attempt in range(START_ATTEMPTS):
             # Right after a kill, orphaned backends may still hold the old shared memory: the new postmaster
             # then either fails to start or exits right after `pg_ctl` returned. Both are retried, after a
             # pause for the orphans to go.
             try:
                 server = PostgresServer(paths.pg_data, cleanup_mode=None, postgres_version=POSTGRES_MAJOR)
-                port = free_port(host)  # taken meanwhile: the start fails and the next attempt picks another
+                # The port of the cluster's last start when it is free: the socket's name carries the port, so a
+                # restart after a crash on another port would leave every open URL (Dagster's storage, a running
+                # session's) pointing at a socket that is gone (every attempt: the first after a kill often fails
+                # while orphaned backends go). Taken meanwhile: a fresh one.
+                port = (previous if previous and not port_open(previous, host) else None) or free_port(host)
                 with initdb_without_fsync(), listening_on(host, port):
                     server.start()
                 pm = self._postmaster(paths)
@@ -230,6 +236,17 @@ class PostgresService(Service):
                 if live_process(pid) is None or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def _previous_port(self, paths: StatePaths, host: str) -> int | None:
+        """The port this state folder's cluster last listened on at `host`: its service record's, else a killed
+        postmaster's leftover postmaster.pid (None: never started here, or on another address)."""
+        record = read_record(paths, self.name) or {}
+        if isinstance(record.get("port"), int) and record.get("host", host) == host:
+            return int(record["port"])
+        pm = self._postmaster(paths)
+        if pm is not None and pm["listen"] and pm["listen"].split(",")[0].strip() == host:
+            return int(pm["port"])
+        return None
 
     def _bootstrap(self, url: str, password: str) -> None:
         """Create the Dagster and warehouse databases and pgvector, and set the superuser's TCP password
