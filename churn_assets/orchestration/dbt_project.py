@@ -21,12 +21,14 @@ from dagster_dbt import DbtCliResource, DbtProject
 from dagster_dbt.dbt_project import DagsterDbtProjectPreparer
 
 from churn_assets.errors import UserFacingError
+from churn_assets.files import temporary_name
 from churn_assets.unique_keys import load_json
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 # Every model is the asset `analytics/<model>` (group `analytics`), one partition per world.
 ANALYTICS_KEY_PREFIX = "analytics"
 ANALYTICS_GROUP = "analytics"
+PARTIAL_PARSE_FILE = "partial_parse.msgpack"  # dbt's cache of the last parse, in the target folder
 
 
 def analytics_key(model: str) -> dg.AssetKey:
@@ -53,8 +55,26 @@ class VenvDbtPreparer(DagsterDbtProjectPreparer):
             ["deps", "--quiet"], target_path=project.target_path).wait()
 
     def _prepare_manifest(self, project: DbtProject) -> None:
-        DbtCliResource(project_dir=project, dbt_executable=dbt_executable()).cli(
-            self._prepare_project_cli_args, target_path=project.target_path).wait()
+        """`dbt parse` into a folder of its own, then each file it wrote renamed into `target/`: dbt writes
+        `manifest.json` in place, and a process reading it meanwhile (a command, a run worker, another test
+        worker) read half a file (CI: `JSONDecodeError` at char 138,250 while `churnbench ui` started beside it).
+        A rename is atomic: a reader sees the old manifest or the new one. The partial-parse file is copied in
+        first, so the parse stays partial (a few seconds)."""
+        target = Path(project.project_dir) / project.target_path
+        scratch = temporary_name(target / "parse")
+        scratch.mkdir(parents=True)
+        try:
+            partial = target / PARTIAL_PARSE_FILE
+            if partial.exists():
+                shutil.copy2(partial, scratch / PARTIAL_PARSE_FILE)
+            DbtCliResource(project_dir=project, dbt_executable=dbt_executable()).cli(
+                self._prepare_project_cli_args, target_path=scratch).wait()
+            for written in scratch.iterdir():
+                if written.is_file():
+                    written.replace(target / written.name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._invalidate_seeds_in_partial_parse(project)
 
 
 dbt_project = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)

@@ -34,6 +34,27 @@ def test_manifest_lists_every_model_file() -> None:
     assert set(MARTS) | set(AS_OF) <= parsed
 
 
+def test_a_dev_parse_replaces_the_manifest_whole(tmp_path: Path) -> None:
+    """Under `dagster dev` the code server parses again; readers elsewhere must see a whole manifest, the old or
+    the new (CI once read half of one). dbt writes in place (same inode); the preparer renames a finished file in."""
+    import shutil
+
+    from dagster_dbt import DbtProject
+
+    from churn_assets.orchestration.dbt_project import VenvDbtPreparer
+
+    copy = tmp_path / "dbt_project"
+    shutil.copytree(DBT_PROJECT_DIR, copy, ignore=shutil.ignore_patterns("logs", "dbt.log"))
+    project = DbtProject(project_dir=copy, profiles_dir=copy)
+    manifest = Path(project.manifest_path)
+    before = manifest.stat().st_ino
+    VenvDbtPreparer()._prepare_manifest(project)
+    assert manifest.stat().st_ino != before  # a new file renamed over the old one, not rewritten in place
+    names = lambda path: {n["name"] for n in json.loads(path.read_text())["nodes"].values()}  # noqa: E731
+    assert names(manifest) == names(Path(dbt_project.manifest_path))
+    assert [p.name for p in manifest.parent.iterdir() if p.name.startswith(".")] == []  # its scratch folder is gone
+
+
 def ancestors(graph: Any, key: dg.AssetKey) -> set[dg.AssetKey]:
     seen: set[dg.AssetKey] = set()
     todo = [key]
