@@ -1,8 +1,8 @@
 """The state folder's seal key: what makes a seal a MAC rather than a hash anyone can remake (issue 46).
 
-Seals of results folders (`evaluation/seals.py`) are HMAC-SHA256 under one key per state folder (the warehouse's
-content record, `fabric/warehouse_content.py`, and a ledger manifest's meaning check, `world/ledger.py`, are not
-keyed yet: issue 46 item 1 names them too). The key lives in a file of the state folder, `<state>/seal-key` (mode
+Seals of results folders (`evaluation/seals.py`), of the warehouses' content records (`fabric/warehouse_content.py`)
+and of ledger manifests' meaning checks (`world/ledger.py`) are HMAC-SHA256 under one key per state folder, each
+kind in its own domain. The key lives in a file of the state folder, `<state>/seal-key` (mode
 0600, made on first use by `credentials.ensure_secret_file`), never in Postgres: someone who can write the
 databases (shared Postgres under compose or Helm, a remote worker's connection) but cannot read the state folder
 cannot make a seal that verifies. `CHURNBENCH_SEAL_KEY_FILE` names another file (a remote worker's copy of the
@@ -15,6 +15,7 @@ seal made under another key is told apart from a forged one: "key changed", neve
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import os
@@ -29,6 +30,7 @@ STATE_DIR_ENV = "CHURNBENCH_STATE_DIR"  # = state.STATE_DIR_ENV (the state modul
 DEFAULT_STATE_DIRNAME = ".churnbench"  # = state.DEFAULT_STATE_DIRNAME
 SEAL_KEY_FILE = "seal-key"
 NEXT_KEY_SUFFIX = ".next"  # the key a rotation is moving to, until every seal is made under it
+RETIRED_SUFFIX = ".retired"  # the ids (never the keys) of keys rotations retired, one per line with the day
 MAC_ALG = "hmac-sha256"
 _KEY_ID_LABEL = b"churnbench seal key id v1"
 
@@ -71,8 +73,8 @@ def seal_key(state_root: Path) -> SealKey:
 
 
 def next_key(state_root: Path, *, create: bool) -> SealKey | None:
-    """The key a rotation moves to (`<key file>.next`): made when `create`, else None when no rotation is under
-    way. (No command rotates yet: the re-sealing of runs that verify under the old key is not built.)"""
+    """The key a rotation moves to (`<key file>.next`, `churnbench seals rotate`): made when `create`, else None when
+    no rotation is under way."""
     path = _next_file(state_root)
     if create:
         return SealKey.from_text(ensure_secret_file(path, new_secret))
@@ -80,8 +82,26 @@ def next_key(state_root: Path, *, create: bool) -> SealKey | None:
 
 
 def promote_next_key(state_root: Path) -> None:
-    """End a rotation: the next key replaces the key file (one rename; the old key is gone)."""
-    _next_file(state_root).replace(seal_key_file(state_root))
+    """End a rotation: the next key replaces the key file (one rename; the old key is gone). The old key's id (public)
+    is added to `<key file>.retired`: Dagster's `eval_run` metadata, append-only, keeps seals made under it, which
+    `verify-results` then names as retired instead of "key changed"."""
+    current = seal_key_file(state_root)
+    if current.exists():
+        retired = _retired_file(state_root)
+        with retired.open("a", encoding="utf-8") as fh:
+            fh.write(f"{SealKey.from_text(read_secret_file(current)).key_id} {dt.datetime.now(dt.UTC):%Y-%m-%d}\n")
+    _next_file(state_root).replace(current)
+
+
+def retired_key_ids(state_root: Path) -> set[str]:
+    """The ids of the keys this state folder's rotations retired."""
+    retired = _retired_file(state_root)
+    return {line.split()[0] for line in retired.read_text().splitlines() if line.strip()} if retired.exists() else set()
+
+
+def _retired_file(state_root: Path) -> Path:
+    current = seal_key_file(state_root)
+    return current.with_name(current.name + RETIRED_SUFFIX)
 
 
 def _next_file(state_root: Path) -> Path:

@@ -38,7 +38,9 @@ format that holds anything is refused in one line naming `churnbench migrate`, w
 - 2: world-day partitions hold only each world's own days; scenario keys put the world last (issue 20);
 - 3: every world's ledger manifest records its passed meaning check, which loaders require (issue 35);
 - 4: the catalog's results seals are MACs under the state folder's key, `seal-key` (issue 46; plain seals that
-  still match their files re-sealed, the others named).
+  still match their files re-sealed, the others named);
+- 5: ledger manifests' meaning checks and the warehouses' content records are sealed under that key too (issue 46;
+  a ledger is checked again, a warehouse record sealed if the warehouse still matches it, else named).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ PG_ROOT_ENV = "CHURNBENCH_PG_ROOT"
 DEFAULT_PG_ROOT = Path("/var/tmp")
 PG_HOME_PREFIX = "churnbench-pg-"
 
-STATE_FORMAT = 4
+STATE_FORMAT = 5
 STATE_FORMAT_FILE = "state-format"
 MIGRATE_COMMAND = "churnbench migrate"
 

@@ -41,7 +41,7 @@ WING_RANKS: dict[str, int] = {
     "scenarios": 1, "sweep_records": 1,
     "world_registry": 2, "dead_runs": 2, "unbacked": 2,
     "resources": 3, "materialize": 3, "requests": 3, "launches": 3, "lineage": 3,
-    "scenario_inputs": 4, "state_migration": 4,
+    "scenario_inputs": 4, "state_migration": 4, "key_rotation": 4,
     "assets": 5,
     "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6,
     "cells": 7,

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from churn_assets.canonical import canonical_json
 from churn_assets.cli import main
+from churn_assets.seal_key import SealKey, current_key, seal_key
 from churn_assets.world.config import load_config
 from churn_assets.world.ledger import (
     LEDGER_FILE,
@@ -25,10 +26,12 @@ from churn_assets.world.ledger import (
     Event,
     LedgerError,
     LedgerManifest,
+    LedgerStream,
     LedgerWriter,
     check_meaning,
     load_ledger,
     meaning_record,
+    reseal_meaning,
 )
 from churn_assets.world.meaning import CHECK_VERSION
 from churn_assets.world.simulator import generate_ledger
@@ -101,7 +104,8 @@ CASES = ("offboarding a user never hired", "a second offboarding", "a license as
 
 def test_a_generated_ledger_passes_and_its_manifest_records_the_check(world: Path) -> None:
     manifest = json.loads((world / MANIFEST_FILE).read_text())
-    assert manifest["meaning_check"] == {"version": CHECK_VERSION, "head_hash": manifest["head_hash"]}
+    assert manifest["meaning_check"] == meaning_record(manifest["head_hash"], current_key())
+    assert manifest["meaning_check"]["key_id"] == current_key().key_id and len(manifest["meaning_check"]["mac"]) == 64
     checked = check_meaning(world)
     assert checked.already and checked.count == manifest["count"] == load_ledger(world).count
 
@@ -160,10 +164,73 @@ def test_the_writer_refuses_an_impossible_event(tmp_path: Path) -> None:
         writer.append(Event(day, "user_moved_cost_center", "user", "usr_0001",
                             {"from_cost_center_id": "cc_000", "to_cost_center_id": "cc_000"}))
     manifest = writer.close()
-    assert manifest.count == 3 and manifest.meaning_check == meaning_record(manifest.head_hash or "")
+    assert manifest.count == 3 and manifest.meaning_check == meaning_record(manifest.head_hash or "", current_key())
 
 
 def test_the_manifest_round_trips_its_record() -> None:
-    manifest = LedgerManifest(2, 3, "h" * 64, "2024-01-01", "2024-01-01", {}, meaning_check=meaning_record("h" * 64))
+    manifest = LedgerManifest(2, 3, "h" * 64, "2024-01-01", "2024-01-01", {},
+                              meaning_check=meaning_record("h" * 64, SealKey.from_text("k")))
     assert LedgerManifest.from_dict(manifest.to_dict(), "m") == manifest
     assert "meaning_check" not in dataclasses.replace(manifest, meaning_check=None).to_dict()
+
+
+def _claim(ledger: Path, record: dict[str, Any]) -> None:
+    manifest = json.loads((ledger / MANIFEST_FILE).read_text())
+    (ledger / MANIFEST_FILE).write_text(json.dumps({**manifest, "meaning_check": record}, indent=2) + "\n")
+
+
+def test_a_forged_record_is_refused_by_every_loader(world: Path, tmp_path: Path) -> None:
+    """Issue 46: the record is a MAC under the state folder's key. Typed by hand (the unkeyed form of before) or
+    sealed under another folder's key, it is refused by `load_ledger`, the stream and `ledger stats`/`tasks`, which
+    never say "verified" for it; `ledger verify` checks the events and seals its own record."""
+    records = _records(world)
+    bad = _write([*records, _impossible(records, CASES[0])], world, tmp_path / "bad")
+    head = json.loads((bad / MANIFEST_FILE).read_text())["head_hash"]
+    other = seal_key(tmp_path / "another-state-folder")
+    forged = {
+        "typed by hand": ({"version": CHECK_VERSION, "head_hash": head}, "without a seal"),
+        "another folder's key": (meaning_record(head, other), f"key changed: {other.key_id}"),
+        "a made-up MAC": ({**meaning_record(head, other), "key_id": current_key().key_id},
+                          "does not verify under this state folder's key"),
+    }
+    for claim, (record, said) in forged.items():
+        _claim(bad, record)
+        with pytest.raises(LedgerError, match=said):
+            load_ledger(bad)
+        with pytest.raises(LedgerError, match=said):
+            list(LedgerStream(bad))
+        for args in (["ledger", "stats", str(bad)], ["tasks", "--ledger", str(bad), "--at", records[0]["at"],
+                                                      "--out", str(tmp_path / "t.jsonl")]):
+            refused = CliRunner().invoke(main, args)
+            assert refused.exit_code == 1 and said in refused.stderr and "verified" not in refused.output, claim
+        with pytest.raises(LedgerError, match="impossible event"):  # the check itself trusts no record
+            check_meaning(bad)
+    # under the other folder's key the sealed record is that folder's own: it loads there
+    _claim(bad, meaning_record(head, other))
+    assert load_ledger(bad, key=other).count == len(records) + 1
+
+
+def test_a_ledger_from_another_state_folder_is_checked_again_here(world: Path, tmp_path: Path) -> None:
+    theirs = _write(_records(world), world, tmp_path / "theirs", keep_check=False)
+    other = seal_key(tmp_path / "another-state-folder")
+    assert check_meaning(theirs, key=other).recorded
+    with pytest.raises(LedgerError, match="key changed"):
+        load_ledger(theirs)
+    checked = check_meaning(theirs)  # this folder's owner checks the events and seals the record with its key
+    assert checked.recorded and not checked.already and load_ledger(theirs).verified
+
+
+def test_a_rotation_reseals_a_record_that_verifies_and_leaves_a_forged_one(world: Path, tmp_path: Path) -> None:
+    records = _records(world)
+    old, new = seal_key(tmp_path / "old"), seal_key(tmp_path / "new")
+    good = _write(records, world, tmp_path / "good", keep_check=False)
+    check_meaning(good, key=old)
+    assert reseal_meaning(good, old, new) == (True, None)
+    assert load_ledger(good, key=new).verified
+    assert reseal_meaning(good, old, new) == (False, None)  # done already (a rotation run again)
+    bad = _write([*records, _impossible(records, CASES[1])], world, tmp_path / "bad")
+    _claim(bad, {"version": CHECK_VERSION, "head_hash": json.loads((bad / MANIFEST_FILE).read_text())["head_hash"]})
+    done, problem = reseal_meaning(bad, old, new)
+    assert not done and problem is not None and "without a seal" in problem
+    with pytest.raises(LedgerError, match="without a seal"):
+        load_ledger(bad, key=new)  # it gained no seal

@@ -319,3 +319,17 @@ def test_a_store_changed_before_the_run_finished_fails_it_and_drops_its_checkpoi
     summary = evaluate(arm, tasks, resolver, store, spec, code="git-recheck", content_check=Check(None))
     assert summary["tasks"] == len(tasks)
     assert json.loads((folder / "timings.json").read_text())["resumed_tasks"] == 0  # every task answered again
+
+
+def test_a_rotation_retires_the_old_key_by_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from churn_assets.seal_key import SEAL_KEY_FILE_ENV, next_key, promote_next_key, retired_key_ids
+
+    monkeypatch.delenv(SEAL_KEY_FILE_ENV, raising=False)
+    state = tmp_path / "state"
+    old = seal_key(state)
+    new = next_key(state, create=True)
+    assert new is not None and next_key(state, create=True) == new  # a rotation cut short finds its next key
+    promote_next_key(state)
+    assert seal_key(state) == new and next_key(state, create=False) is None
+    assert retired_key_ids(state) == {old.key_id}
+    assert old.secret.decode() not in (state / "seal-key.retired").read_text()  # ids only, never a key

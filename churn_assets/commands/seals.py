@@ -1,4 +1,5 @@
-"""`churnbench seals`: sign results folders to publish them (issue 46, `evaluation/signatures.py`).
+"""`churnbench seals`: sign results folders to publish them (issue 46, `evaluation/signatures.py`), and rotate the
+state folder's seal key.
 
 - `seals keygen PRIVATE`: a new Ed25519 key pair, the private key PEM in `PRIVATE` (mode 0600), the public key in
   `PRIVATE.pub` (what a publisher hands to readers);
@@ -7,6 +8,9 @@
 A reader checks a signed folder with `churnbench verify-results FOLDER --public-key PRIVATE.pub`: the public key
 alone, no state folder and no services. The state folder's own seal key (`seal-key`, `seal_key.py`) is a
 different thing: a MAC key that never leaves the folder.
+
+- `seals rotate`: a new seal key for the state folder; what verifies under the old one is sealed again under it,
+  the rest named (`orchestration/key_rotation.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from churn_assets.errors import UserFacingError
 
 @click.group()
 def seals() -> None:
-    """Sign results folders for publication (Ed25519); readers check them with `verify-results --public-key`."""
+    """Sign results folders for publication (Ed25519; readers check them with `verify-results --public-key`), and
+    rotate the state folder's seal key."""
 
 
 @seals.command()
@@ -46,3 +51,18 @@ def sign(folders: tuple[Path, ...], private_key: Path) -> None:
         if not (folder / "summary.json").is_file():
             raise UserFacingError(f"{folder} is not a results folder (no summary.json)")
         click.echo(f"signed: {sign_folder(folder, private_key)}")
+
+
+@seals.command()
+def rotate() -> None:
+    """Make a new seal key for the state folder and seal again under it every results seal, ledger meaning check
+    and warehouse record that verifies under the current key (the rest is named and left: it stops verifying). The
+    old key is then gone. Run it while nothing else runs here; cut short, run it again."""
+    from churn_assets.orchestration.key_rotation import rotate_seal_key
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.state import StatePaths
+
+    with open_session(StatePaths.resolve()) as session:
+        report = rotate_seal_key(session)
+    for line in report.lines():
+        click.echo(line)

@@ -213,7 +213,7 @@ class _Verifier:
         checked: list[str] = []
         # 1. The seal, before anything in the folder is parsed; under the state folder's key, which the database
         # does not hold (a seal under another key raises KeyChanged: one line, never confirmed).
-        seals = self._seals(row, folder_name)
+        seals, retired = self._seals(row, folder_name)
         out = seal_disagreements(folder, seals, self.key, folder_name)
         catalog_seal = seals.get("catalog row")
         if catalog_seal is None and row is not None:
@@ -231,7 +231,9 @@ class _Verifier:
         else:
             checked.append(f"seal: {len(catalog_seal['files'])} files match the {' and the '.join(seals)} "
                            f"(key {self.key.key_id})")
-            if len(seals) == 1:
+            if retired:
+                checked.append(retired)
+            elif len(seals) == 1:
                 checked.append("Dagster records no seal for it (not evaluated by `eval_run`)")
         # 2. Plain.
         stored = load_run(folder)
@@ -290,17 +292,26 @@ class _Verifier:
             retry = 0
         return row.folder_name + (f"{RETRY_SUFFIX}{retry}" if retry else "")
 
-    def _seals(self, row: CatalogRun | None, folder_name: str) -> dict[str, dict[str, str]]:
-        """Every record of the folder's seal: the catalog row's and Dagster's (by what recorded it)."""
+    def _seals(self, row: CatalogRun | None, folder_name: str) -> tuple[dict[str, dict[str, str]], str | None]:
+        """Every record of the folder's seal: the catalog row's and Dagster's (by what recorded it); and a note when
+        Dagster's is left out because it was made under a key a rotation retired (Dagster's metadata is
+        append-only: `seals rotate` seals the catalog row again, not it)."""
+        from churn_assets.evaluation.seals import is_keyed
+        from churn_assets.seal_key import retired_key_ids
+
         seals: dict[str, dict[str, str]] = {}
         sealed = (row.seal or {}).get(folder_name) if row is not None else None
         if sealed is None:
-            return seals
+            return seals, None
         seals["catalog row"] = sealed
         dagster = self._dagster_seal(row.scenario_key, folder_name) if row is not None else None
+        if dagster is not None and is_keyed(dagster) and dagster["key_id"] != self.key.key_id \
+                and dagster["key_id"] in retired_key_ids(self.paths.root):
+            return seals, (f"Dagster's seal is under key {dagster['key_id']}, which a rotation retired: not checked "
+                           "(the catalog row's, under the current key, is)")
         if dagster is not None:
             seals["Dagster eval_run metadata"] = dagster
-        return seals
+        return seals, None
 
     def _dagster_seal(self, scenario_key: str, folder_name: str) -> dict[str, str] | None:
         """The seal of `folder_name` in the newest `eval_run` materialization of the scenario that records one."""

@@ -11,11 +11,16 @@ exception for the warehouse):
 - a table's hash is the content hash of its rows (`postgres.content_hash_sql`, the staged partitions' hash); a
   view's the MD5 of its definition (`pg_get_viewdef`), its row count 0;
 - `record_content(conn, world, views)`: after a dbt build, the hash of every relation of the closure into
-  `<world>_analytics.warehouse_content` (relation, kind, rows, content_hash), replacing what was there;
+  `<world>_analytics.warehouse_content` (relation, kind, rows, content_hash, key_id, mac), replacing what was there.
+  Each row is sealed: `mac` is an HMAC of the world and the row under the state folder's seal key (`seal_key.py`,
+  issue 46), a file the database never holds, so whoever can write the database but not read the state folder
+  cannot re-record an edited table's hash (the forgery that let a run complete on edited data);
   `forget_content` removes the record before a build starts, so a build that fails leaves none;
 - `verify_content(conn, world, views)`: the same hashes recomputed now and compared with the record; a relation
   whose content differs raises `DataIntegrityError` naming it, its rows and both hashes (a missing record is a
-  `WarehouseContentError` naming the fix). It returns, per view, the hash of its closure's recorded hashes: the
+  `WarehouseContentError` naming the fix; a row whose seal does not verify under the key, a `DataIntegrityError`
+  naming it; a row sealed under another key, "key changed"). It returns, per view, the hash of its closure's
+  recorded hashes: the
   `observed_hash` of a warehouse read (`grounding/readers/warehouse.py`), which `verify-results` compares with the
   warehouse as it is then.
 - `WarehouseCheck`: an evaluation's check (`runner.ContentCheck`): the reads' hashes come from the record at once;
@@ -41,11 +46,13 @@ from typing import TYPE_CHECKING, Any
 from churn_assets.canonical import canonical_json, sha256_hex
 from churn_assets.errors import DataIntegrityError, UserFacingError
 from churn_assets.fabric.postgres import connection, content_hash_sql, ident, relation_exists, schema_name
+from churn_assets.seal_key import KeyChanged, SealKey, current_key
 
 if TYPE_CHECKING:
     import psycopg
 
 CONTENT_TABLE = "warehouse_content"  # in `<world>_analytics`, written by the dbt asset after each build
+CONTENT_SEAL_DOMAIN = "warehouse-content"  # the MAC's domain: no seal of another kind passes as a row's
 TABLE = "table"
 VIEW = "view"
 
@@ -61,6 +68,20 @@ class RelationHash:
     kind: str  # TABLE or VIEW
     rows: int
     content_hash: str
+
+    def sealed_parts(self, world_id: str) -> tuple[str, ...]:
+        """What a row's MAC is over (with `CONTENT_SEAL_DOMAIN`): the world, so no world's row passes as another's."""
+        return world_id, self.relation, self.kind, str(self.rows), self.content_hash
+
+
+@dataclass(frozen=True)
+class SealedRow:
+    """A row of the record as stored: its hash, and the key id and MAC it was sealed with (None: not sealed, an
+    older churnbench's record)."""
+
+    hashed: RelationHash
+    key_id: str | None
+    mac: str | None
 
 
 @dataclass(frozen=True)
@@ -130,18 +151,23 @@ def current_hashes(conn: psycopg.Connection[Any], world_id: str, views: Collecti
     return found, {r: hash_relation(conn, r, found.kinds[r]) for r in found.relations}
 
 
-def record_content(conn: psycopg.Connection[Any], world_id: str, views: Collection[str]) -> list[RelationHash]:
-    """Hash every relation the views read and record the hashes (replacing the world's record); commits."""
+def record_content(conn: psycopg.Connection[Any], world_id: str, views: Collection[str],
+                   key: SealKey | None = None) -> list[RelationHash]:
+    """Hash every relation the views read and record the hashes, each row sealed with `key` (default: the state
+    folder's), replacing the world's record (an older record's table, without seals, is made again); commits."""
     from psycopg import sql
 
+    key = key or current_key()
     table = ident(schema_name(world_id, "analytics"), CONTENT_TABLE)
     _, hashes = current_hashes(conn, world_id, views)
-    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (relation text PRIMARY KEY, kind text NOT NULL, "
-                         "row_count bigint NOT NULL, content_hash text NOT NULL)").format(table))
-    conn.execute(sql.SQL("DELETE FROM {}").format(table))
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+    conn.execute(sql.SQL("CREATE TABLE {} (relation text PRIMARY KEY, kind text NOT NULL, row_count bigint NOT NULL, "
+                         "content_hash text NOT NULL, key_id text NOT NULL, mac text NOT NULL)").format(table))
     with conn.cursor() as cur:
-        cur.executemany(sql.SQL("INSERT INTO {} (relation, kind, row_count, content_hash) VALUES (%s, %s, %s, %s)")
-                        .format(table), [(h.relation, h.kind, h.rows, h.content_hash) for h in hashes.values()])
+        cur.executemany(sql.SQL("INSERT INTO {} (relation, kind, row_count, content_hash, key_id, mac) "
+                                "VALUES (%s, %s, %s, %s, %s, %s)").format(table),
+                        [(h.relation, h.kind, h.rows, h.content_hash, key.key_id,
+                          key.mac(CONTENT_SEAL_DOMAIN, *h.sealed_parts(world_id))) for h in hashes.values()])
     conn.commit()
     return list(hashes.values())
 
@@ -156,16 +182,49 @@ def forget_content(conn: psycopg.Connection[Any], world_id: str) -> None:
     conn.commit()
 
 
-def recorded_content(conn: psycopg.Connection[Any], world_id: str) -> dict[str, RelationHash]:
-    """The world's recorded hashes by relation ({} when none are recorded)."""
+def stored_content(conn: psycopg.Connection[Any], world_id: str) -> dict[str, SealedRow]:
+    """The world's record as stored, seals unchecked ({} when none is recorded): for the migration that seals an
+    older record, and for `recorded_content`, which checks them."""
     from psycopg import sql
 
     schema = schema_name(world_id, "analytics")
     if not relation_exists(conn, schema, CONTENT_TABLE):
         return {}
-    rows = conn.execute(sql.SQL("SELECT relation, kind, row_count, content_hash FROM {}").format(
-        ident(schema, CONTENT_TABLE))).fetchall()
-    return {r[0]: RelationHash(r[0], r[1], int(r[2]), r[3]) for r in rows}
+    table = ident(schema, CONTENT_TABLE)
+    sealed = conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND "
+                          "table_name = %s AND column_name = 'mac'", (schema, CONTENT_TABLE)).fetchone()
+    columns = "key_id, mac" if sealed and sealed[0] else "NULL, NULL"  # an older churnbench's table has neither
+    rows = conn.execute(sql.SQL("SELECT relation, kind, row_count, content_hash, " + columns + " FROM {}")
+                        .format(table)).fetchall()
+    return {r[0]: SealedRow(RelationHash(r[0], r[1], int(r[2]), r[3]), r[4], r[5]) for r in rows}
+
+
+def recorded_content(conn: psycopg.Connection[Any], world_id: str,
+                     key: SealKey | None = None) -> dict[str, RelationHash]:
+    """The world's recorded hashes by relation ({} when none are recorded), each row's seal checked under `key`
+    (default: the state folder's). A row sealed under another key raises `KeyChanged`; an unsealed row (an older
+    churnbench's record) `WarehouseContentError`; a seal that does not verify `DataIntegrityError`."""
+    stored = stored_content(conn, world_id)
+    if not stored:
+        return {}
+    key = key or current_key()
+    schema = schema_name(world_id, "analytics")
+    for row in stored.values():
+        if row.mac is None:
+            raise WarehouseContentError(
+                f"world {world_id}: {schema}.{CONTENT_TABLE} is not sealed (an older churnbench recorded it): run "
+                "`churnbench migrate`, which seals it if the warehouse still matches it")
+        if row.key_id != key.key_id:
+            raise KeyChanged(
+                f"world {world_id}: {schema}.{CONTENT_TABLE} was sealed under another key (key changed: "
+                f"{row.key_id}, this state folder's is {key.key_id}): rebuild the warehouse under this key "
+                f"(materialize `analytics_dbt` for the world), or restore the key it was made with")
+        if not key.verifies(row.mac, CONTENT_SEAL_DOMAIN, *row.hashed.sealed_parts(world_id)):
+            raise DataIntegrityError(
+                f"world {world_id}: the record of {row.hashed.relation} in {schema}.{CONTENT_TABLE} does not "
+                "verify under this state folder's seal key: it was written through the database, not by a dbt "
+                f"build of this state folder (rebuild it: materialize `analytics_dbt` for the world)")
+    return {name: row.hashed for name, row in stored.items()}
 
 
 def view_hashes(found: Closure, hashes: Mapping[str, RelationHash]) -> dict[str, str]:
@@ -174,10 +233,11 @@ def view_hashes(found: Closure, hashes: Mapping[str, RelationHash]) -> dict[str,
             for view, reads in found.reads.items()}
 
 
-def verify_content(conn: psycopg.Connection[Any], world_id: str, views: Collection[str]) -> dict[str, str]:
+def verify_content(conn: psycopg.Connection[Any], world_id: str, views: Collection[str],
+                   key: SealKey | None = None) -> dict[str, str]:
     """Recompute the hashes of everything the views read and compare them with the build's record; returns the
     per-view hashes (`view_hashes`). Raises `DataIntegrityError` naming every relation that changed."""
-    recorded = recorded_content(conn, world_id)
+    recorded = recorded_content(conn, world_id, key)
     if not recorded:
         raise WarehouseContentError(
             f"world {world_id}: the warehouse ({schema_name(world_id, 'analytics')}) has no recorded content "
@@ -194,6 +254,24 @@ def verify_content(conn: psycopg.Connection[Any], world_id: str, views: Collecti
     return view_hashes(found, now)
 
 
+def reseal_content(conn: psycopg.Connection[Any], world_id: str, views: Collection[str], old: SealKey,
+                   new: SealKey) -> tuple[bool, str | None]:
+    """A key rotation's step: the world's record, sealed under `old` and still matching the warehouse, recorded
+    again under `new`. (True, None) when it was; (False, None) when the world has no record or it is under `new`
+    already; (False, what is wrong) otherwise, the record left as it is. Commits."""
+    stored = stored_content(conn, world_id)
+    if not stored or all(r.key_id == new.key_id for r in stored.values()):
+        conn.rollback()
+        return False, None
+    try:
+        verify_content(conn, world_id, views, old)
+    except UserFacingError as e:  # DataIntegrityError, KeyChanged, WarehouseContentError: named, never resealed
+        conn.rollback()
+        return False, str(e)
+    record_content(conn, world_id, views, new)
+    return True, None
+
+
 def describe_change(now: RelationHash, recorded: RelationHash | None) -> str:
     if recorded is None:
         return f"{now.kind} {now.relation} is read by the as-of views but the build recorded no hash for it"
@@ -204,13 +282,13 @@ def describe_change(now: RelationHash, recorded: RelationHash | None) -> str:
             f"{recorded.rows} rows hashing to {recorded.content_hash[:12]}")
 
 
-def recorded_views(url: str, world_id: str, views: Collection[str]) -> dict[str, str]:
+def recorded_views(url: str, world_id: str, views: Collection[str], key: SealKey | None = None) -> dict[str, str]:
     """Per view, the hash of its closure as the dbt build recorded it (`view_hashes` of the record): what a read's
     trace carries while `verify_content` checks, beside the answers, that the relations are still what was
     recorded. Raises `WarehouseContentError` when a relation the views read has no record."""
     with connection(url) as conn:
         try:
-            recorded = recorded_content(conn, world_id)
+            recorded = recorded_content(conn, world_id, key)
             found = closure(conn, world_id, views)
         finally:
             conn.rollback()
@@ -224,11 +302,11 @@ def recorded_views(url: str, world_id: str, views: Collection[str]) -> dict[str,
     return view_hashes(found, recorded)
 
 
-def verified_views(url: str, world_id: str, views: Collection[str]) -> dict[str, str]:
+def verified_views(url: str, world_id: str, views: Collection[str], key: SealKey | None = None) -> dict[str, str]:
     """`verify_content` on a connection of its own (the owner's: the warehouse URL)."""
     with connection(url) as conn:
         try:
-            return verify_content(conn, world_id, views)
+            return verify_content(conn, world_id, views, key)
         finally:
             conn.rollback()
 
@@ -238,11 +316,11 @@ class WarehouseCheck:
     from the build's record) is what the reads' traces carry; the start check verifies the relations against the
     record in a thread while the arm answers, `finish` waits for it and verifies once more."""
 
-    def __init__(self, url: str, world_id: str, views: Collection[str]) -> None:
-        self.url, self.world_id, self.views = url, world_id, frozenset(views)
-        self.hashes = recorded_views(url, world_id, self.views)
+    def __init__(self, url: str, world_id: str, views: Collection[str], key: SealKey | None = None) -> None:
+        self.url, self.world_id, self.views, self.key = url, world_id, frozenset(views), key or current_key()
+        self.hashes = recorded_views(url, world_id, self.views, self.key)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="churnbench-warehouse-check")
-        self._start = self._pool.submit(verified_views, url, world_id, self.views)
+        self._start = self._pool.submit(verified_views, url, world_id, self.views, self.key)
 
     def poll(self) -> None:
         """Raise what the start check found, if it has finished and found something."""
@@ -251,7 +329,7 @@ class WarehouseCheck:
 
     def finish(self) -> None:
         self._same(self._start.result(), "when the arm started")
-        self._same(verified_views(self.url, self.world_id, self.views), "once every task was answered")
+        self._same(verified_views(self.url, self.world_id, self.views, self.key), "once every task was answered")
 
     def close(self) -> None:
         """Stop waiting for the start check (a run that failed or was cancelled does not wait for it)."""

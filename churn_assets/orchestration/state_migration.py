@@ -42,6 +42,16 @@ Format 3 -> 4 (issue 46):
   forgery must not gain a MAC). Dagster's `eval_run` metadata keeps its plain seal (append-only; checked by
   SHA-256 beside the catalog row's MAC).
 
+Format 4 -> 5 (issue 46):
+
+- **Meaning checks and warehouse records keyed.** A ledger manifest's meaning check (`world.ledger.meaning_record`)
+  and each row of a warehouse's content record (`fabric.warehouse_content`) are MACs under the state folder's key
+  from now on: an unkeyed one is plain data anyone could type. Each registered world's ledger is read through the
+  meaning check again and the passed check recorded sealed (the step of format 3, which now trusts no unkeyed
+  record); a warehouse record without seals is compared with the warehouse as it is and sealed when every hash
+  still matches, else named in the report and left unsealed (evaluations refuse it: rebuild the world's dbt
+  models).
+
 Every step is idempotent and looks for its own leftovers, so a migration cut short is finished by running it
 again; `state-format` is written last, and until then every other command refuses the folder
 (`state.require_current_format`). One migration at a time (a lock file in the state folder).
@@ -63,7 +73,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.results import SUMMARY_FILE
 from churn_assets.fabric.postgres import connection
-from churn_assets.fabric.warehouse_content import record_content, recorded_content
+from churn_assets.fabric.warehouse_content import current_hashes, describe_change, record_content, stored_content
 from churn_assets.freshness.scenario import ScenarioError, parse_scenario_key
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import warehouse_views
@@ -72,6 +82,7 @@ from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME, WORL
 from churn_assets.orchestration.scenario_inputs import dbt_models_built
 from churn_assets.orchestration.scenarios import stored_scenario_keys
 from churn_assets.orchestration.world_registry import load_world_config, register_world_days, registered_worlds
+from churn_assets.seal_key import seal_key
 from churn_assets.state import (
     MIGRATE_COMMAND,
     STATE_FORMAT,
@@ -206,13 +217,13 @@ def _register_world_days(session: Session, report: MigrationReport) -> None:
 
 
 def _check_ledger_meaning(session: Session, report: MigrationReport) -> None:
-    """Each registered world's ledger through the meaning check, recorded in its manifest (format 2 -> 3)."""
+    """Each registered world's ledger through the meaning check, recorded sealed in its manifest (formats 3, 5)."""
     for world in sorted(registered_worlds(session.instance)):
         ledger_dir = session.paths.ledger_dir(world)
         if not (ledger_dir / LEDGER_FILE).exists():
             continue  # not materialized yet: the ledger asset writes it checked
         try:
-            checked = check_meaning(ledger_dir)
+            checked = check_meaning(ledger_dir, key=seal_key(session.paths.root))
         except LedgerError as e:
             report.notes.append(f"world {world}: its ledger fails the check and loaders will refuse it ({e}); "
                                 f"make it again with `churnbench worlds materialize {world}`")
@@ -225,21 +236,33 @@ def _check_ledger_meaning(session: Session, report: MigrationReport) -> None:
 
 
 def _record_warehouse_content(session: Session, report: MigrationReport) -> None:
-    """Each registered world's complete dbt build gets its content hashes recorded, if it has none (format 3)."""
-    views = warehouse_views(load_registry())
+    """Each registered world's complete dbt build gets its content hashes recorded, sealed, if it has none (format
+    3); a record without seals is sealed if the warehouse still matches it, else named (format 5)."""
+    views, key = warehouse_views(load_registry()), seal_key(session.paths.root)
     with connection(session.urls.warehouse) as conn:
         for world in sorted(registered_worlds(session.instance)):
-            if dbt_models_built(conn, world) and not recorded_content(conn, world):
-                record_content(conn, world, views)
-                report.warehouses_recorded += 1
-            conn.rollback()
+            stored = stored_content(conn, world)
+            if not dbt_models_built(conn, world) or (stored and all(r.mac for r in stored.values())):
+                conn.rollback()
+                continue
+            if stored:
+                _, now = current_hashes(conn, world, views)
+                changed = [describe_change(now[r], stored[r].hashed if r in stored else None) for r in sorted(now)
+                           if r not in stored or stored[r].hashed != now[r]]
+                if changed:
+                    report.notes.append(f"world {world}: its warehouse record is left unsealed, the warehouse no "
+                                        f"longer matches it ({'; '.join(changed)}); evaluations refuse it until "
+                                        "its dbt models are built again")
+                    conn.rollback()
+                    continue
+            record_content(conn, world, views, key)
+            report.warehouses_recorded += 1
 
 
 def _key_plain_seals(session: Session, report: MigrationReport) -> None:
     """Each catalog row's plain seals re-sealed under the state folder's key if their files still match them,
     else named in the report (format 4)."""
     from churn_assets.evaluation.seals import is_keyed, reseal
-    from churn_assets.seal_key import seal_key
 
     catalog = RunCatalog(session.urls.warehouse)
     key = None

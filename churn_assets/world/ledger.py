@@ -11,10 +11,14 @@ loader, checked against its own payload schemas, and is reported as unverified.
 
 Meaning (format 2): a chain proves nothing about whether the events can happen. The writer checks each event
 against the world the events before it made (`meaning.MeaningChecker`: the fold's invariants, references across
-entities) and the manifest records `meaning_check` = {version, head_hash} when it closes; `churnbench ledger
-verify` runs the same check over a ledger from disk and records it. Every loader (`LedgerStream`, `load_ledger`)
-refuses a format-2 ledger whose manifest does not record a passed check of today's `meaning.CHECK_VERSION` for its
-head hash: a cheap look at the manifest, not a second pass over the events.
+entities) and the manifest records `meaning_check` = {version, head_hash, key_id, mac} when it closes; `churnbench
+ledger verify` runs the same check over a ledger from disk and records it. The record is sealed: `mac` is an HMAC of
+the check's version and the head hash under the seal key of the state folder the process works in
+(`seal_key.current_key`, issue 46), so a record typed into a manifest by hand, or made under another folder's key,
+is not one. Every loader (`LedgerStream`, `load_ledger`) refuses a format-2 ledger whose manifest does not record a
+passed check of today's `meaning.CHECK_VERSION` for its head hash, sealed under that key: a cheap look at the
+manifest, not a second pass over the events. A ledger brought from another state folder is checked again here
+(`churnbench ledger verify`): its record says that folder's owner checked it, not this one.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any, BinaryIO, cast
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.files import atomic_write_text, temporary_name
+from churn_assets.seal_key import SealKey, current_key
 from churn_assets.unique_keys import load_json
 from churn_assets.world.events import SCHEMAS_BY_FORMAT, payload_error, round_payload
 from churn_assets.world.meaning import CHECK_VERSION, MeaningChecker, MeaningError
@@ -100,8 +105,10 @@ class LedgerWriter:
     write their own file (the same bytes: generation is deterministic) instead of one shared `.partial`.
     """
 
-    def __init__(self, out_dir: Path, world_config: dict[str, Any], world_id: str, config_hash: str) -> None:
+    def __init__(self, out_dir: Path, world_config: dict[str, Any], world_id: str, config_hash: str,
+                 key: SealKey | None = None) -> None:
         self.out_dir = Path(out_dir)
+        self._key = key  # seals the manifest's meaning check; None: the state folder's (`current_key`) at close
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._tmp = temporary_name(self.out_dir / LEDGER_FILE)
         self._fh = self._tmp.open("w", encoding="utf-8", newline="\n")
@@ -172,7 +179,7 @@ class LedgerWriter:
             world_id=self._world_id,
             world_config_hash=self._config_hash,
             world_config=self._world_config,
-            meaning_check=meaning_record(self._prev) if self._seq else None,
+            meaning_check=meaning_record(self._prev, self._key or current_key()) if self._seq else None,
         )
         self._tmp.replace(self.out_dir / LEDGER_FILE)
         atomic_write_text(self.out_dir / MANIFEST_FILE, json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -183,14 +190,33 @@ class LedgerWriter:
         self._tmp.unlink(missing_ok=True)
 
 
-def meaning_record(head_hash: str) -> dict[str, Any]:
-    """What a manifest records once the events up to `head_hash` passed the meaning check."""
-    return {"version": CHECK_VERSION, "head_hash": head_hash}
+MEANING_SEAL_DOMAIN = "ledger-meaning-check"  # the MAC's domain: no seal of another kind passes as this one
 
 
-def meaning_checked(manifest: LedgerManifest) -> bool:
-    """Whether the manifest records a passed meaning check of today's version for its own head."""
-    return manifest.meaning_check == meaning_record(manifest.head_hash or "") and manifest.head_hash is not None
+def meaning_record(head_hash: str, key: SealKey) -> dict[str, Any]:
+    """What a manifest records once the events up to `head_hash` passed the meaning check, sealed with `key`."""
+    return {"version": CHECK_VERSION, "head_hash": head_hash, "key_id": key.key_id,
+            "mac": key.mac(MEANING_SEAL_DOMAIN, str(CHECK_VERSION), head_hash)}
+
+
+def meaning_problem(manifest: LedgerManifest, key: SealKey) -> str | None:
+    """None when the manifest records a passed meaning check of today's version for its own head, sealed with
+    `key`; else what the manifest records instead, as the end of a sentence."""
+    record, head = manifest.meaning_check or {}, manifest.head_hash
+    if head is None or record.get("version") != CHECK_VERSION or record.get("head_hash") != head:
+        return f"records no passed meaning check (version {CHECK_VERSION}) for the ledger's head {(head or '')[:12]}"
+    if "mac" not in record:
+        return "records its meaning check without a seal (an older churnbench's record, or one added by hand)"
+    if record.get("key_id") != key.key_id:
+        return (f"records its meaning check under another seal key (key changed: {record.get('key_id')}, this state "
+                f"folder's is {key.key_id})")
+    if not key.verifies(str(record["mac"]), MEANING_SEAL_DOMAIN, str(CHECK_VERSION), head):
+        return "records a meaning check whose seal does not verify under this state folder's key (forged or edited)"
+    return None
+
+
+def meaning_checked(manifest: LedgerManifest, key: SealKey) -> bool:
+    return meaning_problem(manifest, key) is None
 
 
 @dataclass(frozen=True)
@@ -323,7 +349,7 @@ class LedgerStream:
     exposure) loads them."""
 
     def __init__(self, path: str | Path, *, progress: Callable[[int], None] | None = None,
-                 require_meaning: bool = True) -> None:
+                 require_meaning: bool = True, key: SealKey | None = None) -> None:
         self.ledger_path, manifest_path = resolve_ledger_paths(path)
         self.progress = progress
         self.manifest: LedgerManifest | None = None
@@ -337,12 +363,12 @@ class LedgerStream:
                 raise LedgerError("manifest is not UTF-8 text", path=manifest_path) from None
             if self.manifest.format_version not in SCHEMAS_BY_FORMAT:
                 raise LedgerError(f"unsupported format_version {self.manifest.format_version}", path=manifest_path)
-            if require_meaning and self.manifest.format_version == 2 and not meaning_checked(self.manifest):
+            problem = (meaning_problem(self.manifest, key or current_key())
+                       if require_meaning and self.manifest.format_version == 2 else None)
+            if problem:
                 where = manifest_path.parent if manifest_path.name == MANIFEST_FILE else manifest_path
-                raise LedgerError(
-                    f"the manifest records no passed meaning check (version {CHECK_VERSION}) for the ledger's head "
-                    f"{(self.manifest.head_hash or '')[:12]}: check it with `churnbench ledger verify {where}`, which "
-                    "records it (a state folder's worlds: `churnbench migrate`)", path=manifest_path)
+                raise LedgerError(f"the manifest {problem}: check it with `churnbench ledger verify {where}`, which "
+                                  "records it (a state folder's worlds: `churnbench migrate`)", path=manifest_path)
         self.format_version: int | None = self.manifest.format_version if self.manifest else None
         self.count = 0
 
@@ -392,6 +418,7 @@ def load_ledger(
     progress: Callable[[int], None] | None = None,
     packed: bool = False,
     require_meaning: bool = True,
+    key: SealKey | None = None,
 ) -> LoadedLedger:
     """Read and verify a ledger. Raises `LedgerError` naming the file and the 1-based line.
 
@@ -402,9 +429,10 @@ def load_ledger(
     `packed`: hold the verified records as `PackedRecords` (compact JSON without the chain fields, parsed on
     each pass: a tenth of the memory), for a large world's passes over its ledger (the exposure-only path).
     `require_meaning=False`: load a format-2 ledger whose manifest records no passed meaning check (what
-    `check_meaning` does before it checks one).
+    `check_meaning` does before it checks one). `key`: the seal key the record must be sealed with (default: the
+    state folder's, `seal_key.current_key`).
     """
-    stream = LedgerStream(path, progress=progress, require_meaning=require_meaning)
+    stream = LedgerStream(path, progress=progress, require_meaning=require_meaning, key=key)
     counts: Counter[str] = Counter()
     records: list[dict[str, Any]] | PackedRecords
     if packed:
@@ -431,10 +459,12 @@ class MeaningChecked:
 
 
 def check_meaning(path: str | Path, *, progress: Callable[[int], None] | None = None,
-                  record: bool = True) -> MeaningChecked:
+                  record: bool = True, key: SealKey | None = None) -> MeaningChecked:
     """Read a ledger through every check, the meaning check included (format 2), in one pass holding no
     records; raise `LedgerError` naming the line of the first impossible event. Then record the passed check in
-    the manifest (`record`). Format 1 is read with its own checks and has no meaning check."""
+    the manifest (`record`), sealed with `key` (default: the state folder's). A record the manifest had is trusted
+    only when it verifies under that key: the events are checked either way. Format 1 is read with its own checks
+    and has no meaning check."""
     stream = LedgerStream(path, progress=progress, require_meaning=False)
     checker = MeaningChecker()
     head = None
@@ -448,18 +478,37 @@ def check_meaning(path: str | Path, *, progress: Callable[[int], None] | None = 
     manifest = stream.manifest
     if stream.format_version != 2 or manifest is None or head is None:
         return MeaningChecked(stream.count, stream.format_version or 1, head, False, False)
-    if meaning_checked(manifest):
+    key = key or current_key()
+    if meaning_checked(manifest, key):
         return MeaningChecked(stream.count, 2, head, True, True)
     recorded = False
     if record:
-        updated = dataclasses.replace(manifest, meaning_check=meaning_record(head))
         try:
-            atomic_write_text(stream.ledger_path.parent / MANIFEST_FILE,
-                              json.dumps(updated.to_dict(), indent=2, sort_keys=True) + "\n")
+            _record_meaning(stream.ledger_path.parent, manifest, head, key)
             recorded = True
         except OSError:
             recorded = False
     return MeaningChecked(stream.count, 2, head, recorded, False)
+
+
+def reseal_meaning(path: str | Path, old: SealKey, new: SealKey) -> tuple[bool, str | None]:
+    """A key rotation's step: the manifest's meaning check, sealed under `old`, sealed again under `new`. (True,
+    None) when it was; (False, None) when it is under `new` already or the ledger has none (format 1); (False,
+    what is wrong) when it does not verify under `old`: it is left as it is (a record never gains a seal it did not
+    have). Reads the manifest only: the loaders check that it matches the ledger."""
+    manifest = LedgerStream(path, require_meaning=False).manifest
+    if manifest is None or manifest.format_version != 2 or meaning_checked(manifest, new):
+        return False, None
+    problem = meaning_problem(manifest, old)
+    if problem or manifest.head_hash is None:
+        return False, f"the manifest {problem}"
+    _record_meaning(resolve_ledger_paths(path)[0].parent, manifest, manifest.head_hash, new)
+    return True, None
+
+
+def _record_meaning(folder: Path, manifest: LedgerManifest, head: str, key: SealKey) -> None:
+    updated = dataclasses.replace(manifest, meaning_check=meaning_record(head, key))
+    atomic_write_text(folder / MANIFEST_FILE, json.dumps(updated.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def _sniff_format(first_line: str, path: Path) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from churn_assets.seal_key import SealKey
 from churn_assets.world import gc_pause
 from churn_assets.world.calendar import add_months
 from churn_assets.world.config import WorldConfig
@@ -512,9 +513,11 @@ def generate_ledger(
     config: WorldConfig,
     out_dir: Path,
     on_day: Callable[[dt.date], None] | None = None,
+    key: SealKey | None = None,
 ) -> LedgerManifest:
-    """Simulate `config` and write `out_dir/ledger.jsonl` + `manifest.json` (atomically)."""
-    writer = LedgerWriter(Path(out_dir), config.data, config.world_id, config.config_hash)
+    """Simulate `config` and write `out_dir/ledger.jsonl` + `manifest.json` (atomically); the manifest's meaning
+    check is sealed with `key` (default: the state folder's, `seal_key.current_key`)."""
+    writer = LedgerWriter(Path(out_dir), config.data, config.world_id, config.config_hash, key)
     try:
         # The simulator's state holds no reference cycle; a 100x world spent 7 s of 84 in the cyclic
         # collector's full collections (123 of them) with it on (see gc_pause).

@@ -110,6 +110,8 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
     from churn_assets.orchestration.scenarios import load_scenario, stored_plan
     from churn_assets.orchestration.state_migration import MIGRATED_FROM
     from churn_assets.orchestration.world_registry import world_day_partition_keys
+    from churn_assets.seal_key import seal_key
+    from churn_assets.world.ledger import meaning_record
 
     s = old_state
     paths = s.paths
@@ -125,7 +127,7 @@ def test_an_old_state_folder_is_refused_then_migrated(old_state: OldState) -> No
     assert ("ledgers: 1 checked for meaning and recorded in their manifest; warehouses: 1 with their content "
             "hashes recorded") in migrated.output
     manifest = json.loads((paths.ledger_dir(s.world) / "manifest.json").read_text())
-    assert manifest["meaning_check"] == {"version": 1, "head_hash": manifest["head_hash"]}
+    assert manifest["meaning_check"] == meaning_record(manifest["head_hash"], seal_key(paths.root))  # format 5
     assert ("1 definition file(s), 1 eval_run partition(s) (1 materialization(s) carried over), 1 results "
             "folder(s) (1 summary file(s)), 1 catalog row(s), 0 sweep record(s) renamed") in migrated.output
     assert stored_state_format(paths) == STATE_FORMAT

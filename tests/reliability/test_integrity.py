@@ -16,6 +16,14 @@ grounding_no_freshness_tiers (policy off: freshness errors to forge).
   (docs/rules.md, "Arm correctness": its answers are gold at its planned vintage) is what names the task,
   in the plain and the independent modes (issue 46: stale answers one short of the exposure); `--replay` names it
   too.
+- The warehouse's content record is sealed too (issue 46): a table edited and its recorded hash rewritten to match,
+  through the database only, is refused by the check every evaluation runs (the record's seal does not verify); a
+  record sealed under another key says "key changed"; an older, unsealed record is refused until `churnbench
+  migrate` seals it, which it does only while the warehouse still matches it.
+- `churnbench seals rotate` seals results, ledger meaning checks and warehouse records again under a new key: after
+  it a results folder verifies under the new key (Dagster's seal, under the retired key, named as such) and says
+  "key changed" under the old; a rotation given a `.next` key (one cut short) uses it, which is how the test
+  rotates back to the session's key.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -35,13 +44,29 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.results import STALE_FILE, SUMMARY_FILE, TASKS_FILE, canonical, stale_csv
 from churn_assets.evaluation.seals import SEAL_METADATA, plain_seal, seal_folder
 from churn_assets.fabric.postgres import connection, schema_name
-from churn_assets.fabric.warehouse_content import TABLE, VIEW, closure, verify_content
+from churn_assets.fabric.warehouse_content import (
+    CONTENT_TABLE,
+    TABLE,
+    VIEW,
+    WarehouseContentError,
+    closure,
+    hash_relation,
+    record_content,
+    stored_content,
+    verify_content,
+)
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import warehouse_views
 from churn_assets.orchestration.materialize import Session
-from churn_assets.seal_key import SealKey, seal_key
+from churn_assets.seal_key import KeyChanged, SealKey, seal_key
+from churn_assets.state import StatePaths
+from churn_assets.world.ledger import load_ledger
 
 from .conftest import Cli
+
+
+def paths_of(state_dir: Path) -> StatePaths:
+    return StatePaths.resolve(state_dir)
 
 pytestmark = pytest.mark.integration
 
@@ -158,6 +183,101 @@ def test_warehouse_reads_are_checked_and_an_edited_table_refused(session: Sessio
             conn.commit()
     again = run(cli, world, "naive")
     assert again.returncode == 0, again.stderr[-3000:]
+    assert verify(str(folder)).returncode == 0
+
+
+def test_a_rewritten_warehouse_record_is_refused_and_an_unsealed_one_migrated(session: Session, small_world: str,
+                                                                            cli: Cli, state_dir: Path) -> None:
+    from churn_assets.orchestration.state_migration import MigrationReport, _record_warehouse_content
+
+    world, views = small_world, warehouse_views(load_registry())
+    done = run(cli, world, "naive")  # the world's dbt build and its sealed record
+    assert done.returncode == 0, done.stderr[-3000:]
+    analytics = schema_name(world, "analytics")
+    price, record = f"{analytics}.fct_price", f'"{analytics}".{CONTENT_TABLE}'
+    with connection(session.urls.warehouse) as conn:
+        assert stored_content(conn, world) and all(r.key_id == seal_key(state_dir).key_id
+                                                   for r in stored_content(conn, world).values())
+        # The forger of the probe, through a database connection only: a price edited, its recorded hash remade.
+        conn.execute(f"UPDATE {price} SET list_price_usd = list_price_usd + 1 WHERE price_key = "
+                     f"(SELECT min(price_key) FROM {price})")
+        edited = hash_relation(conn, price, TABLE)
+        conn.execute(f"UPDATE {record} SET row_count = %s, content_hash = %s WHERE relation = %s",
+                     (edited.rows, edited.content_hash, price))
+        with pytest.raises(DataIntegrityError, match=rf"record of {price} in .* does not verify under this state "
+                                                     "folder's seal key"):
+            verify_content(conn, world, views)
+        conn.rollback()
+        # A record sealed under another folder's key: "key changed", not a confirmation.
+        record_content(conn, world, views, seal_key(state_dir / "another-folder"))
+        with pytest.raises(KeyChanged, match="key changed"):
+            verify_content(conn, world, views)
+        # An older churnbench's record (no seals): refused until migrated; migrated only while it still matches.
+        conn.execute(f"ALTER TABLE {record} DROP COLUMN mac, DROP COLUMN key_id")
+        conn.commit()
+        with pytest.raises(WarehouseContentError, match=r"not sealed .* `churnbench migrate`"):
+            verify_content(conn, world, views)
+        conn.rollback()
+        conn.execute(f"UPDATE {record} SET content_hash = 'f' || substr(content_hash, 2) WHERE relation = %s",
+                     (price,))
+        conn.commit()
+    try:
+        edited_report = MigrationReport(state_dir, 4)
+        _record_warehouse_content(session, edited_report)
+        assert edited_report.warehouses_recorded == 0
+        [note] = [n for n in edited_report.notes if world in n]
+        assert "left unsealed" in note and f"table {price}" in note
+        with connection(session.urls.warehouse) as conn:
+            conn.execute(f"UPDATE {record} SET content_hash = %s WHERE relation = %s",
+                         (hash_relation(conn, price, TABLE).content_hash, price))
+            conn.commit()
+        report = MigrationReport(state_dir, 4)
+        _record_warehouse_content(session, report)
+        assert report.warehouses_recorded >= 1 and not [n for n in report.notes if world in n]
+    finally:
+        with connection(session.urls.warehouse) as conn:
+            record_content(conn, world, views, seal_key(state_dir))
+    with connection(session.urls.warehouse) as conn:
+        verify_content(conn, world, views)
+        conn.rollback()
+
+
+def test_rotating_the_seal_key_seals_everything_again(small_world: str, cli: Cli, state_dir: Path,
+                                                      tmp_path: Path) -> None:
+    done = run(cli, small_world, "naive")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = Path(done.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    # The rotation works on a copy of the key file (CHURNBENCH_SEAL_KEY_FILE, as a remote worker's copy would be),
+    # so the session's `seal-key` stays the old key: what the test rotates back to at the end.
+    old_text = (state_dir / "seal-key").read_text()
+    copy = tmp_path / "seal-key"
+    copy.write_text(old_text)
+    copy.chmod(0o600)
+    old = SealKey.from_text(old_text)
+
+    rotated = cli("seals", "rotate", CHURNBENCH_SEAL_KEY_FILE=str(copy))
+    assert rotated.returncode == 0, rotated.stderr[-3000:]
+    new = SealKey.from_text(copy.read_text())
+    assert new.key_id != old.key_id and f"seal key rotated: {old.key_id} -> {new.key_id}" in rotated.stdout
+    counts = re.search(r"(\d+) results seal\(s\), (\d+) ledger meaning check\(s\), (\d+) warehouse record",
+                       rotated.stdout)
+    assert counts and all(int(n) >= 1 for n in counts.groups()), rotated.stdout
+    assert not (tmp_path / "seal-key.next").exists()  # promoted: the old key is gone from the key file
+    try:
+        under_old = verify(str(folder))
+        assert under_old.returncode == 1 and "key changed" in under_old.stdout + under_old.stderr
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("CHURNBENCH_SEAL_KEY_FILE", str(copy))
+            under_new = verify(str(folder))
+            assert under_new.returncode == 0, under_new.stdout + under_new.stderr
+            # Dagster's metadata (append-only) keeps the seal made under the retired key: named, not "key changed"
+            assert f"Dagster's seal is under key {old.key_id}, which a rotation retired" in under_new.stdout
+            assert load_ledger(paths_of(state_dir).ledger_dir(small_world), key=new).verified
+    finally:  # back to the session's key: a rotation cut short resumes with the `.next` key it finds
+        (tmp_path / "seal-key.next").write_text(old_text)
+        (tmp_path / "seal-key.next").chmod(0o600)
+        back = cli("seals", "rotate", CHURNBENCH_SEAL_KEY_FILE=str(copy))
+        assert back.returncode == 0 and f"-> {old.key_id}" in back.stdout, back.stdout + back.stderr
     assert verify(str(folder)).returncode == 0
 
 

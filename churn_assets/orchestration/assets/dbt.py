@@ -61,6 +61,7 @@ from churn_assets.orchestration.dbt_project import (
 )
 from churn_assets.orchestration.partitions import world_partitions
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.seal_key import seal_key
 
 PARTIAL_PARSE_FILE = "partial_parse.msgpack"
 PARSE_STATE_DIR = Path(dbt_project.project_dir) / "target" / "partial_parse"
@@ -216,7 +217,8 @@ def analytics_dbt(context: dg.AssetExecutionContext, state: StateResource) -> It
                 yield event
             tally.finish()
             with connection(url) as conn:  # what evaluations check the as-of views' reads against
-                recorded = record_content(conn, world_id, warehouse_views(load_registry()))
+                recorded = record_content(conn, world_id, warehouse_views(load_registry()),
+                                          seal_key(state.paths.root))
     except Exception as e:
         raise step_failure(f"dbt build of {world_id} failed ({type(e).__name__}: {e}); its logs and artifacts are "
                            f"kept in {target}") from e

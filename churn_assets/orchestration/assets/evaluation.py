@@ -117,8 +117,10 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     with user_errors():
         repeats = repeats_of(context.run.tags)
     store = results_store(state)
-    # Seals are made under this state folder's key (not the one CHURNBENCH_STATE_DIR names, if they differ).
-    catalog = RunCatalog(urls.warehouse, seal_key(paths.root))
+    # Seals are made, and the warehouse's content record checked, under this state folder's key (not the one
+    # CHURNBENCH_STATE_DIR names, if they differ).
+    state_key = seal_key(paths.root)
+    catalog = RunCatalog(urls.warehouse, state_key)
     t_iso = scenario.t.isoformat()
     # A finished result of the same identity is looked up before the inputs are: reusing it reads no input
     # (decision 190). Its identity needs the task set, so a missing task set goes on to the check below.
@@ -195,7 +197,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     try:
         with service_errors(paths):  # a store that died mid-run: its name, not a traceback
             if views:
-                warehouse_check = WarehouseCheck(urls.warehouse, world, views)
+                warehouse_check = WarehouseCheck(urls.warehouse, world, views, state_key)
                 sources.warehouse_content = warehouse_check.hashes
             first = arm_for(0)
             exposure = exposures.submit(run_exposure, loaded.records, tasks, anchor=scenario.t,

@@ -19,6 +19,7 @@ from churn_assets.errors import UserFacingError
 from churn_assets.orchestration.assets.common import require_world
 from churn_assets.orchestration.partitions import world_partitions
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.seal_key import seal_key
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.ledger import LEDGER_FILE, LedgerError, LedgerManifest, load_ledger
 from churn_assets.world.simulator import generate_ledger
@@ -35,7 +36,7 @@ def ledger(context: dg.AssetExecutionContext, state: StateResource) -> dg.Materi
     world_id = context.partition_key
     config = require_world(state, world_id)
     out_dir = state.ledger_dir(world_id)
-    manifest = generate_ledger(config, out_dir)
+    manifest = generate_ledger(config, out_dir, key=seal_key(state.paths.root))
     context.log.info(f"{world_id}: {manifest.count} events {manifest.first_day}..{manifest.last_day}")
     # Its head hash is its content (the hash chain): a regeneration that wrote the same events is the same data.
     return dg.MaterializeResult(metadata=ledger_metadata(config, manifest, out_dir),
@@ -71,7 +72,7 @@ with warnings.catch_warnings():
         world_id = context.partition_key
         ledger_dir = state.ledger_dir(world_id)
         try:
-            loaded = load_ledger(ledger_dir)
+            loaded = load_ledger(ledger_dir, key=seal_key(state.paths.root))
         except LedgerError as e:
             return dg.AssetCheckResult(passed=False, metadata={"error": str(e), "line": e.line or 0})
         problems = []
