@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from scripted_answer import ScriptedAnswer
+from test_verify_arm_rules import forge_stale_answer
 from test_verify_results import T_PRIME, PlannedArm, T, written_run
 
 from churn_assets.errors import DataIntegrityError
@@ -47,22 +48,6 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
     out = tmp_path / run_dir.name
     shutil.copytree(run_dir, out)
     return out
-
-
-def _forge(folder: Path) -> str:
-    """One stale answer set to gold, its verdict to correct, the summary's counts to match (the probe)."""
-    stored = load_run(folder)
-    rows = [dict(r) for r in stored.rows]
-    victim = next(r for r in rows if r["verdict"] == "freshness_error")
-    victim.update(answer=victim["gold_at_t"], verdict="correct")
-    (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = dict(stored.summary)
-    summary["verdicts"] = {**summary["verdicts"], "freshness_error": summary["verdicts"]["freshness_error"] - 1,
-                           "correct": summary["verdicts"]["correct"] + 1}
-    summary["stale_answers"] -= 1
-    summary["accuracy"] = round(summary["verdicts"]["correct"] / summary["tasks"], 4)
-    (folder / "summary.json").write_text(json.dumps(summary))
-    return str(victim["task_id"])
 
 
 def test_a_seal_names_every_file_that_changed_appeared_or_went_missing(run: Run, tmp_path: Path) -> None:
@@ -108,7 +93,7 @@ def test_a_database_only_forger_cannot_remake_a_keyed_seal(run: Run, tmp_path: P
     folder = _copy(run_dir, tmp_path)
     key = seal_key(tmp_path / "state")
     honest = seal_folder(folder, key)
-    _forge(folder)
+    forge_stale_answer(folder, careful=False)
     assert broken_seal(folder, honest, key) != []
     assert not broken_seal(folder, plain_seal(folder))  # a plain seal is remade at will: it proves nothing
 
@@ -124,7 +109,7 @@ def test_a_signature_checks_with_the_public_key_alone(run: Run, tmp_path: Path) 
     other = generate_keypair(tmp_path / "keys" / "someone-else")
     [wrong_key] = check_signature(folder, other)[0]
     assert "not by the key given" in wrong_key
-    _forge(folder)
+    forge_stale_answer(folder, careful=False)
     problems, _ = check_signature(folder, public)
     assert [p.split(" ")[0] for p in problems] == ["summary.json", "tasks.jsonl"]
     record = json.loads((folder / "signature.json").read_text())
@@ -158,7 +143,7 @@ def test_the_cli_signs_and_checks_a_folder_with_the_public_key_alone(run: Run, t
     checked = cli.invoke(main, ["verify-results", str(folder), "--public-key", public])
     assert checked.exit_code == 0 and f"signature confirmed: {len(SEALED_FILES)} files" in checked.output
     assert not (tmp_path / "no-state-here").exists()
-    _forge(folder)
+    forge_stale_answer(folder, careful=False)
     refused = cli.invoke(main, ["verify-results", str(folder), "--public-key", public])
     assert refused.exit_code == 1 and "signature not confirmed" in refused.output
     assert "tasks.jsonl changed since it was signed" in refused.output
@@ -190,7 +175,7 @@ def test_migration_keys_the_plain_seals_that_hold_and_names_the_others(run: Run,
     good, bad = _copy(run_dir, tmp_path / "good"), _copy(run_dir, tmp_path / "bad")
     rows = {1: SimpleNamespace(run_id=1, results_dir=str(good), seal={good.name: plain_seal(good)}),
             2: SimpleNamespace(run_id=2, results_dir=str(bad), seal={bad.name: plain_seal(bad), "gone": {"x": "0"}})}
-    _forge(bad)
+    forge_stale_answer(bad, careful=False)
     written: dict[int, dict[str, Any]] = {}
 
     class Catalog:
@@ -233,7 +218,7 @@ def test_stale_csv_and_the_catalog_figures_are_recomputed_from_the_tasks(run: Ru
     assert figures["exposure"] == summary["exposure"] and catalog_disagreements(row, stored.rows) == []
 
     folder = _copy(run_dir, tmp_path)
-    victim = _forge(folder)
+    victim, _ = forge_stale_answer(folder, careful=False)
     forged = load_run(folder).rows
     [stale] = stale_file_disagreements(folder, forged)
     assert str(stale).startswith("stale.csv: is not the list tasks.jsonl makes") and victim in str(stale)
@@ -275,7 +260,7 @@ def test_replay_answers_again_and_names_the_forged_task(run: Run, tmp_path: Path
     arm = ReplayArm(resolver, _planned(stored.rows[0]), out_of_budget=tasks[2].task_id)
     assert replay_rows(arm, tasks, stored.rows, resolver) == []
     folder = _copy(run_dir, tmp_path)
-    victim = _forge(folder)
+    victim, _ = forge_stale_answer(folder, careful=False)
     found = replay_rows(arm, tasks, load_run(folder).rows, resolver)
     assert {d.task_id for d in found} == {victim}
     assert {d.field for d in found} == {"answer (answered again)", "verdict (answered again)"}

@@ -45,24 +45,28 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return written_run(tmp_path_factory.mktemp("results"), out_of_budget=False)
 
 
-def _forge(folder: Path) -> tuple[str, dict[str, Any]]:
-    """Hide one stale answer consistently: answer = gold at T, verdict correct, the summary's counts and stale.csv
-    made again from the rows (as tests/reliability/test_integrity.py's careful forger). Returns the task and its
-    honest row."""
+def forge_stale_answer(folder: Path, *, careful: bool = True) -> tuple[str, dict[str, Any]]:
+    """Hide one stale answer: answer = gold at T, verdict correct, the summary's counts to match. `careful` (as
+    tests/reliability/test_integrity.py's careful forger): also the answer's text, stale.csv and the summary's
+    awareness block made again from the rows; otherwise those are left as the run wrote them (what the plain
+    checks then name). Returns the task and its honest row. tests/test_seals.py forges with it too."""
     stored = load_run(folder)
     rows = [dict(r) for r in stored.rows]
     victim = next(r for r in rows if r["verdict"] == "freshness_error")
     honest = dict(victim)
-    victim.update(answer=victim["gold_at_t"], answer_text=str(victim["gold_at_t"]), verdict="correct")
+    victim.update(answer=victim["gold_at_t"], verdict="correct")
+    if careful:
+        victim["answer_text"] = str(victim["gold_at_t"])
     (folder / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = dict(stored.summary)
     summary["verdicts"] = {**summary["verdicts"], "freshness_error": summary["verdicts"]["freshness_error"] - 1,
                            "correct": summary["verdicts"]["correct"] + 1}
     summary["stale_answers"] -= 1
     summary["accuracy"] = round(summary["verdicts"]["correct"] / summary["tasks"], 4)
-    summary["staleness_awareness"] = staleness_awareness(rows, summary["experiment"]["t"])  # what the rows imply
+    if careful:
+        summary["staleness_awareness"] = staleness_awareness(rows, summary["experiment"]["t"])  # what rows imply
+        (folder / "stale.csv").write_text(stale_csv(rows))
     (folder / "summary.json").write_text(json.dumps(summary))
-    (folder / "stale.csv").write_text(stale_csv(rows))
     return str(victim["task_id"]), honest
 
 
@@ -95,7 +99,7 @@ def test_the_issues_case_stale_answers_one_short_of_exposure_fails_plain_verific
     folder = tmp_path / run_dir.name
     shutil.copytree(run_dir, folder)
     before = load_run(folder).summary
-    victim, honest = _forge(folder)
+    victim, honest = forge_stale_answer(folder)
     forged = load_run(folder)
     assert forged.summary["stale_answers"] == before["stale_answers"] - 1
     assert forged.summary["exposure"] == before["exposure"]  # e.g. 28 stale answers against an exposure of 29

