@@ -24,6 +24,7 @@ class ScriptedAnswer:
     copied_example: bool | None = None
     measure_calls: int = 0
     measures_called: tuple[tuple[str, Any], ...] = ()
+    transcript: tuple[dict[str, Any], ...] | None = None
     timings_ms: dict[str, float] = field(default_factory=lambda: {"total": 1.0})
     route: str = "staged_sql"
 

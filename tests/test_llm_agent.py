@@ -163,8 +163,14 @@ def test_tool_calls_reach_tracing_tools_as_requests_and_the_answer_is_parsed() -
                                                   [Request("holdings", product="prd_0001")], [Request("users")]]
     assert len(tools.traces) == 3 and all(n.startswith("llm: ") for _, n in router.calls)
     assert got == AgentAnswer(2, "2", "t2_license_holders_product", usage=got.usage, grounded=True,
-                            copied_example=False)
+                            copied_example=False, transcript=got.transcript)
     assert got.parse_error is None
+    # the transcript: each reply (with its tool calls) and each call with the hash of what the model was shown
+    assert got.transcript is not None
+    assert [("reply" if "reply" in t else t["call"]) for t in got.transcript] == [
+        "reply", "retrieve", "retrieve", "reply", "retrieve", "reply"]
+    assert [c["name"] for c in got.transcript[0]["tool_calls"]] == ["retrieve", "retrieve"]
+    assert got.transcript[-1]["reply"].endswith("ANSWER: 2")
     # the model saw the rows it asked for, one ToolMessage per call, answered to the call's id
     tool_msgs = [m for m in chat.received[-1] if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in tool_msgs] == ["call_0", "call_1", "call_0"]
@@ -555,3 +561,54 @@ def test_paper_refuses_a_bad_gguf_before_importing_dagster(tmp_path: Path) -> No
                           env={**env, "CHURNBENCH_STATE_DIR": str(tmp_path / "state")})
     assert done.stdout.splitlines()[-2:] == ["exit 1", "dagster not imported"], done.stdout + done.stderr
     assert f"--gguf {__file__}: not a GGUF file" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# transcripts played back (verify-results --replay on an LLM run; issue 46, item 3)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _recorded() -> AgentAnswer:
+    llm, _ = agent(calls(("retrieve", {"view": "licenses", "product": "prd_0001"})),
+                   final("ANSWER: 3\nDATA_AS_OF: 2024-04-27"))
+    return llm.answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+
+
+def test_a_transcript_plays_back_to_the_same_reads_and_answer() -> None:
+    from churn_assets.arms.agents.llm_transcript import TranscriptChat
+    from churn_assets.arms.agents.llm_transcript import calls as calls_of
+
+    recorded = _recorded()
+    assert recorded.transcript is not None
+    chat = TranscriptChat()
+    chat.load(recorded.transcript)
+    router = FakeRouter()
+    again = LlmAgent(SETTINGS, chat_model=chat).answer(QUESTION, T, TracingTools(router))  # type: ignore[arg-type]
+    assert (again.value, again.text, again.data_as_of) == (3, "3", T) and chat.unused == 0
+    assert [reqs for reqs, _ in router.calls] == [[Request("licenses", product="prd_0001")]]  # read again, for real
+    assert calls_of(again.transcript or ()) == calls_of(recorded.transcript)  # the same result hash
+    changed = FakeRouter({**ROWS, "licenses": ROWS["licenses"][:2]})  # the store holds other rows now
+    chat.load(recorded.transcript)
+    moved = LlmAgent(SETTINGS, chat_model=chat).answer(QUESTION, T, TracingTools(changed))  # type: ignore[arg-type]
+    assert calls_of(moved.transcript or ())[0]["result_sha256"] != calls_of(recorded.transcript)[0]["result_sha256"]
+
+
+def test_playback_asks_the_model_again_and_names_a_rewritten_reply() -> None:
+    from churn_assets.arms.agents.llm_transcript import TranscriptChat, TranscriptEnded
+
+    recorded = _recorded()
+    assert recorded.transcript is not None
+    forged = [*recorded.transcript[:-1], {**recorded.transcript[-1], "reply": "ANSWER: 2"}]
+    live = ScriptedChat(script=[calls(("retrieve", {"view": "licenses", "product": "prd_0001"})),
+                                final("ANSWER: 3\nDATA_AS_OF: 2024-04-27")])
+    chat = TranscriptChat(ask=live)
+    chat.load(forged)
+    again = LlmAgent(SETTINGS, chat_model=chat).answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]
+    assert again.value == 2  # the loop goes on with the recorded replies ...
+    [difference] = chat.differences  # ... and the model, asked on the same conversation, replied otherwise
+    assert (difference.turn, difference.recorded, difference.asked) == (1, "ANSWER: 2",
+                                                                      "ANSWER: 3\nDATA_AS_OF: 2024-04-27")
+    chat = TranscriptChat()
+    chat.load(recorded.transcript[:1])  # cut before the final reply
+    with pytest.raises(TranscriptEnded, match="reply 2; the transcript has 1"):
+        LlmAgent(SETTINGS, chat_model=chat).answer(QUESTION, T, TracingTools(FakeRouter()))  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +57,7 @@ class ArmAnswer:
     copied_example: bool | None = None  # `AgentAnswer.copied_example`
     measure_calls: int = 0
     measures_called: tuple[tuple[str, Any], ...] = ()  # `AgentAnswer.measures_called`
+    transcript: tuple[Mapping[str, Any], ...] | None = None  # `AgentAnswer.transcript`
 
     @property
     def served_vintage(self) -> dict[str, Day]:
@@ -165,7 +166,7 @@ class Arm(abc.ABC):
                          budget_error=agent_answer.budget_error, data_as_of=agent_answer.data_as_of,
                          grounded=agent_answer.grounded, copied_example=agent_answer.copied_example,
                          measure_calls=agent_answer.measure_calls,
-                         measures_called=agent_answer.measures_called)
+                         measures_called=agent_answer.measures_called, transcript=agent_answer.transcript)
 
     def check_traces(self, answer: ArmAnswer) -> list[str]:
         """Differences between an answer's traces and this arm's planned vintage (empty: they agree)."""

@@ -15,9 +15,12 @@
    the answers were the arm's (docs/guarantees.md has the table of what each mode checks).
 3. **--independent**: also a second gold, by SQL over the truth schema, with verdicts from the observed data
    times. Proves gold and verdicts under a second implementation that shares no code with the first.
-4. **--replay** (deterministic agent): every task answered again through the arm, on the stores as they are, each
-   read re-checked against its store's recorded hash; every row compared with the stored one. Proves the stored
-   answers are the arm's answers on those stores.
+4. **--replay**: every task answered again through the arm, on the stores as they are, each read re-checked against
+   its store's recorded hash; every row compared with the stored one. Proves the stored answers are the arm's
+   answers on those stores. An LLM run is played back from each row's transcript (`evaluation/replay.py`): every
+   read and measure call made again, its result's hash compared with what the model was shown, the answer and
+   verdict with what the final reply gives; `--ask-model` also asks the model again each turn under the repeat's
+   seed and names a reply that differs (a local model repeats itself: docs/guarantees.md).
 
 A catalog row with no seal is not confirmed (a seal removed through the database must not pass); a folder outside
 the catalog says on its line that nothing recorded outside it vouches for its files. A RUN is named as `results
@@ -65,13 +68,16 @@ class VerificationFailed(UserFacingError):
                    "truth schema (needs `churnbench project --world ID`), with verdicts from the data times the "
                    "traces observed.")
 @click.option("--replay", is_flag=True,
-              help="Also answer every task again through the arm (deterministic agent only), re-reading each read "
-                   "at its observed day with its store's hash checked, and compare every row.")
+              help="Also answer every task again through the arm, re-reading each read at its observed day with its "
+                   "store's hash checked, and compare every row; an LLM run is played back from its transcripts.")
+@click.option("--ask-model", is_flag=True,
+              help="With --replay on an LLM run: also ask the model again each turn (the repeat's seed) and name "
+                   "every reply that differs from the recorded one.")
 @click.option("--public-key", "public_key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Check only the publisher's Ed25519 signature of each named results FOLDER with this public key "
                    "(PEM; `churnbench seals keygen`): no state folder or services needed.")
 def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | None, independent: bool,
-                   replay: bool, public_key: Path | None) -> None:
+                   replay: bool, ask_model: bool, public_key: Path | None) -> None:
     """Check runs' results files: the seal first, then the files against each other, the catalog and the ledger.
 
     The seal: each file against the SHA-256 recorded when the run completed (catalog row and Dagster metadata).
@@ -85,12 +91,14 @@ def verify_results(run_refs: tuple[str, ...], all_runs: bool, world_id: str | No
         raise click.UsageError("name a RUN (see `churnbench results list`), a results folder, or pass --all")
     if world_id is not None and not all_runs:
         raise click.UsageError("--world selects the runs of --all; with named RUNs leave it out")
+    if ask_model and not replay:
+        raise click.UsageError("--ask-model asks the model again while replaying: use it with --replay")
     if public_key is not None:
         _verify_signatures(run_refs, all_runs, independent or replay, public_key)
         return
     paths = StatePaths.resolve()
     failed = []
-    with catalog_of(paths) as catalog, _Verifier(paths, catalog, independent, replay) as verifier:
+    with catalog_of(paths) as catalog, _Verifier(paths, catalog, independent, replay, ask_model) as verifier:
         targets: list[tuple[str, Path, CatalogRun | None]] = []
         incomplete: list[str] = []  # repeats of a named experiment that are not complete
         for ref in run_refs:
@@ -165,8 +173,10 @@ class _Verifier:
     """The checks of one `verify-results`, with what they share across runs (golds, one warehouse connection,
     the Dagster instance opened on first use)."""
 
-    def __init__(self, paths: StatePaths, catalog: RunCatalog, independent: bool, replay: bool) -> None:
+    def __init__(self, paths: StatePaths, catalog: RunCatalog, independent: bool, replay: bool,
+                 ask_model: bool = False) -> None:
         self.paths, self.catalog, self.independent, self.replay = paths, catalog, independent, replay
+        self.ask_model = ask_model
         self.golds = _Golds()
         self._stack = ExitStack()
         self._views: dict[str, dict[str, str] | None] = {}
@@ -376,7 +386,7 @@ class _Verifier:
 
     def _replayed(self, stored: Any, tasks: list[Any], resolver: Any) -> list[Disagreement]:
         from churn_assets.arms.registry import arm_spec, make_arm
-        from churn_assets.evaluation.replay import replay_rows
+        from churn_assets.evaluation.replay import replay_llm_rows, replay_rows
         from churn_assets.fabric.roles import arm_secret, prepare_arm
         from churn_assets.fabric.sources import close_sources, connect_sources
         from churn_assets.fabric.warehouse_content import verified_views
@@ -387,9 +397,7 @@ class _Verifier:
 
         key = str(stored.summary.get("scenario_key"))
         scenario = load_scenario(self.paths, key)
-        if scenario.agent_id != DETERMINISTIC_AGENT:
-            raise UserFacingError(f"--replay answers again with the deterministic agent only; {key} ran the agent "
-                                  f"{scenario.agent_id}, whose answers are not expected to repeat")
+        agent, chat = (None, None) if scenario.agent_id == DETERMINISTIC_AGENT else self._playback(scenario, stored)
         plan = stored_plan(self.paths, key)
         if plan is None:
             raise UserFacingError(f"scenario {key} has no stored plan to answer it again with")
@@ -403,10 +411,31 @@ class _Verifier:
         try:
             if not arm_spec(scenario.arm).searches_corpus:
                 sources.warehouse_content = verified_views(urls.warehouse, world, warehouse_views(load_registry()))
-            arm = make_arm(scenario, sources, served=plan.served_vintage)
+            arm = make_arm(scenario, sources, served=plan.served_vintage, agent=agent)
+            if chat is not None:
+                return replay_llm_rows(arm, chat, tasks, stored.rows, resolver)
             return replay_rows(arm, tasks, stored.rows, resolver)
         finally:
             close_sources(sources)
+
+    def _playback(self, scenario: Any, stored: Any) -> tuple[Any, Any]:
+        """An LLM scenario's agent with the transcript player as its chat model; asking the model (`--ask-model`)
+        with the repeat's sampling, on this state folder's model server for a local model."""
+        import functools
+
+        from churn_assets.arms.agents.llm import LlmAgent, agent_for_scenario
+        from churn_assets.arms.agents.llm_settings import check_agent_settings
+        from churn_assets.arms.agents.llm_transcript import TranscriptChat
+        from churn_assets.orchestration.assets.evaluation import serve_local
+
+        settings = check_agent_settings(scenario.agent_id, scenario.model_settings)
+        live = None
+        if self.ask_model:
+            sampling = settings.sampling(str(stored.summary["experiment_hash"]), int(stored.summary.get("repeat", 0)))
+            live = agent_for_scenario(scenario.agent_id, scenario.model_settings, sampling=sampling,
+                                      serve_local=functools.partial(serve_local, self.paths)).chat_model
+        chat = TranscriptChat(ask=live)
+        return LlmAgent(settings, chat_model=chat), chat
 
 
 @contextmanager

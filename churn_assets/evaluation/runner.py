@@ -96,6 +96,9 @@ class AnswerLike(Protocol):
     def measures_called(self) -> tuple[tuple[str, Any], ...]: ...
 
     @property
+    def transcript(self) -> tuple[Mapping[str, Any], ...] | None: ...
+
+    @property
     def timings_ms(self) -> dict[str, float]: ...
 
     @property
@@ -202,6 +205,8 @@ def score_answer(resolver: GoldResolver, task: Task, answer: AnswerLike, planned
         "measures_called": [{"call": call, "value": value} for call, value in answer.measures_called],
         "traces": trace.get("traces", []),
         **({"usage": trace["usage"]} if "usage" in trace else {}),  # a model-backed agent's tokens and cost
+        # a model-backed agent's conversation (what `verify-results --replay` replays); none for the deterministic one
+        **({"transcript": [dict(t) for t in answer.transcript]} if answer.transcript is not None else {}),
     }
 
 

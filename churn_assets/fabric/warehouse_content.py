@@ -194,8 +194,8 @@ def stored_content(conn: psycopg.Connection[Any], world_id: str) -> dict[str, Se
     sealed = conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND "
                           "table_name = %s AND column_name = 'mac'", (schema, CONTENT_TABLE)).fetchone()
     columns = "key_id, mac" if sealed and sealed[0] else "NULL, NULL"  # an older churnbench's table has neither
-    rows = conn.execute(sql.SQL("SELECT relation, kind, row_count, content_hash, " + columns + " FROM {}")
-                        .format(table)).fetchall()
+    rows = conn.execute(sql.SQL("SELECT relation, kind, row_count, content_hash, {} FROM {}")
+                        .format(sql.SQL(columns), table)).fetchall()
     return {r[0]: SealedRow(RelationHash(r[0], r[1], int(r[2]), r[3]), r[4], r[5]) for r in rows}
 
 

@@ -141,7 +141,68 @@ def test_a_real_model_answers_every_task_with_tokens_reads_and_defined_verdicts(
     assert (state_paths.services_dir / "llm.out").stat().st_size > 0
     print(f"\n{TASKS} tasks x {REPEATS} repeat(s) with {DEFAULT_MODEL}: {seconds:.0f} s, {reads} traced reads, "
           f"{measure_calls} measure calls")
+    replay_and_forge(folders[-1], state_paths, churnbench_exe, cli_env, tmp_path)
 
+
+def replay_and_forge(folder: Path, state: StatePaths, churnbench_exe: str, cli_env: Callable[..., dict[str, str]],
+                     tmp_path: Path) -> None:
+    """Issue 46, item 3. The run plays back from its transcripts (every call made again, its result's hash the one
+    the model was shown), and the model, asked again under the repeat's seed, replies what it replied: a local model
+    on llama.cpp repeats itself (the control: without it a rewritten reply would be "found" by any model that does
+    not). Then the owner's forgery, re-sealed with the state folder's key: a wrong answer made right (answer and
+    verdict) is named by the playback; with the transcript's final reply rewritten to match, by the model asked
+    again. CI economy: the model is asked again on copies of the folder holding a few rows (a folder outside the
+    catalog: its seal and task-set checks fail there, which is not what these checks look at)."""
+    from churn_assets.evaluation.catalog import RunCatalog
+    from churn_assets.evaluation.seals import seal_folder
+    from churn_assets.seal_key import seal_key
+    from churn_assets.services.supervisor import ensure_services
+
+    def verify(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([churnbench_exe, "verify-results", *args, str(where)], env=cli_env(state.root),
+                              capture_output=True, text=True, timeout=900)
+
+    def copy_with(rows: list[dict[str, Any]], name: str) -> Path:
+        import shutil
+
+        copy = tmp_path / name / folder.name
+        shutil.copytree(folder, copy)
+        (copy / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        return copy
+
+    rows = rows_of(folder)
+    assert all(r["transcript"] and r["transcript"][-1].get("reply") for r in rows if not r["budget_error"])
+    played = verify(folder, "--replay")
+    assert played.returncode == 0, played.stdout[-3000:] + played.stderr[-3000:]
+    honest = verify(copy_with(rows[:3], "honest"), "--replay", "--ask-model")
+    assert "(the model asked again)" not in honest.stdout and "(played back)" not in honest.stdout, \
+        honest.stdout[-3000:] + honest.stderr[-3000:]
+    assert "Traceback" not in honest.stderr and "internal error" not in honest.stderr, honest.stderr[-3000:]
+
+    victim = next(r for r in rows if r["verdict"] != "correct" and r["gold_at_t"] is not None
+                  and r["transcript"] and json.loads(r["transcript"][-1]["reply"]).get("action") == "answer")
+    gold = victim["gold_at_t"]
+    victim.update(answer=gold, answer_text=str(gold) if not isinstance(gold, list) else ", ".join(map(str, gold)),
+                  verdict="correct", parse_error=None)
+
+    def reseal() -> None:  # the owner: rewrites the files and seals them again under the state folder's key
+        (folder / "tasks.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        catalog = RunCatalog(ensure_services(state).warehouse)
+        [row] = [r for r in catalog.runs() if folder.name in (r.seal or {})]
+        catalog.set_seal(row.run_id, {**(row.seal or {}), folder.name: seal_folder(folder, seal_key(state.root))})
+
+    reseal()
+    forged = verify(folder, "--replay")
+    assert forged.returncode == 1 and f"task {victim['task_id']}" in forged.stdout, forged.stdout[-3000:]
+    assert "answer (played back)" in forged.stdout and "verdict (played back)" in forged.stdout, forged.stdout[-3000:]
+    final = json.loads(victim["transcript"][-1]["reply"])
+    victim["transcript"][-1]["reply"] = json.dumps({**final, "answer": gold})
+    reseal()
+    consistent = verify(folder, "--replay")  # the transcript now gives the forged answer: playing back cannot tell
+    assert "(played back)" not in consistent.stdout, consistent.stdout[-3000:]
+    asked = verify(copy_with([victim], "forged"), "--replay", "--ask-model")
+    assert "(the model asked again)" in asked.stdout and f"task {victim['task_id']}" in asked.stdout, \
+        asked.stdout[-3000:] + asked.stderr[-3000:]
 
 def test_a_server_killed_mid_run_stops_it_in_one_line_and_the_rerun_resumes(
         llm_world: str, state_paths: StatePaths, churnbench_exe: str, cli_env: Callable[..., dict[str, str]],

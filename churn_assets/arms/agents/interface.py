@@ -4,7 +4,7 @@ implement `Agent`; arms depend on this module only."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,6 +51,9 @@ class AgentAnswer:
     measure_calls: int = 0  # measure calls the agent made (each also counts as a read against its budget)
     # The calls that ran, in order: (the call as `name(arg=value, ...)`, the value it returned; None: unknown)
     measures_called: tuple[tuple[str, Any], ...] = ()
+    # A model-backed agent's conversation, turn by turn (`agents/llm_transcript.py`): each reply, and each call it
+    # made with its arguments and the SHA-256 of the result it was shown. None: no model (the deterministic agent).
+    transcript: tuple[Mapping[str, Any], ...] | None = None
 
     @property
     def parsed(self) -> bool:

@@ -94,6 +94,7 @@ from churn_assets.arms.agents.llm_tools import (
     rows_json,
     search_tool,
 )
+from churn_assets.arms.agents.llm_transcript import call_turn, finish_of, reply_turn, text_of
 from churn_assets.arms.agents.llm_usage import Meter, Price, price_for
 from churn_assets.arms.agents.local_models import LocalGguf, find_gguf, runtime_version
 from churn_assets.arms.extraction import RECORD_CLASSES
@@ -152,14 +153,6 @@ def agent_for_scenario(agent_id: str, model_settings: Mapping[str, Any] | None,
     return LlmAgent(stored, api_key=api_key_from_env(env), **kwargs)
 
 
-def _text_of(message: Any) -> str:
-    content = getattr(message, "content", "")
-    if isinstance(content, str):
-        return content
-    return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content
-                   if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
-
-
 def _endpoint_failure(e: BaseException) -> bool:
     # by the class's ancestry, not its own module: langchain_openai re-raises openai's errors as subclasses
     # defined in langchain_openai (OpenAIAPIError < openai.InternalServerError, ...)
@@ -184,6 +177,7 @@ class _Task:
     question: str = ""
     semantic: SemanticModel | None = None
     measured: list[MeasureResult] = field(default_factory=list)  # each measure call's result, in call order
+    transcript: list[dict[str, Any]] = field(default_factory=list)  # `llm_transcript`: replies and calls, in order
 
 
 class LlmAgent:
@@ -331,16 +325,18 @@ class LlmAgent:
                                HumanMessage(task_prompt(question, today, task.answer_type))]
         try:
             if self.settings.mode == JSON_ACTIONS:
-                return self._run_json(task, messages, handlers, records=records, by_kind=by_kind)
-            specs = [search_tool(by_kind)] if records else [RETRIEVE_TOOL]
-            if semantic is not None:
-                specs = [measure_tool(semantic.registry), *specs]
-            return self._run_tools(task, messages, specs, handlers)
+                answer = self._run_json(task, messages, handlers, records=records, by_kind=by_kind)
+            else:
+                specs = [search_tool(by_kind)] if records else [RETRIEVE_TOOL]
+                if semantic is not None:
+                    specs = [measure_tool(semantic.registry), *specs]
+                answer = self._run_tools(task, messages, specs, handlers)
         except TransportError as e:
             e.usage = task.meter.usage()  # what was spent before the source failed
             raise
         except RequestRefused as e:  # this task's conversation (e.g. past the context window): the task fails
-            return AgentAnswer(None, "", task.template_id, usage=task.meter.usage(), parse_error=str(e))
+            answer = AgentAnswer(None, "", task.template_id, usage=task.meter.usage(), parse_error=str(e))
+        return replace(answer, transcript=tuple(task.transcript))
 
     def _run_tools(self, task: _Task, messages: list[Any], specs: list[dict[str, Any]],
                    handlers: Mapping[str, Handler]) -> AgentAnswer:
@@ -357,8 +353,9 @@ class LlmAgent:
             reply = self._invoke(self.chat_model if last else model, messages, meter)
             messages.append(reply)
             calls = list(getattr(reply, "tool_calls", None) or [])
+            task.transcript.append(reply_turn(text_of(reply), finish_of(reply), calls))
             if not calls:
-                text = _text_of(reply)
+                text = text_of(reply)
                 return self._final(answer_text(text), stated_as_of(text), task)
             if last or meter.tool_calls + len(calls) > s.max_tool_calls:
                 return self._exhausted(task, f"the model asked for {len(calls)} more tool call(s) after "
@@ -366,7 +363,7 @@ class LlmAgent:
                                              f"max_tool_calls={s.max_tool_calls})")
             meter.tool_calls += len(calls)
             for i, call in enumerate(calls):
-                messages.append(ToolMessage(content=self._call_tool(handlers, call),
+                messages.append(ToolMessage(content=self._call_tool(handlers, call, task),
                                             tool_call_id=call.get("id") or f"call_{round_no}_{i}",
                                             name=call.get("name") or ""))
         raise AssertionError("unreachable: the last round returns")
@@ -392,8 +389,8 @@ class LlmAgent:
         truncated = 0
         while True:
             reply = self._invoke(then if meter.tool_calls else first, messages, meter)
-            text = _text_of(reply)
-            finish = (getattr(reply, "response_metadata", None) or {}).get("finish_reason")
+            text, finish = text_of(reply), finish_of(reply)
+            task.transcript.append(reply_turn(text, finish))
             messages.append(AIMessage(content=text))
             try:
                 action = json_actions.read_reply(text, finish, later if meter.tool_calls else opening, s.max_tokens)
@@ -415,7 +412,7 @@ class LlmAgent:
                                              f"max_tool_calls={s.max_tool_calls})")
             meter.tool_calls += 1
             before = len(task.measured)
-            result = self._call_tool(handlers, {"name": action.name, "args": action.args})
+            result = self._call_tool(handlers, {"name": action.name, "args": action.args}, task)
             left = s.read_budget - meter.tool_calls
             ran = task.measured[before:]  # the value of a measure call that ran (a bad call's error adds none)
             note = (ANSWER_NOW_JSON if left == 0 else
@@ -464,18 +461,22 @@ class LlmAgent:
         return f"Check {ENV_BASE_URL}, {ENV_MODEL} and the key ({ENV_API_KEY} or {ENV_OPENAI_API_KEY})"
 
     @staticmethod
-    def _call_tool(handlers: Mapping[str, Handler], call: Mapping[str, Any]) -> str:
+    def _call_tool(handlers: Mapping[str, Handler], call: Mapping[str, Any], task: _Task) -> str:
+        """The handler's result for the model (an error it can act on, for a bad call), recorded in the transcript."""
         name = call.get("name")
         handler = handlers.get(str(name))
-        if handler is None:
-            return canonical_json({"error": f"unknown tool {name!r} (tools: {', '.join(handlers)})"})
         args = call.get("args") or {}
-        if not isinstance(args, Mapping):
-            return canonical_json({"error": "tool arguments must be a JSON object"})
-        try:
-            return handler(args)
-        except ToolArgumentError as e:
-            return canonical_json({"error": str(e)})
+        if handler is None:
+            result = canonical_json({"error": f"unknown tool {name!r} (tools: {', '.join(handlers)})"})
+        elif not isinstance(args, Mapping):
+            result = canonical_json({"error": "tool arguments must be a JSON object"})
+        else:
+            try:
+                result = handler(args)
+            except ToolArgumentError as e:
+                result = canonical_json({"error": str(e)})
+        task.transcript.append(call_turn(str(name), args, result))
+        return result
 
     @staticmethod
     def _exhausted(task: _Task, why: str) -> AgentAnswer:

@@ -156,7 +156,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
     loaded = world_ledger(state, world)
     resolver = shared_resolver(loaded.records, format_version=loaded.format_version)  # shared by a worker's cells
     settings = agent = None  # the deterministic agent
-    serve_local = functools.partial(_serve_local, paths)  # (settings, gguf) -> this state folder's model server
+    serve_here = functools.partial(serve_local, paths)  # (settings, gguf) -> this state folder's model server
     if not deterministic:
         from churn_assets.arms.agents.llm import agent_for_scenario
         from churn_assets.arms.agents.llm_settings import check_agent_settings
@@ -164,7 +164,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         try:  # an endpoint's: the environment's CHURNBENCH_LLM_* settings must still hash to the scenario's id;
             # a local model's: its GGUF file found by hash and served by this state folder's model server
             settings = check_agent_settings(scenario.agent_id, scenario.model_settings)
-            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_local)
+            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_here)
         except UserFacingError as e:
             raise step_failure(f"eval_run {scenario.key}: {e}") from e
     saas_key = saas_api_key(paths, scenario.saas_profile, world_id=world) if urls.saas else None
@@ -182,7 +182,7 @@ def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.Mat
         if settings is not None:
             from churn_assets.arms.agents.llm import agent_for_scenario
 
-            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_local,
+            agent = agent_for_scenario(scenario.agent_id, scenario.model_settings, serve_local=serve_here,
                                        sampling=settings.sampling(experiment_hash, repeat))
         return _ServiceGuard(make_arm(scenario, sources, served=plan.served_vintage, agent=agent), paths)
 
@@ -247,7 +247,7 @@ def _seal_metadata(catalog_url: str, store: ResultsStore, keys: list) -> dict:
     return {SEAL_METADATA: dg.MetadataValue.json(seals)} if seals else {}
 
 
-def _serve_local(paths, settings, gguf) -> str:
+def serve_local(paths, settings, gguf) -> str:
     """The base URL of this state folder's model server serving `gguf` as the settings say (started if needed)."""
     return ensure_llm_server(paths, LlmServerConfig(gguf.path, gguf.sha256, gguf.name, settings.local.n_ctx,
                                                     settings.local.threads))
