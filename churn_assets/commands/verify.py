@@ -177,6 +177,7 @@ class _Verifier:
                  ask_model: bool = False) -> None:
         self.paths, self.catalog, self.independent, self.replay = paths, catalog, independent, replay
         self.ask_model = ask_model
+        self._asked: Any = None  # the last LLM run's transcript player when the model was asked again
         self.golds = _Golds()
         self._stack = ExitStack()
         self._views: dict[str, dict[str, str] | None] = {}
@@ -269,6 +270,8 @@ class _Verifier:
         if self.replay:
             out += self._replayed(stored, tasks, resolver)
             checked.append("replay: every task answered again the same way")
+            if self._asked is not None:
+                checked.append(f"the model asked again: {self._asked.asked} replies, {self._asked.differed} differ")
         return Outcome(len(stored.rows), out, checked)
 
     # -- the run's records ---------------------------------------------------------------------------------
@@ -435,6 +438,7 @@ class _Verifier:
             live = agent_for_scenario(scenario.agent_id, scenario.model_settings, sampling=sampling,
                                       serve_local=functools.partial(serve_local, self.paths)).chat_model
         chat = TranscriptChat(ask=live)
+        self._asked = chat if live is not None else None
         return LlmAgent(settings, chat_model=chat), chat
 
 

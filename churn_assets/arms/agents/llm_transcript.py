@@ -83,6 +83,7 @@ class TranscriptChat:
         self._replies: list[Mapping[str, Any]] = []
         self._next = 0
         self.differences: list[ReplyDifference] = []
+        self.asked = self.differed = 0  # over every task loaded: replies the live model was asked for, and differed
 
     def load(self, transcript: Sequence[Mapping[str, Any]]) -> None:
         self._replies, self._next, self.differences = replies(transcript), 0, []
@@ -110,7 +111,9 @@ class TranscriptChat:
         recorded = self._replies[self._next]
         if live is not None:
             asked = text_of(live.invoke(messages))
+            self.asked += 1
             if asked != recorded[REPLY]:
+                self.differed += 1
                 self.differences.append(ReplyDifference(self._next, str(recorded[REPLY]), asked))
         self._next += 1
         return AIMessage(content=str(recorded[REPLY]),
