@@ -26,6 +26,11 @@ cells' results folders and catalog rows are removed, so every run evaluates ever
   the pool. Workers and broker are started fresh for each run (the pool's workers are forked fresh for each sweep
   too), and their start-up is in the wall time. Cells are submitted in the pool's order (corpus cells last).
 
+- `engine` (decision 329): the product's celery engine, `run_cells(..., workers=2, engine="celery")`: the same jobs as
+  the pool's (input builds and cells through `run_scenario`), sent to two `churnbench worker` processes started as
+  services by the first run and kept running across rounds (a deployment's workers outlive a sweep), on the state
+  folder's embedded Redis broker. The first round's wall time includes their start; later rounds find them warm.
+
 Rounds alternate the paths (pool, dagster, pool, dagster, ...; `--paths pool,dask,celery` picks them).
 Prints each run's wall time and the load average,
 the medians and their ratio, and checks that every run gave every cell the same figures (verdict counts, stale
@@ -198,15 +203,16 @@ def _clear(session: Any, cells: list[Any]) -> int:
     return removed
 
 
-def run_pool(cells: list[Any]) -> list[dict]:
+def run_pool(cells: list[Any], engine: str = "pool") -> list[dict]:
     from churn_assets.orchestration import cells as parallel
     from churn_assets.state import StatePaths
 
     results = parallel.run_cells(StatePaths.resolve(), [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
-                                                                      c.saas_profile) for c in cells], workers=2)
+                                                                      c.saas_profile) for c in cells], workers=2,
+                                 engine=engine)
     failed = [r for r in results if not r.ok or r.summary is None]
     if failed:
-        raise SystemExit(f"pool: {len(failed)} cell(s) failed, e.g. {failed[0].error}")
+        raise SystemExit(f"{engine}: {len(failed)} cell(s) failed, e.g. {failed[0].error}")
     summaries = [r.summary for r in results if r.summary is not None]
     return [{"key": s["scenario_key"], "reused": bool(s.get("reused")), **{k: s.get(k) for k in FIGURES}}
             for s in summaries]
@@ -321,7 +327,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--saas-profile", default="unlimited")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--paths", default="pool,dagster",
-                        help="comma-separated, in round order: pool, dagster, dask, celery")
+                        help="comma-separated, in round order: pool, engine, dagster, dask, celery")
     parser.add_argument("--cells", type=int, default=None, help="only the first N cells (a quick check, not a figure)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -335,7 +341,8 @@ def main(argv: list[str]) -> int:
     figures: dict[str, dict[str, Any]] = {}
     differences: list[str] = []
     variants = args.paths.split(",")
-    runners = {"pool": lambda _s, c: run_pool(c), "dagster": run_dagster, "dask": run_dask, "celery": run_celery}
+    runners = {"pool": lambda _s, c: run_pool(c), "engine": lambda _s, c: run_pool(c, "celery"),
+               "dagster": run_dagster, "dask": run_dask, "celery": run_celery}
     unknown = [v for v in variants if v not in runners]
     if unknown:
         parser.error(f"unknown path(s) {unknown}; known: {sorted(runners)}")

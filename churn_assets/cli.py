@@ -24,6 +24,7 @@ from churn_assets.commands.sweep import sweep
 from churn_assets.commands.tasks import exposure, tasks
 from churn_assets.commands.ui import ui
 from churn_assets.commands.verify import verify_results
+from churn_assets.commands.worker import worker
 from churn_assets.commands.world import generate, ledger
 from churn_assets.commands.worlds import gc, worlds
 from churn_assets.errors import DEBUG_ENV
@@ -84,3 +85,4 @@ main.add_command(bench)
 main.add_command(migrate)
 main.add_command(llm)
 main.add_command(measures)
+main.add_command(worker)

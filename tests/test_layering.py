@@ -43,7 +43,7 @@ WING_RANKS: dict[str, int] = {
     "resources": 3, "materialize": 3, "requests": 3, "launches": 3, "lineage": 3,
     "scenario_inputs": 4, "state_migration": 4, "key_rotation": 4,
     "assets": 5,
-    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6,
+    "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "engine": 6,
     "cells": 7,
     "sweeps": 8, "regression": 8,
     "jobs": 9, "schedules": 9, "sensors": 9,

@@ -20,6 +20,7 @@ from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T, paper_cells
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
+from churn_assets.orchestration.engine import ENGINES, engine_name
 from churn_assets.orchestration.fork_server import start_fork_server
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
@@ -138,17 +139,24 @@ WORKERS_OPTION = click.option("--workers", type=click.IntRange(1, 8), default=No
                                    "per core, at most 2; 1 runs everything in this process, one at a time).")
 
 
+ENGINE_OPTION = click.option("--engine", type=click.Choice(ENGINES), default=None,
+                             help="Where cells and input builds run: pool (worker processes of this command) or "
+                                  "celery (engine workers started as services; workers of other hosts join: "
+                                  "docs/deployment.md). Default: $CHURNBENCH_ENGINE, else pool.")
+
+
 @click.command()
 @click.option("--world", "world_id", default=None, help="A registered world (default: the default world, "
               "registered and built if needed).")
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
 @WORKERS_OPTION
+@ENGINE_OPTION
 @agent_option()
 @GGUF_OPTION
 @REPEATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
-def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, agent: str,
+def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, engine: str | None, agent: str,
           gguf: str | None, repeats: int, as_json: bool) -> None:
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
@@ -156,8 +164,8 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
     echo = (lambda _msg: None) if as_json else click.echo
     llm = llm_settings(agent, gguf, echo)  # a bad --gguf is refused before the code location is imported
     workers = workers or default_workers()
-    if workers > 1:  # the workers' imports run while this process imports and opens the state folder
-        start_fork_server()
+    if workers > 1 and engine_name(engine) == "pool":
+        start_fork_server()  # the workers' imports run while this process imports and opens the state folder
     from churn_assets.orchestration.cells import Cell, run_cells
     from churn_assets.orchestration.materialize import repeats_tags
     from churn_assets.orchestration.world_registry import add_world, is_registered
@@ -193,7 +201,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
                                     for arm, policy, window in cells],
                             workers=workers, progress=echo, replan=replan,
-                            tags=repeats_tags(repeats) or None)
+                            tags=repeats_tags(repeats) or None, engine=engine)
         failed = [r for r in results if not r.ok]
         if failed:
             raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))

@@ -58,6 +58,7 @@ from churn_assets.freshness.scenario import LEDGER, RAG_INDEX, VECTOR_INDEX, Sce
 from churn_assets.grounding.embeddings import TORCH_THREADS_ENV, load_model
 from churn_assets.orchestration import fork_server
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
+from churn_assets.orchestration.engine import EnginePool, engine_name, in_engine_worker
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, open_session
 from churn_assets.orchestration.requests import check_run
 from churn_assets.orchestration.scenario_inputs import (
@@ -137,6 +138,7 @@ class CellResult:
     error: str | None = None
     seconds: float = 0.0  # wall time of its evaluation (phase 3), 0 when it never ran
     log: tuple[str, ...] = field(default=(), repr=False)  # the materializer's lines while it ran
+    worker: str = ""  # the engine worker that ran it (celery's name, `name@host`); "" in the process pool
 
     @property
     def ok(self) -> bool:
@@ -145,20 +147,24 @@ class CellResult:
 
 def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 1,
               progress: Progress | None = None, replan: bool = False, tags: dict[str, str] | None = None,
-              on_cell: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+              on_cell: Callable[[CellResult], None] | None = None, engine: str | None = None) -> list[CellResult]:
     """Evaluate `cells` on the state folder `state_paths` in `workers` processes; one result per cell, in
     input order. The union of the cells' missing inputs is built once, each build as soon as the builds it
     depends on are done, and each cell as soon as its own inputs are; a failed cell fails alone. `replan`:
     plan every cell again (after a registry edit), as `churnbench run --replan` does. `tags`: added to every
     run launched (a sweep's id). `on_cell`: called in this process as each cell ends (a sweep saves its record
-    there), with the cell's result. See the module docstring."""
+    there), with the cell's result. `engine`: "pool" or "celery" (`engine.engine_name`: default
+    `CHURNBENCH_ENGINE`, else the pool); on celery, `workers` local engine workers run the jobs, beside any worker
+    of another host on the same broker. See the module docstring."""
     if workers < 1:
         raise UserFacingError(f"workers must be at least 1, not {workers}")
     say = progress or (lambda _line: None)
     started = time.perf_counter()
+    on_engine = engine_name(engine) == "celery"
 
     cells = list(cells)
-    with open_session(state_paths) as session, WorkerPool(session, workers) as pool:
+    with open_session(state_paths) as session, \
+            (EnginePool(session, workers) if on_engine else WorkerPool(session, workers)) as pool:
         pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
         definitions = load_definitions(session.paths)
         prepared = _prepare(session, definitions, cells, replan, say, tags or {})
@@ -170,7 +176,7 @@ def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 
     results = _results(prepared, outcomes)
     ok = sum(r.ok for r in results)
     say(f"cells: {ok} of {len(results)} done, {len(results) - ok} failed, in {time.perf_counter() - started:.1f} s "
-        f"({pool.workers} worker{'s' if pool.workers > 1 else ''})")
+        f"({pool.workers} {'engine ' if on_engine else ''}worker{'s' if pool.workers > 1 else ''})")
     return results
 
 
@@ -304,7 +310,7 @@ def _topological(jobs: list[_Job]) -> list[_Job]:
 BUSY_RETRY_S = 1.0  # how soon a build whose lock another process holds is asked for again
 
 
-def _schedule(pool: WorkerPool, jobs: list[_Job], say: Progress,
+def _schedule(pool: WorkerPool | EnginePool, jobs: list[_Job], say: Progress,
               on_cell: Callable[[CellResult], None] | None = None) -> dict[Any, Any]:
     """Run the jobs, at most `pool.workers` at a time, the highest-ranked ready job first. Returns each job's
     outcome: its result, or the reason it did not run (a string).
@@ -405,7 +411,7 @@ def _results(prepared: _Prepared, outcomes: dict[Any, Any]) -> list[CellResult]:
         if isinstance(outcome, str):
             out.append(CellResult(cell, error=outcome))
         else:
-            out.append(CellResult(cell, outcome.summary, outcome.error, outcome.seconds, outcome.log))
+            out.append(CellResult(cell, outcome.summary, outcome.error, outcome.seconds, outcome.log, outcome.worker))
     return out
 
 
@@ -416,8 +422,9 @@ def _describe(job: _Job, outcome: Any) -> str:
         return f"{job.label}: FAILED: {_one_line(outcome.error)}"
     if isinstance(job.id, tuple):
         s = outcome.summary or {}
+        where = f", on {outcome.worker}" if outcome.worker else ""
         return (f"{job.label}: stale {s.get('stale_answers')}, exposure {s.get('exposure')}, accuracy "
-                f"{100 * (s.get('accuracy') or 0):.1f}% ({outcome.seconds:.1f} s)")
+                f"{100 * (s.get('accuracy') or 0):.1f}% ({outcome.seconds:.1f} s{where})")
     if outcome.built_elsewhere:
         return f"{job.label}: built meanwhile by another process"
     return f"{job.label}: {outcome.seconds:.1f} s"
@@ -470,19 +477,36 @@ def _start_worker(root: str, torch_threads: int, environment: dict[str, str]) ->
     os.environ.clear()
     os.environ.update(environment)
     os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
+    _WORKER = _open_worker(root)
 
+
+def start_engine_worker() -> None:
+    """An engine worker process's session and definitions (`churnbench worker`: celery's process that runs jobs,
+    at its start), on the state folder of its environment; an error is kept for its jobs, as a pool worker's."""
+    global _WORKER
+
+    if _WORKER is None:
+        _WORKER = _open_worker(None)
+
+
+def _open_worker(root: str | None) -> _WorkerState:
+    """A worker's own session on the state folder `root` (None: its environment's), open until the process exits,
+    and the definitions bound to it; an error is kept for the jobs (an initializer that raises would break the
+    pool without saying why)."""
     stack = contextlib.ExitStack()
     atexit.register(stack.close)
     try:
         session = stack.enter_context(open_session(StatePaths.resolve(root)))
-        _WORKER = _WorkerState(session, load_definitions(session.paths), pooled=True)
+        return _WorkerState(session, load_definitions(session.paths), pooled=True)
     except Exception as e:
-        _WORKER = _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}", pooled=True)
+        return _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}", pooled=True)
 
 
 def worker_session() -> tuple[Session, dg.Definitions]:
-    """The session and definitions of the worker a job runs in (a `WorkerPool` job; the sweeps' exposure-only
-    worlds are jobs of another module)."""
+    """The session and definitions of the worker a job runs in (a `WorkerPool` or `EnginePool` job; the sweeps'
+    exposure-only worlds are jobs of another module)."""
+    if _WORKER is None and in_engine_worker():
+        start_engine_worker()
     if _WORKER is None:
         raise RuntimeError("internal: a job ran in a process whose worker was not started")
     if _WORKER.error is not None or _WORKER.session is None or _WORKER.definitions is None:

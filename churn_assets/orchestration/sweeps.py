@@ -160,8 +160,8 @@ def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
 
 def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
                    llm: Any = None, budget: BudgetGuard | None = None, retry_transport: bool = False,
-                   tags: dict[str, str] | None = None, on_record: Callable[[SweepRecord], None] | None = None
-                   ) -> None:
+                   tags: dict[str, str] | None = None, on_record: Callable[[SweepRecord], None] | None = None,
+                   engine: str | None = None) -> None:
     """Every evaluated cell through `run_cells` (`workers` processes; the union of missing inputs built once),
     the record saved as each cell ends; a failed cell is recorded and the others go on. `llm`: the
     `LlmSettings` of an LLM sweep; `budget`: its spend cap, checked before each batch of `workers` cells (a
@@ -219,7 +219,7 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
                                      tags={SWEEP_TAG: record.sweep_id, **repeats_tags(record.spec.repeats),
                                            **(tags or {}),
                                            **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})},
-                                     on_cell=on_cell)
+                                     on_cell=on_cell, engine=engine)
         for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
             if record.outcomes.get(record.key_of(cell), {}).get("status") not in (DONE, FAILED):
                 on_cell(result)
@@ -256,7 +256,7 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
               llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
               retry_transport: bool = False, fields: Fields = LAUNCHPAD_FIELDS, launch: Launch | None = None,
               on_record: Callable[[SweepRecord], None] | None = None,
-              checked: tuple[list[Cell], list[Cell]] | None = None) -> SweepRecord:
+              checked: tuple[list[Cell], list[Cell]] | None = None, engine: str | None = None) -> SweepRecord:
     """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
     takes its settings from CHURNBENCH_LLM_*, prints its estimate before any cell starts, stops starting cells
     at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once.
@@ -294,7 +294,7 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     echo(f"sweep {record.sweep_id}: {counts}")
     compute_exposure_cells(session, definitions, record, echo, workers=workers, tags=tags)
     evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget,
-                   retry_transport=retry_transport, tags=tags, on_record=on_record)
+                   retry_transport=retry_transport, tags=tags, on_record=on_record, engine=engine)
     record_refresh_rows(session, record)
     record.finished = _now()
     record.save(session.paths)

@@ -35,6 +35,13 @@ from churn_assets.services.base import (
     with_database,
 )
 from churn_assets.services.dagster_home import write_dagster_yaml
+from churn_assets.services.engine import (
+    BROKER_SERVICE,
+    BROKER_URL_ENV,
+    broker_url_of_record,
+    engine_statuses,
+    stop_engine,
+)
 from churn_assets.services.llm import LLM, llm_status
 from churn_assets.services.mongo import MongoService
 from churn_assets.services.postgres import PostgresService
@@ -181,6 +188,11 @@ def worker_settings(paths: StatePaths) -> tuple[list[WorkerSetting], list[str]]:
         if len(keys) > 1:
             notes.append(f"{SAAS_KEY_ISSUER_ENV} is the default profile's issuer key: a worker's SaaS requests "
                          "are served under that profile whatever --saas-profile says")
+    broker = os.environ.get(BROKER_URL_ENV) or broker_url_of_record(paths)
+    if broker:  # a celery run's broker (started by the first one): `churnbench worker` on the other host needs it
+        out.append(WorkerSetting(BROKER_URL_ENV, broker, True))
+    else:
+        notes.append(f"no cell engine broker yet: the first run with --engine celery starts one ({BROKER_URL_ENV})")
     llm = llm_status(paths)
     if llm is not None and llm.state == "running" and llm.url:
         # Not a setting: CHURNBENCH_LLM_BASE_URL selects an external endpoint, whose agent settings (and so
@@ -209,7 +221,8 @@ def services_status(paths: StatePaths | None = None, *, check_health: bool = Tru
         else:
             out.append(service.status(paths, check_health=check_health))
     llm = llm_status(paths, check_health=check_health) if on_demand else None
-    return out + ([llm] if llm is not None else [])
+    engine = engine_statuses(paths, check_health=check_health) if on_demand else []
+    return out + ([llm] if llm is not None else []) + engine
 
 
 def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
@@ -218,12 +231,12 @@ def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
     if not paths.root.exists():
         # The state folder was deleted with services running: stop what can still be found by path.
         POSTGRES._stop_postmaster(paths)
-        for owner in (LLM, SAAS, MONGO):
+        for owner in (BROKER_SERVICE, LLM, SAAS, MONGO):
             for proc in owner.owned_processes(paths):
                 terminate(proc.pid, proc.create_time())
         return []
     with services_lock(paths):
-        out = []
+        out = stop_engine(paths)  # the workers first: they use every other service
         if llm_status(paths) is not None:
             out.append(LLM.stop(paths))
         for service in reversed(SERVICES):  # dependents first
@@ -232,7 +245,7 @@ def stop_services(paths: StatePaths | None = None) -> list[ServiceStatus]:
                                          url=service.external_url(), action="left alone (external)"))
             else:
                 out.append(service.stop(paths))
-        return list(reversed(out))  # the core services in start order, an on-demand one last
+        return list(reversed(out))  # the core services in start order, the on-demand ones last
 
 
 def purge_embedded_data(paths: StatePaths) -> None:

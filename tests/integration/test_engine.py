@@ -1,0 +1,206 @@
+"""Cells on the celery engine (issue 47, items 6 and 7; decision 329), with the services bound to 127.0.0.2.
+
+Two `churnbench worker` processes are started as a worker on another host is (docs/deployment.md, "Workers on other
+hosts"): given only the variables `churnbench services urls --show-secrets` prints (every service over TCP with its
+password, the broker's URL) and the state folder's path (a shared filesystem). This process points at the same
+broker (`CHURNBENCH_BROKER_URL`: an external broker's run starts no local worker) and evaluates two cells of a
+30-day world on them; the figures equal the process pool's in this process (`workers=1`) after the results are
+removed. Then one worker process is killed with SIGKILL in the middle of a cell: the cell starts again (a second
+`eval_run` run of its partition), is scored once (one catalog row, each task once) and its figures are the
+undisturbed run's. (A worker of other code refusing a job: `tests/test_engine.py`.)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from churn_assets.services import (
+    DAGSTER_POSTGRES_URL_ENV,
+    MONGODB_URI_ENV,
+    POSTGRES_URL_ENV,
+    SAAS_API_KEY_ENV,
+    SAAS_URL_ENV,
+    SERVICE_HOST_ENV,
+    purge_embedded_data,
+    start_services,
+    worker_settings,
+)
+from churn_assets.services.base import SAAS_KEY_ISSUER_ENV
+from churn_assets.services.engine import BROKER_URL_ENV, broker_url
+from churn_assets.state import STATE_DIR_ENV, StatePaths
+
+pytestmark = pytest.mark.integration
+HOST = "127.0.0.2"
+FOREIGN_ENVS = (POSTGRES_URL_ENV, DAGSTER_POSTGRES_URL_ENV, MONGODB_URI_ENV, SAAS_URL_ENV, SAAS_API_KEY_ENV,
+                SAAS_KEY_ISSUER_ENV, BROKER_URL_ENV, "CHURNBENCH_ARM_PASSWORD", "CHURNBENCH_ENGINE")
+T = dt.date(2024, 1, 30)
+FIGURES = ("experiment_hash", "accuracy", "stale_answers", "exposure", "verdicts")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StatePaths, str]]:
+    """A fresh state folder bound to 127.0.0.2 with a 30-day world and its broker; this process points at the broker
+    as an external one (so a run starts no local worker). Everything is stopped and purged at the end."""
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.orchestration.world_registry import add_world
+    from churn_assets.world.config import load_config
+
+    paths = StatePaths.resolve(tmp_path_factory.mktemp("engine-state"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SERVICE_HOST_ENV, HOST)
+        mp.setenv(STATE_DIR_ENV, str(paths.root))
+        for name in FOREIGN_ENVS:
+            mp.delenv(name, raising=False)
+        try:
+            start_services(paths)
+            config = load_config(days=30)
+            with open_session(paths) as session:
+                add_world(paths, session.instance, config)
+            mp.setenv(BROKER_URL_ENV, broker_url(paths))
+            yield paths, config.world_id
+        finally:
+            mp.delenv(BROKER_URL_ENV, raising=False)
+            purge_embedded_data(paths)
+
+
+@contextmanager
+def by_address(paths: StatePaths, churnbench_exe: str, names: list[str], **extra: str) -> Iterator[None]:
+    """`churnbench worker` processes started as on another host: their environment holds only what `churnbench
+    services urls --show-secrets` prints (the services' TCP URLs and secrets, the broker's URL), the state folder's
+    path and `extra`; stopped at the end."""
+    settings, _notes = worker_settings(paths)
+    given = {s.name: s.value for s in settings}
+    assert given[BROKER_URL_ENV] == os.environ[BROKER_URL_ENV]
+    environment = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), STATE_DIR_ENV: str(paths.root),
+                   **given, **extra}
+    workers = [subprocess.Popen([churnbench_exe, "worker", "--name", f"{name}@test", "--log-file",
+                                 str(paths.root / f"{name}.log")], env=environment, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT) for name in names]
+    try:
+        yield
+    finally:
+        for process in workers:
+            process.terminate()
+        for process in workers:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _cells(world: str) -> list[Any]:
+    from churn_assets.orchestration.cells import Cell
+
+    return [Cell(world, "grounding", "tiered", T - dt.timedelta(days=1), T),
+            Cell(world, "grounding", "off", T - dt.timedelta(days=1), T)]
+
+
+def _figures(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: summary.get(k) for k in FIGURES}
+
+
+def _clear(paths: StatePaths, results: list[Any]) -> None:
+    """Remove the cells' results folders and catalog rows: the next run evaluates them again."""
+    from churn_assets.evaluation.catalog import delete_scenario_runs
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.orchestration.materialize import open_session
+
+    for r in results:
+        shutil.rmtree(paths.results_dir(r.cell.world) / r.summary["scenario_key"])
+    with open_session(paths) as session, connection(session.urls.warehouse, autocommit=True) as conn:
+        delete_scenario_runs(conn, [r.summary["scenario_key"] for r in results])
+
+
+def test_two_workers_started_by_address_evaluate_cells_with_the_pools_figures(
+        cluster: tuple[StatePaths, str], churnbench_exe: str) -> None:
+    from churn_assets.orchestration.cells import run_cells
+
+    paths, world = cluster
+    lines: list[str] = []
+    with by_address(paths, churnbench_exe, ["by-address-0", "by-address-1"]):
+        on_engine = run_cells(paths, _cells(world), workers=2, engine="celery", progress=lines.append)
+    assert all(r.ok for r in on_engine), [r.error for r in on_engine]
+    # The engine's record of where each cell ran: celery's extended result names its worker.
+    assert {r.worker.split("@")[0] for r in on_engine} <= {"by-address-0", "by-address-1"}
+    assert all(r.worker for r in on_engine)
+    assert any("on by-address-" in line for line in lines), lines
+    # Nothing of the services listens on 127.0.0.1: every worker reached them by their 127.0.0.2 URLs.
+    assert all("127.0.0.1" not in json.dumps(r.summary) for r in on_engine)
+
+    rows = [_scored_rows(r) for r in on_engine]
+
+    _clear(paths, on_engine)
+    in_process = run_cells(paths, _cells(world), workers=1, engine="pool")
+    assert all(r.ok for r in in_process), [r.error for r in in_process]
+    assert [_figures(r.summary) for r in on_engine] == [_figures(r.summary) for r in in_process]
+    assert rows == [_scored_rows(r) for r in in_process]  # every answer, verdict and trace, byte for byte
+
+
+def _scored_rows(result: Any) -> bytes:
+    return (Path(result.summary["results"]) / "tasks.jsonl").read_bytes()
+
+
+def test_a_worker_killed_mid_cell_runs_it_again_and_scores_it_once(cluster: tuple[StatePaths, str],
+                                                                  churnbench_exe: str, tmp_path: Path) -> None:
+    """Two workers whose processes pause at their 60th scored answer (`CHURNBENCH_FAULT`, counted per process): the
+    first to pause is killed with SIGKILL there; the cell runs again (on the other worker or the killed one's new
+    process) and a pause met after the kill is released at once."""
+    import dagster as dg
+
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.orchestration.cells import run_cells
+    from churn_assets.orchestration.materialize import open_session
+
+    paths, world = cluster
+    cell = _cells(world)[:1]
+    undisturbed = run_cells(paths, cell, workers=1, engine="pool")  # reused when the test above ran first
+    assert undisturbed[0].ok, undisturbed[0].error
+    key = undisturbed[0].summary["scenario_key"]
+    _clear(paths, undisturbed)
+    pause = tmp_path / "paused"
+    outcome: list[Any] = []
+    killed: int | None = None
+    with by_address(paths, churnbench_exe, ["faulty-0", "faulty-1"], CHURNBENCH_FAULT=f"after_tasks:60:pause={pause}"):
+        runner = threading.Thread(target=lambda: outcome.extend(run_cells(paths, cell, workers=2, engine="celery")))
+        runner.start()
+        while runner.is_alive():
+            if pause.exists():
+                text = pause.read_text().strip()
+                if killed is None and text:
+                    killed = int(text)
+                    os.kill(killed, signal.SIGKILL)  # mid-cell: 60 of its 180 answers scored
+                pause.unlink(missing_ok=True)  # the kill's own marker, or a later pause: released
+            time.sleep(0.05)
+        runner.join()
+    assert killed is not None, "no worker process reached its 60th answer"
+    assert outcome and outcome[0].ok, outcome[0].error if outcome else "no result"
+
+    with open_session(paths) as session:
+        runs = list(session.instance.get_runs(dg.RunsFilter(tags={"dagster/partition": key})))  # newest first
+        with connection(session.urls.warehouse) as conn:
+            statuses_of_rows = sorted(row[0] for row in conn.execute(
+                "SELECT status FROM churnbench.results_runs WHERE scenario_key = %s", (key,)).fetchall())
+            experiments = conn.execute("SELECT count(*) FROM churnbench.results_experiments WHERE scenario_key = %s",
+                                       (key,)).fetchone()
+    statuses = sorted(r.status.value for r in runs[:2])  # the newest two: the killed one and its rerun
+    assert statuses == ["STARTED", "SUCCESS"] or statuses == ["FAILURE", "SUCCESS"], statuses  # started twice
+    assert _figures(outcome[0].summary) == _figures(undisturbed[0].summary)
+    rows = [json.loads(line) for line in _scored_rows(outcome[0]).splitlines()]
+    assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
+    # Scored once: one complete catalog row and one experiment; the killed attempt's row is taken over by the rerun
+    # or left recorded failed (as a process killed outright leaves it on the pool), never left running.
+    assert statuses_of_rows in (["complete"], ["complete", "failed"]), statuses_of_rows
+    assert experiments is not None and experiments[0] == 1

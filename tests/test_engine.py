@@ -1,0 +1,109 @@
+"""The celery engine's seams without a broker (issue 47; decision 329): which engine a run uses, a worker of other
+code refusing a job, and how a job's end becomes its future's result or one line (`EnginePool._outcome`, given
+stand-ins for celery's AsyncResult). The engine itself runs in `tests/integration/test_engine.py`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from churn_assets.errors import UserFacingError
+from churn_assets.orchestration import engine
+from churn_assets.orchestration.cells import Cell, CellResult
+from churn_assets.services.engine import BrokerService, EngineWorkerService
+from churn_assets.state import StatePaths
+
+
+def test_the_engine_is_the_option_then_the_variable_then_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(engine.ENGINE_ENV, raising=False)
+    assert engine.engine_name() == "pool"
+    monkeypatch.setenv(engine.ENGINE_ENV, "celery")
+    assert engine.engine_name() == "celery"
+    assert engine.engine_name("pool") == "pool"
+    monkeypatch.setenv(engine.ENGINE_ENV, "spark")
+    with pytest.raises(UserFacingError, match="CHURNBENCH_ENGINE='spark' is not an engine: pool or celery"):
+        engine.engine_name()
+
+
+def test_a_worker_of_other_code_refuses_the_job_naming_both_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    task = SimpleNamespace(request=SimpleNamespace(hostname="w1@hostb"))
+    monkeypatch.setattr(engine, "_WORKER_VERSION", "git-000000000000")
+    refused = engine._run_job(task, calls.append, ("ran",), "git-111111111111")
+    assert isinstance(refused, engine.Refused) and calls == []
+    assert refused.line == ("worker w1@hostb runs code git-000000000000, the run sending it git-111111111111: start "
+                            "the worker from the run's code")
+    assert engine._run_job(task, calls.append, ("ran",), "git-000000000000") is None and calls == ["ran"]
+
+
+@dataclass
+class FakeResult:
+    """What `_outcome` reads of celery's AsyncResult."""
+
+    value: Any = None
+    done: bool = True
+    failure: bool = False
+    worker: str | None = None
+    broken: Exception | None = None
+
+    def ready(self) -> bool:
+        if self.broken is not None:
+            raise self.broken
+        return self.done
+
+    def get(self, **_kwargs: Any) -> Any:
+        return self.value
+
+    def failed(self) -> bool:
+        return self.failure
+
+
+def _pool() -> engine.EnginePool:
+    pool = engine.EnginePool.__new__(engine.EnginePool)  # no broker: only `where` and `_outcome` are used
+    pool.url = "redis://:secret@127.0.0.2:6390/0"
+    return pool
+
+
+class WorkerLostError(Exception):
+    """Named as celery's (billiard's) error is: `_outcome` recognises it by name."""
+
+
+def test_a_job_ends_as_its_value_with_its_worker_or_as_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    monkeypatch.delenv("CHURNBENCH_BROKER_URL", raising=False)
+    pool = _pool()
+    cell = Cell("w", "grounding", "tiered", dt.date(2024, 1, 29), dt.date(2024, 1, 30))
+    assert pool._outcome(FakeResult(done=False)) is None
+    ok, value = pool._outcome(FakeResult(CellResult(cell, {"accuracy": 1.0}), worker="w1@hostb"))  # type: ignore[misc]
+    assert ok and value.worker == "w1@hostb" and value.summary == {"accuracy": 1.0}
+    ok, value = pool._outcome(FakeResult(engine.Refused("worker w1 runs code a, the run sending it b")))  # type: ignore[misc]
+    assert not ok and str(value) == "worker w1 runs code a, the run sending it b"
+    ok, value = pool._outcome(FakeResult(WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)"),  # type: ignore[misc]
+                                         failure=True))
+    assert not ok and str(value) == ("its worker process died twice (WorkerLostError: Worker exited prematurely: "
+                                     "signal 9 (SIGKILL))")
+    ok, value = pool._outcome(FakeResult(broken=ConnectionError("Error 111 connecting to 127.0.0.2:6390")))  # type: ignore[misc]
+    assert not ok and "the broker redis://:***@127.0.0.2:6390/0 stopped answering: ConnectionError: Error 111" \
+        in str(value) and "the same command resumes" in str(value) and "secret" not in str(value)
+
+
+def test_the_broker_asks_for_a_password_and_binds_the_service_address(tmp_path: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = StatePaths.resolve(tmp_path / "state").ensure()
+    command = BrokerService().command(paths, "127.0.0.2", 6390)
+    assert command[command.index("--bind") + 1] == "127.0.0.2" and command[command.index("--port") + 1] == "6390"
+    password = (paths.services_dir / "broker-password").read_text().strip()
+    assert command[command.index("--requirepass") + 1] == password and len(password) >= 32
+    assert oct((paths.services_dir / "broker-password").stat().st_mode & 0o777) == "0o600"
+    assert BrokerService().url_for("127.0.0.2", 6390) == "redis://127.0.0.2:6390/0"  # records hold no password
+
+
+def test_a_worker_never_started_is_stopped_and_says_so(tmp_path: Any) -> None:
+    paths = StatePaths.resolve(tmp_path / "state").ensure()
+    worker = EngineWorkerService(0)
+    assert worker.status(paths).state == "stopped"
+    assert worker.stop(paths).action == "was not running"
