@@ -204,3 +204,24 @@ def test_a_worker_killed_mid_cell_runs_it_again_and_scores_it_once(cluster: tupl
     # or left recorded failed (as a process killed outright leaves it on the pool), never left running.
     assert statuses_of_rows in (["complete"], ["complete", "failed"]), statuses_of_rows
     assert experiments is not None and experiments[0] == 1
+
+
+def test_a_run_on_the_embedded_broker_starts_local_workers_as_services(cluster: tuple[StatePaths, str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `CHURNBENCH_BROKER_URL` a celery run starts `--workers` local workers, left running with their code
+    version and log (`services status`, the broker with its queue depth); `services down` stops them (and every
+    other service: this test runs last in the module)."""
+    from churn_assets.evaluation.results import code_version
+    from churn_assets.orchestration.cells import run_cells
+    from churn_assets.services import services_status, stop_services
+
+    paths, world = cluster
+    monkeypatch.delenv(BROKER_URL_ENV)
+    results = run_cells(paths, _cells(world)[:1], workers=1, engine="celery")  # the cell's result is reused
+    assert results[0].ok and results[0].worker.startswith("worker-0@"), (results[0].error, results[0].worker)
+    shown = {s.name: s for s in services_status(paths)}
+    assert shown["broker"].state == "running" and "queue 0 task(s)" in shown["broker"].detail
+    assert shown["worker-0"].state == "running" and f"code {code_version()}" in shown["worker-0"].detail
+    stopped = {s.name: s.action for s in stop_services(paths)}
+    assert stopped["worker-0"] == "stopped" and stopped["broker"] == "stopped"
+    assert "worker-0" not in {s.name for s in services_status(paths, check_health=False)}  # its record is gone
