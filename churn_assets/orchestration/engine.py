@@ -213,6 +213,8 @@ class EnginePool:
                     continue
                 with self._lock:
                     self._waiting.pop(result, None)
+                with contextlib.suppress(Exception):
+                    result.forget()  # read once: the broker keeps no result for a week in memory
                 ok, value = outcome
                 if ok:
                     future.set_result(value)
