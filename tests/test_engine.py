@@ -107,3 +107,15 @@ def test_a_worker_never_started_is_stopped_and_says_so(tmp_path: Any) -> None:
     worker = EngineWorkerService(0)
     assert worker.status(paths).state == "stopped"
     assert worker.stop(paths).action == "was not running"
+
+
+def test_a_local_worker_shares_the_runs_settings_but_its_own_three() -> None:
+    from churn_assets.services.engine import settings_fingerprint
+
+    base = {"CHURNBENCH_LLM_GGUF": "a.gguf", "HOME": "/root", "PATH": "/bin"}
+    same = settings_fingerprint(base)
+    assert settings_fingerprint({**base, "HOME": "/other", "CHURNBENCH_STATE_DIR": "/s", "CHURNBENCH_BROKER_URL": "r",
+                                 "CHURNBENCH_TORCH_THREADS": "1"}) == same
+    assert settings_fingerprint({**base, "CHURNBENCH_LLM_GGUF": "b.gguf"}) != same
+    assert settings_fingerprint({**base, "CHURNBENCH_FAULT": "after_tasks:1"}) != same
+    assert settings_fingerprint({**base, "PYTHONPATH": "/elsewhere"}) != same

@@ -16,10 +16,13 @@ This module imports no Dagster and no celery (the worker process does).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,7 @@ from churn_assets.services.process import (
     terminate,
     write_record,
 )
-from churn_assets.state import StatePaths
+from churn_assets.state import STATE_DIR_ENV, StatePaths
 
 BROKER_URL_ENV = "CHURNBENCH_BROKER_URL"
 QUEUE = "churnbench"  # the one queue of a broker: one broker per state folder (an external one: set another URL)
@@ -169,7 +172,7 @@ class EngineWorkerService:
         from churn_assets.grounding.embeddings import TORCH_THREADS_ENV  # numpy: only when a worker starts
 
         log = self.log_file(paths)
-        environment = {**os.environ, BROKER_URL_ENV: url, "CHURNBENCH_STATE_DIR": str(paths.root),
+        environment = {**os.environ, BROKER_URL_ENV: url, STATE_DIR_ENV: str(paths.root),
                        TORCH_THREADS_ENV: str(threads)}
         cmd = [sys.executable, "-m", "churn_assets", "worker", "--name", f"{self.name}@%h",
                "--code-version", code_version, "--log-file", str(log)]
@@ -179,7 +182,7 @@ class EngineWorkerService:
         SPAWNED[proc.pid] = proc
         write_record(paths, self.name, {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
                                         "started_by": "churnbench", "code_version": code_version,
-                                        "command": cmd})
+                                        "settings": settings_fingerprint(os.environ), "command": cmd})
         return ServiceStatus(self.name, self.label, "embedded", "running", pid=proc.pid, action="started",
                              detail=f"log {log}")
 
@@ -206,22 +209,36 @@ def worker_indexes(paths: StatePaths) -> list[int]:
     return sorted(out)
 
 
+def settings_fingerprint(environ: Mapping[str, str]) -> str:
+    """What of a run's environment a local worker must share: every `CHURNBENCH_*` setting (the LLM's, the SaaS
+    profile's, external servers, faults...) but the three a worker is given, and the import path."""
+    from churn_assets.grounding.embeddings import TORCH_THREADS_ENV  # numpy: only when workers are looked at
+
+    own = {BROKER_URL_ENV, STATE_DIR_ENV, TORCH_THREADS_ENV}
+    chosen = {k: v for k, v in environ.items() if (k.startswith("CHURNBENCH_") and k not in own) or k == "PYTHONPATH"}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> list[ServiceStatus]:
-    """`count` local workers of `code_version` running on this state folder's broker: the dead ones and those of
-    another code version are started again, extra ones are left running (a later run may want them)."""
+    """`count` local workers of `code_version` and this process's settings (`settings_fingerprint`) running on this
+    state folder's broker: the dead ones and those of another code version or settings are started again (a worker
+    takes its settings from the environment it started with, as a pool worker from its caller's), extra ones are
+    left running (a later run may want them)."""
     url = broker_url(paths)
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, count))
+    settings = settings_fingerprint(os.environ)
     out = []
     with services_lock(paths):
         for index in range(count):
             worker = EngineWorkerService(index)
             status = worker.status(paths)
             record = read_record(paths, worker.name) or {}
-            if status.state == "running" and record.get("code_version") == code_version:
+            if status.state == "running" and record.get("code_version") == code_version \
+                    and record.get("settings") == settings:
                 out.append(status)
                 continue
             if status.state == "running":
-                worker.stop(paths)  # it runs older code: a cell must never run code other than its run's
+                worker.stop(paths)  # older code or other settings: a cell runs only what its run would run
             out.append(worker.start_with(paths, url, code_version, threads))
     return out
 
