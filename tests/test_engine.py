@@ -119,3 +119,12 @@ def test_a_local_worker_shares_the_runs_settings_but_its_own_three() -> None:
     assert settings_fingerprint({**base, "CHURNBENCH_LLM_GGUF": "b.gguf"}) != same
     assert settings_fingerprint({**base, "CHURNBENCH_FAULT": "after_tasks:1"}) != same
     assert settings_fingerprint({**base, "PYTHONPATH": "/elsewhere"}) != same
+
+
+def test_a_sweep_cell_names_the_engine_worker_that_ran_it() -> None:
+    """The sweep's cell table (the run's metadata in the UI) says where each cell ran on celery; nothing on the pool."""
+    from churn_assets.orchestration.sweeps import outcome_of
+
+    cell = SimpleNamespace(to_json=lambda: {"arm": "grounding"})
+    assert outcome_of(cell, {"accuracy": 1.0}, 3.0, "worker-1@host")["worker"] == "worker-1@host"  # type: ignore[arg-type]
+    assert "worker" not in outcome_of(cell, {"accuracy": 1.0}, 3.0)  # type: ignore[arg-type]

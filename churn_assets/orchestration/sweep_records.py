@@ -55,7 +55,7 @@ class SweepRecord:
         return counts
 
     PROGRESS_COLUMNS = ("arm", "policy", "world_id", "t_prime", "gap", "status", "stale_answers", "exposure",
-                        "accuracy", "seconds", "reused")
+                        "accuracy", "seconds", "reused", "worker")
 
     def progress_rows(self) -> list[dict[str, Any]]:
         """One row per evaluated cell, pending ones too: what the sweep run's table shows as cells end."""
@@ -67,7 +67,7 @@ class SweepRecord:
                          "status": outcome.get("status", PENDING), "stale_answers": outcome.get("stale_answers"),
                          "exposure": outcome.get("exposure"), "accuracy": outcome.get("accuracy"),
                          "seconds": outcome.get("seconds"), "reused": outcome.get("reused"),
-                         "error": outcome.get("error")})
+                         "worker": outcome.get("worker", ""), "error": outcome.get("error")})
         return rows
 
     def to_json(self) -> dict[str, Any]:

@@ -185,7 +185,7 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
             echo(f"[{finished}/{total}] {key}: FAILED: {record.outcomes[key]['error']}")
         else:
             summary = result.summary
-            record.outcomes[key] = outcome_of(cell, summary, result.seconds)
+            record.outcomes[key] = outcome_of(cell, summary, result.seconds, result.worker)
             verb = "reused" if summary.get("reused") else "evaluated"
             echo(f"[{finished}/{total}] {key}: {verb}, stale {summary['stale_answers']}, "
                  f"exposure {summary['exposure']}")
@@ -225,13 +225,14 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
                 on_cell(result)
 
 
-def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float) -> dict[str, Any]:
+def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float, worker: str = "") -> dict[str, Any]:
+    """A finished cell's outcome in the sweep record; `worker`: the engine worker that ran it (on celery)."""
     keep = ("scenario_key", "experiment_hash", "code_version", "tasks", "verdicts", "stale_answers", "accuracy",
             "exposure", "degenerate_exposure", "prediction", "prediction_interval_90", "mean_cost_units",
             "route_mix", "planned_vintage", "results", "reused", "inputs_built", "llm_usage",
             "repeats")  # the experiment over the cell's repeats (efficiency, awareness; K > 1: pass^K, ...)
     return {"status": DONE, "cell": cell.to_json(), "seconds": round(seconds, 1),
-            **{k: summary.get(k) for k in keep}}
+            **{k: summary.get(k) for k in keep}, **({"worker": worker} if worker else {})}
 
 
 def record_refresh_rows(session: Session, record: SweepRecord) -> None:
