@@ -115,12 +115,16 @@ def broker_url(paths: StatePaths) -> str:
     if external:
         return external
     status = ensure_broker(paths)
+    assert status.url is not None
+    return _with_password(paths, status.url)
+
+
+def _with_password(paths: StatePaths, url: str) -> str:
+    """The embedded broker's `url` with the state folder's broker password in it."""
     from churn_assets.credentials import read_secret_file
 
-    assert status.url is not None
-    parts = urlsplit(status.url)
-    password = read_secret_file(broker_password_file(paths))
-    return f"redis://:{quote(password, safe='')}@{parts.netloc}{parts.path}"
+    parts = urlsplit(url)
+    return f"redis://:{quote(read_secret_file(broker_password_file(paths)), safe='')}@{parts.netloc}{parts.path}"
 
 
 def ensure_broker(paths: StatePaths) -> ServiceStatus:
@@ -270,10 +274,7 @@ def broker_url_of_record(paths: StatePaths) -> str | None:
     record = read_record(paths, BROKER)
     if record is None or not broker_password_file(paths).exists():
         return None
-    from churn_assets.credentials import read_secret_file
-
-    parts = urlsplit(str(record["url"]))
-    return f"redis://:{quote(read_secret_file(broker_password_file(paths)), safe='')}@{parts.netloc}{parts.path}"
+    return _with_password(paths, str(record["url"]))
 
 
 def stop_engine(paths: StatePaths) -> list[ServiceStatus]:
