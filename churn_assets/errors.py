@@ -31,6 +31,15 @@ def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def error_line(e: BaseException | str | None, limit: int = 1000) -> str:
+    """An error as one line of at most `limit` characters: a `UserFacingError`'s message as it is, any other
+    exception's prefixed with its type (its message alone may not say what failed), "unknown error" for nothing."""
+    text = one_line(e or "")
+    if isinstance(e, BaseException) and not isinstance(e, UserFacingError):
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text[:limit] or "unknown error"
+
+
 def debug_enabled() -> bool:
     """Whether full traces are printed (`--debug`, or `CHURNBENCH_DEBUG` set to anything but empty or 0)."""
     return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")

@@ -66,5 +66,5 @@ def test_the_engine_paths_build_a_job_or_name_the_missing_extra(bench: ModuleTyp
 
 def test_an_unknown_path_is_refused(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--paths", "pool,spark"])
+        bench.main(["--paths", "engine,spark"])
     assert exit_.value.code == 2 and "unknown path(s) ['spark']" in capsys.readouterr().err

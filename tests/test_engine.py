@@ -1,31 +1,41 @@
-"""The celery engine's seams without a broker (issue 47; decision 329): which engine a run uses, a worker of other
+"""The celery engine's seams without a broker (issue 47; decisions 329-330): where a run's jobs run, a worker of other
 code refusing a job, and how a job's end becomes its future's result or one line (`EnginePool._outcome`, given
 stand-ins for celery's AsyncResult). The engine itself runs in `tests/integration/test_engine.py`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from churn_assets.errors import UserFacingError
 from churn_assets.orchestration import engine
 from churn_assets.orchestration.cells import Cell, CellResult
 from churn_assets.services.engine import BrokerService, EngineWorkerService
 from churn_assets.state import StatePaths
 
 
-def test_the_engine_is_the_option_then_the_variable_then_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(engine.ENGINE_ENV, raising=False)
-    assert engine.engine_name() == "pool"
-    monkeypatch.setenv(engine.ENGINE_ENV, "celery")
-    assert engine.engine_name() == "celery"
-    assert engine.engine_name("pool") == "pool"
-    monkeypatch.setenv(engine.ENGINE_ENV, "spark")
-    with pytest.raises(UserFacingError, match="CHURNBENCH_ENGINE='spark' is not an engine: pool or celery"):
-        engine.engine_name()
+def test_one_worker_runs_in_this_process_and_more_on_the_engine(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """No option selects another way to run cells (decision 330): one worker is the calling process, where a job
+    runs at submission on the caller's session and definitions; more are the engine's."""
+    from churn_assets.orchestration import cells
+
+    session = SimpleNamespace(paths=StatePaths.resolve(str(tmp_path)))
+    made: list[int] = []
+    monkeypatch.setattr(cells, "EnginePool", lambda _session, workers: made.append(workers) or "engine")
+    assert cells.cell_pool(session, 3) == "engine" and made == [3]  # type: ignore[arg-type, comparison-overlap]
+    pool = cells.cell_pool(session, 1)  # type: ignore[arg-type]
+    assert isinstance(pool, cells.InProcessPool) and made == [3]
+    pool.definitions = "the caller's definitions"  # type: ignore[assignment]
+    with pool:
+        pool.warm_up()
+        future = pool.submit(cells.worker_session, ())
+    assert future.result() == (session, "the caller's definitions")
+    with pytest.raises(RuntimeError, match="worker was not started"):
+        cells.worker_session()  # outside a job: no worker state is left behind
 
 
 def test_a_worker_of_other_code_refuses_the_job_naming_both_versions(monkeypatch: pytest.MonkeyPatch) -> None:

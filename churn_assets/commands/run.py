@@ -20,8 +20,6 @@ from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.paper import REFERENCE_STALE, WINDOWS, T, paper_cells
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-from churn_assets.orchestration.engine import ENGINES, engine_name
-from churn_assets.orchestration.fork_server import start_fork_server
 from churn_assets.orchestration.scenario_runs import run_scenario
 from churn_assets.state import StatePaths
 from churn_assets.world.calendar import require_in_calendar
@@ -135,14 +133,10 @@ def default_workers() -> int:
 
 
 WORKERS_OPTION = click.option("--workers", type=click.IntRange(1, 8), default=None,
-                              help="Worker processes building inputs and evaluating cells at once (default: one "
-                                   "per core, at most 2; 1 runs everything in this process, one at a time).")
-
-
-ENGINE_OPTION = click.option("--engine", type=click.Choice(ENGINES), default=None,
-                             help="Where cells and input builds run: pool (worker processes of this command) or "
-                                  "celery (engine workers started as services; workers of other hosts join: "
-                                  "docs/deployment.md). Default: $CHURNBENCH_ENGINE, else pool.")
+                              help="Input builds and cells at once (default: one per core, at most 2). Above 1 they "
+                                   "run on the cell engine: local celery workers started as services, and any "
+                                   "worker of another host on its broker (docs/deployment.md); 1 runs everything "
+                                   "in this process, one at a time.")
 
 
 @click.command()
@@ -151,21 +145,18 @@ ENGINE_OPTION = click.option("--engine", type=click.Choice(ENGINES), default=Non
 @SAAS_PROFILE_OPTION
 @REPLAN_OPTION
 @WORKERS_OPTION
-@ENGINE_OPTION
 @agent_option()
 @GGUF_OPTION
 @REPEATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `runs` list.")
-def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, engine: str | None, agent: str,
+def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | None, agent: str,
           gguf: str | None, repeats: int, as_json: bool) -> None:
     """Reproduce the reference's 2x2 (D+1 / D+28, tiered / off) and run every arm at D+28 (T = 2024-04-27).
     The cells' missing inputs are built once, independent ones at the same time, and the cells evaluated as
-    their inputs are ready, in `--workers` processes (`orchestration/cells.run_cells`)."""
+    their inputs are ready, `--workers` at once (`orchestration/cells.run_cells`)."""
     echo = (lambda _msg: None) if as_json else click.echo
     llm = llm_settings(agent, gguf, echo)  # a bad --gguf is refused before the code location is imported
     workers = workers or default_workers()
-    if workers > 1 and engine_name(engine) == "pool":
-        start_fork_server()  # the workers' imports run while this process imports and opens the state folder
     from churn_assets.orchestration.cells import Cell, run_cells
     from churn_assets.orchestration.materialize import repeats_tags
     from churn_assets.orchestration.world_registry import add_world, is_registered
@@ -201,7 +192,7 @@ def paper(world_id: str | None, saas_profile: str, replan: bool, workers: int | 
         results = run_cells(paths, [Cell(world_id, arm, policy, WINDOWS[window], T, saas_profile, llm=llm)
                                     for arm, policy, window in cells],
                             workers=workers, progress=echo, replan=replan,
-                            tags=repeats_tags(repeats) or None, engine=engine)
+                            tags=repeats_tags(repeats) or None)
         failed = [r for r in results if not r.ok]
         if failed:
             raise UserFacingError("paper: " + "; ".join(f"{r.cell.label}: {r.error}" for r in failed))

@@ -28,11 +28,20 @@ def services() -> None:
 
 
 @services.command("up")
-def up() -> None:
+@click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Above 1: also the cell engine's broker and this many local workers, as a run with `--workers` "
+                   "above 1 starts them (they take this command's settings: start them as you will run).")
+def up(workers: int) -> None:
     """Start what is not running (a second `up` finds the running ones)."""
     paths = StatePaths.resolve()
     started = time.perf_counter()
     statuses = start_services(paths)
+    if workers > 1:
+        from churn_assets.evaluation.results import code_version
+        from churn_assets.services.engine import engine_statuses, ensure_local_workers
+
+        ensure_local_workers(paths, workers, code_version())
+        statuses = [*statuses, *engine_statuses(paths, check_health=False)]
     elapsed = time.perf_counter() - started
     for status in statuses:
         click.echo(format_status(status))

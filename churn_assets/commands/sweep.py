@@ -10,7 +10,6 @@ import click
 
 from churn_assets.commands.jobs import run_job
 from churn_assets.commands.llm import GGUF_OPTION, agent_option, llm_settings
-from churn_assets.commands.run import ENGINE_OPTION
 from churn_assets.fabric.saas_profiles import SAAS_PROFILES
 from churn_assets.orchestration.sweep_records import list_sweeps, load_sweep, sweep_report_dir
 from churn_assets.state import StatePaths
@@ -40,8 +39,7 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.option("--policy", "policies", multiple=True, help="Policies instead of the preset's (repeatable).")
 @click.option("--gaps", help="Comma-separated gaps T - T' in days instead of the preset's.")
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
-              help="Cells evaluated at once (worker processes).")
-@ENGINE_OPTION
+              help="Cells evaluated at once; above 1 on the cell engine's workers (docs/deployment.md).")
 @agent_option(default=None)
 @GGUF_OPTION
 @click.option("--saas-profile", type=click.Choice(SAAS_PROFILES), default=None,
@@ -63,7 +61,7 @@ def _ints(text: str | None) -> tuple[int, ...]:
 @click.pass_context
 def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tuple[str, ...], config_path: str | None,
           overrides: tuple[str, ...], arms: tuple[str, ...], policies: tuple[str, ...], gaps: str | None,
-          workers: int, engine: str | None, agent: str | None, gguf: str | None, saas_profile: str | None,
+          workers: int, agent: str | None, gguf: str | None, saas_profile: str | None,
           llm_budget: float | None,
           llm_max_concurrent: int, exposure_only: bool, repeats: int | None, as_json: bool,
           retry_transport: bool) -> None:
@@ -92,7 +90,7 @@ def sweep(ctx: click.Context, preset: str | None, seeds: str | None, worlds: tup
     started = time.perf_counter()
     config = {"preset": preset, "seeds": list(_ints(seeds)), "worlds": list(worlds), "world_config": config_path or "",
               "overrides": list(overrides), "arms": list(arms), "policies": list(policies), "gaps": list(_ints(gaps)),
-              "agent": agent, "saas_profile": saas_profile, "parallelism": workers, "engine": engine,
+              "agent": agent, "saas_profile": saas_profile, "parallelism": workers,
               "llm_budget_usd": llm_budget,
               "llm_max_concurrent": llm_max_concurrent, "retry_transport": retry_transport,
               "exposure_only": exposure_only, "repeats": repeats or 1}

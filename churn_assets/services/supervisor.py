@@ -192,7 +192,7 @@ def worker_settings(paths: StatePaths) -> tuple[list[WorkerSetting], list[str]]:
     if broker:  # a celery run's broker (started by the first one): `churnbench worker` on the other host needs it
         out.append(WorkerSetting(BROKER_URL_ENV, broker, True))
     else:
-        notes.append(f"no cell engine broker yet: the first run with --engine celery starts one ({BROKER_URL_ENV})")
+        notes.append(f"no cell engine broker yet: the first run with --workers above 1 starts one ({BROKER_URL_ENV})")
     llm = llm_status(paths)
     if llm is not None and llm.state == "running" and llm.url:
         # Not a setting: CHURNBENCH_LLM_BASE_URL selects an external endpoint, whose agent settings (and so

@@ -1,10 +1,11 @@
-"""Cells on the celery engine (issue 47, items 6 and 7; decision 329), with the services bound to 127.0.0.2.
+"""Cells on the celery engine (issue 47, items 2, 6 and 7; decisions 329 and 330), with the services bound to
+127.0.0.2.
 
 Two `churnbench worker` processes are started as a worker on another host is (docs/deployment.md, "Workers on other
 hosts"): given only the variables `churnbench services urls --show-secrets` prints (every service over TCP with its
 password, the broker's URL) and the state folder's path (a shared filesystem). This process points at the same
 broker (`CHURNBENCH_BROKER_URL`: an external broker's run starts no local worker) and evaluates two cells of a
-30-day world on them; the figures equal the process pool's in this process (`workers=1`) after the results are
+30-day world on them; the figures equal a one-worker run's in this process (`workers=1`) after the results are
 removed. Then one worker process is killed with SIGKILL in the middle of a cell: the cell starts again (a second
 `eval_run` run of its partition), is scored once (one catalog row, each task once) and its figures are the
 undisturbed run's. (A worker of other code refusing a job: `tests/test_engine.py`.)
@@ -45,7 +46,7 @@ from churn_assets.state import STATE_DIR_ENV, StatePaths
 pytestmark = pytest.mark.integration
 HOST = "127.0.0.2"
 FOREIGN_ENVS = (POSTGRES_URL_ENV, DAGSTER_POSTGRES_URL_ENV, MONGODB_URI_ENV, SAAS_URL_ENV, SAAS_API_KEY_ENV,
-                SAAS_KEY_ISSUER_ENV, BROKER_URL_ENV, "CHURNBENCH_ARM_PASSWORD", "CHURNBENCH_ENGINE")
+                SAAS_KEY_ISSUER_ENV, BROKER_URL_ENV, "CHURNBENCH_ARM_PASSWORD")
 T = dt.date(2024, 1, 30)
 FIGURES = ("experiment_hash", "accuracy", "stale_answers", "exposure", "verdicts")
 
@@ -124,14 +125,14 @@ def _clear(paths: StatePaths, results: list[Any]) -> None:
         delete_scenario_runs(conn, [r.summary["scenario_key"] for r in results])
 
 
-def test_two_workers_started_by_address_evaluate_cells_with_the_pools_figures(
+def test_two_workers_started_by_address_evaluate_cells_with_one_process_figures(
         cluster: tuple[StatePaths, str], churnbench_exe: str) -> None:
     from churn_assets.orchestration.cells import run_cells
 
     paths, world = cluster
     lines: list[str] = []
     with by_address(paths, churnbench_exe, ["by-address-0", "by-address-1"]):
-        on_engine = run_cells(paths, _cells(world), workers=2, engine="celery", progress=lines.append)
+        on_engine = run_cells(paths, _cells(world), workers=2, progress=lines.append)
     assert all(r.ok for r in on_engine), [r.error for r in on_engine]
     # The engine's record of where each cell ran: celery's extended result names its worker.
     assert {r.worker.split("@")[0] for r in on_engine} <= {"by-address-0", "by-address-1"}
@@ -143,7 +144,7 @@ def test_two_workers_started_by_address_evaluate_cells_with_the_pools_figures(
     rows = [_scored_rows(r) for r in on_engine]
 
     _clear(paths, on_engine)
-    in_process = run_cells(paths, _cells(world), workers=1, engine="pool")
+    in_process = run_cells(paths, _cells(world), workers=1)
     assert all(r.ok for r in in_process), [r.error for r in in_process]
     assert [_figures(r.summary) for r in on_engine] == [_figures(r.summary) for r in in_process]
     assert rows == [_scored_rows(r) for r in in_process]  # every answer, verdict and trace, byte for byte
@@ -166,7 +167,7 @@ def test_a_worker_killed_mid_cell_runs_it_again_and_scores_it_once(cluster: tupl
 
     paths, world = cluster
     cell = _cells(world)[:1]
-    undisturbed = run_cells(paths, cell, workers=1, engine="pool")  # reused when the test above ran first
+    undisturbed = run_cells(paths, cell, workers=1)  # reused when the test above ran first
     assert undisturbed[0].ok, undisturbed[0].error
     key = undisturbed[0].summary["scenario_key"]
     _clear(paths, undisturbed)
@@ -174,7 +175,7 @@ def test_a_worker_killed_mid_cell_runs_it_again_and_scores_it_once(cluster: tupl
     outcome: list[Any] = []
     killed: int | None = None
     with by_address(paths, churnbench_exe, ["faulty-0", "faulty-1"], CHURNBENCH_FAULT=f"after_tasks:60:pause={pause}"):
-        runner = threading.Thread(target=lambda: outcome.extend(run_cells(paths, cell, workers=2, engine="celery")))
+        runner = threading.Thread(target=lambda: outcome.extend(run_cells(paths, cell, workers=2)))
         runner.start()
         while runner.is_alive():
             if pause.exists():
@@ -201,27 +202,101 @@ def test_a_worker_killed_mid_cell_runs_it_again_and_scores_it_once(cluster: tupl
     rows = [json.loads(line) for line in _scored_rows(outcome[0]).splitlines()]
     assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
     # Scored once: one complete catalog row and one experiment; the killed attempt's row is taken over by the rerun
-    # or left recorded failed (as a process killed outright leaves it on the pool), never left running.
+    # or left recorded failed (as a process killed outright leaves it), never left running.
     assert statuses_of_rows in (["complete"], ["complete", "failed"]), statuses_of_rows
     assert experiments is not None and experiments[0] == 1
 
 
-def test_a_run_on_the_embedded_broker_starts_local_workers_as_services(cluster: tuple[StatePaths, str],
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without `CHURNBENCH_BROKER_URL` a celery run starts `--workers` local workers, left running with their code
-    version and log (`services status`, the broker with its queue depth); `services down` stops them (and every
+def test_the_broker_killed_mid_cell_fails_the_run_in_one_line_and_the_same_run_resumes(
+        cluster: tuple[StatePaths, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The embedded broker SIGKILLed while a local worker is in the middle of a cell (paused at its 60th answer): the
+    run fails that cell in one line naming the broker; the same run again starts a broker (a new port) and workers
+    on it, and the cell ends complete and scored once, with the undisturbed figures (issue 47, item 6)."""
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.orchestration.cells import run_cells
+    from churn_assets.orchestration.materialize import open_session
+    from churn_assets.services.process import read_record
+
+    paths, world = cluster
+    cell = _cells(world)[:1]
+    undisturbed = run_cells(paths, cell, workers=1)  # reused when an earlier test ran it
+    assert undisturbed[0].ok, undisturbed[0].error
+    key = undisturbed[0].summary["scenario_key"]
+    _clear(paths, undisturbed)
+    monkeypatch.delenv(BROKER_URL_ENV)  # the embedded broker and local workers, as `churnbench paper` has them
+    pause = tmp_path / "paused"
+    monkeypatch.setenv("CHURNBENCH_FAULT", f"after_tasks:60:pause={pause}")  # the local workers take the run's
+    outcome: list[Any] = []
+    killed = False
+    runner = threading.Thread(target=lambda: outcome.extend(run_cells(paths, cell, workers=2)))
+    runner.start()
+    while runner.is_alive():
+        if pause.exists() and pause.read_text().strip():
+            if not killed:
+                os.kill(int(read_record(paths, "broker")["pid"]), signal.SIGKILL)  # mid-cell: 60 of 180 scored
+                killed = True
+            pause.unlink(missing_ok=True)  # the worker goes on with its cell, its broker gone
+        time.sleep(0.05)
+    runner.join()
+    assert killed, "no worker reached its 60th answer"
+    assert not outcome[0].ok and "\n" not in outcome[0].error, outcome[0].error
+    assert "broker" in outcome[0].error and "stopped answering" in outcome[0].error, outcome[0].error
+
+    monkeypatch.delenv("CHURNBENCH_FAULT")
+    again = run_cells(paths, cell, workers=2)
+    assert again[0].ok, again[0].error
+    assert _figures(again[0].summary) == _figures(undisturbed[0].summary)
+    rows = [json.loads(line) for line in _scored_rows(again[0]).splitlines()]
+    assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
+    with open_session(paths) as session, connection(session.urls.warehouse) as conn:
+        statuses = sorted(row[0] for row in conn.execute(
+            "SELECT status FROM churnbench.results_runs WHERE scenario_key = %s", (key,)).fetchall())
+        experiments = conn.execute("SELECT count(*) FROM churnbench.results_experiments WHERE scenario_key = %s",
+                                   (key,)).fetchone()
+    assert statuses in (["complete"], ["complete", "failed"]), statuses  # never left running, never twice complete
+    assert experiments is not None and experiments[0] == 1
+
+
+def test_the_papers_default_workers_run_on_the_engine_started_as_services(cluster: tuple[StatePaths, str],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine is the default: without `CHURNBENCH_BROKER_URL`, a run with the paper's default workers (two on
+    these machines; `--workers` above 1 anywhere) starts the embedded broker and local workers, left running with
+    their code version and log (`services status`, the broker with its queue depth), and the engine's record of
+    the cell (celery's extended result) names the local worker that ran it; `services down` stops them (and every
     other service: this test runs last in the module)."""
+    from churn_assets.commands.run import default_workers
     from churn_assets.evaluation.results import code_version
     from churn_assets.orchestration.cells import run_cells
     from churn_assets.services import services_status, stop_services
 
     paths, world = cluster
     monkeypatch.delenv(BROKER_URL_ENV)
-    results = run_cells(paths, _cells(world)[:1], workers=1, engine="celery")  # the cell's result is reused
-    assert results[0].ok and results[0].worker.startswith("worker-0@"), (results[0].error, results[0].worker)
+    workers = max(2, default_workers())
+    lines: list[str] = []
+    results = run_cells(paths, _cells(world)[:1], workers=workers, progress=lines.append)  # the result is reused
+    assert results[0].ok and results[0].worker.startswith("worker-"), (results[0].error, results[0].worker)
+    assert lines[-1].endswith(f"({workers} engine workers)"), lines
     shown = {s.name: s for s in services_status(paths)}
     assert shown["broker"].state == "running" and "queue 0 task(s)" in shown["broker"].detail
-    assert shown["worker-0"].state == "running" and f"code {code_version()}" in shown["worker-0"].detail
+    for i in range(workers):
+        assert shown[f"worker-{i}"].state == "running" and f"code {code_version()}" in shown[f"worker-{i}"].detail
     stopped = {s.name: s.action for s in stop_services(paths)}
     assert stopped["worker-0"] == "stopped" and stopped["broker"] == "stopped"
     assert "worker-0" not in {s.name for s in services_status(paths, check_health=False)}  # its record is gone
+
+    in_process: list[str] = []
+    assert run_cells(paths, _cells(world)[:1], workers=1, progress=in_process.append)[0].worker == ""
+    assert in_process[-1].endswith("(in this process)"), in_process
+    assert "broker" not in {s.name for s in services_status(paths, check_health=False)}  # one worker: no engine
+
+    # `services up --workers 2` starts them before any run, with this process's settings (a run with the same ones
+    # finds them running); `services down` stops them.
+    from click.testing import CliRunner
+
+    from churn_assets.cli import main
+
+    shown_up = CliRunner().invoke(main, ["services", "up", "--workers", "2"])
+    assert shown_up.exit_code == 0, shown_up.output
+    assert all(name in shown_up.output for name in ("broker", "worker-0", "worker-1")), shown_up.output
+    stopped = {s.name: s.action for s in stop_services(paths)}
+    assert stopped["worker-1"] == "stopped" and stopped["broker"] == "stopped"

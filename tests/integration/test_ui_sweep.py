@@ -260,7 +260,6 @@ def latest_metadata(port: int, asset: str, partition: str) -> dict[str, Any]:
 def test_the_launchpad_offers_the_enumerated_fields_and_refuses_an_unknown_arm(ui: int) -> None:
     from churn_assets.arms.registry import arm_names
     from churn_assets.fabric.saas_profiles import SAAS_PROFILES
-    from churn_assets.orchestration.engine import ENGINES
     from churn_assets.sweeps.presets import PRESETS
     from churn_assets.sweeps.spec import AGENTS
 
@@ -269,7 +268,7 @@ def test_the_launchpad_offers_the_enumerated_fields_and_refuses_an_unknown_arm(u
         ... on EnumConfigType { givenName values { value } } } } } }""")["runConfigSchemaOrError"]
     enums = {t["givenName"]: [v["value"] for v in t["values"]] for t in schema["allConfigTypes"] if t.get("givenName")}
     assert enums == {"Arm": list(arm_names()), "Preset": list(PRESETS), "Agent": list(AGENTS),
-                     "SaasProfile": list(SAAS_PROFILES), "Engine": list(ENGINES)}
+                     "SaasProfile": list(SAAS_PROFILES)}
     before = len(gql(ui, RUNS, {"filter": {"pipelineName": "sweep"}})["runsOrError"]["results"])
     launched = gql(ui, LAUNCH, {"params": _sweep_params({"preset": "smoke", "arms": ["grounding", "oracle"]})})
     refused = launched["launchRun"]
