@@ -259,3 +259,31 @@ def test_every_environment_variable_referenced_is_documented() -> None:
     names = _referenced_env()
     assert len(names) > 20
     assert sorted(names - documented) == []
+
+
+# --- the cell engine on Kubernetes -----------------------------------------------------------------------------
+
+
+def test_helm_cell_engine_runs_the_compose_broker_and_workers_on_the_code_locations_image_and_state() -> None:
+    """docker/helm/cell-engine.yaml: the broker of compose's image behind a password, a Service for it, and worker
+    pods running `churnbench worker` from the code location's image and tag, with the churnbench secrets (the
+    broker's URL among them) and the shared state volume mounted where values.yaml mounts it."""
+    documents = {(d["kind"], d["metadata"]["name"]): d
+                 for d in yaml.safe_load_all((DOCKER / "helm" / "cell-engine.yaml").read_text())}
+    assert set(documents) == {("Deployment", "churnbench-broker"), ("Service", "churnbench-broker"),
+                              ("Deployment", "churnbench-cell-worker")}
+    compose = _yaml(DOCKER / "compose.yaml")["services"]
+    (broker,) = documents[("Deployment", "churnbench-broker")]["spec"]["template"]["spec"]["containers"]
+    assert broker["image"] == compose["broker"]["image"] and "--requirepass" in " ".join(broker["command"])
+    assert broker["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "churnbench-broker", "key": "password"}
+    assert documents[("Service", "churnbench-broker")]["spec"]["ports"][0]["port"] == 6379
+    assert "@churnbench-broker:6379/" in _dotenv(DOCKER / "helm" / "secrets.env.example")["CHURNBENCH_BROKER_URL"]
+
+    pod = documents[("Deployment", "churnbench-cell-worker")]["spec"]["template"]["spec"]
+    (worker,) = pod["containers"]
+    (code_location,) = _yaml(HELM_VALUES)["dagster-user-deployments"]["deployments"]
+    assert worker["image"] == f"{code_location['image']['repository']}:{code_location['image']['tag']}"
+    assert worker["command"] == compose["cell-worker"]["command"] == ["churnbench", "worker"]
+    assert worker["envFrom"] == [{"secretRef": {"name": "churnbench-secrets"}}]
+    assert {e["name"]: e["value"] for e in worker["env"]} == code_location["env"]
+    assert worker["volumeMounts"] == code_location["volumeMounts"] and pod["volumes"] == code_location["volumes"]
