@@ -11,7 +11,7 @@ Two modes:
                                     [--load 5] [--warmup 240] [--json out.json]
 
 Each launch runs the `eval_run` partition through the UI's GraphQL API the way the Launchpad does, waits for the
-run to end and reads its event log: RUN_ENQUEUED (the webserver queued it), RUN_DEQUEUED (the daemon took it),
+run to end and reads its event log: the launch request (the webserver queues the run; the daemon takes it),
 RUN_STARTING (the daemon's run launcher starts it), "Started process" (the run's process was forked from the
 launcher's fork server, which imports the code location at the first launch of a UI session), RUN_START (the run
 worker runs), the first STEP_START, the run's end. Two figures per launch:
@@ -130,7 +130,6 @@ def launch_once(port: int, partition: str) -> dict[str, Any]:
             "to_step_start_s": round(step - starting, 1), "to_run_start_s": round((started or step) - starting, 1),
             "submitted_to_step_start_s": round(step - submitted, 1),
             # the parts of submission to STEP_START
-            "submitted_to_dequeued_s": since(submitted, first.get("RunDequeuedEvent")),
             "submitted_to_run_starting_s": round(starting - submitted, 1),
             "run_starting_to_forked_s": since(starting, first.get("forked")),
             "forked_to_run_start_s": since(first.get("forked"), started),
