@@ -40,6 +40,8 @@ def dagster_dev_command(port: int) -> list[str]:
 
 def port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the webserver binds (uvicorn sets it): a port a stopped UI left in TIME_WAIT is free to listen on again.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
