@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.deployment import deployment
 from churn_assets.errors import UserFacingError
-from churn_assets.evaluation.catalog import catalog_worlds, delete_world_runs
+from churn_assets.evaluation.catalog_removal import catalog_worlds, delete_world_runs
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import connection, drop_world_schemas, worlds_with_schemas
 from churn_assets.fabric.roles import drop_arm_role, worlds_with_arm_roles
