@@ -187,7 +187,7 @@ def _cells(preset: str, saas_profile: str) -> list[Any]:
 
 def _clear(session: Any, cells: list[Any]) -> int:
     """Remove the cells' results folders and catalog rows: the next run evaluates every one."""
-    from churn_assets.evaluation.catalog import delete_scenario_runs
+    from churn_assets.evaluation.catalog_removal import delete_scenario_runs
     from churn_assets.fabric.postgres import connection
     from churn_assets.orchestration.sweep_records import scenario_key_of
 

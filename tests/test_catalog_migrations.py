@@ -10,7 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from churn_assets.evaluation.catalog import HEAD_REVISION, MIGRATIONS_DIR, alembic_config
+from churn_assets.evaluation.catalog_schema import HEAD_REVISION, MIGRATIONS_DIR, alembic_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ def test_head_revision_names_the_one_head_of_the_scripts() -> None:
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory.from_config(alembic_config())
-    assert script.get_heads() == [HEAD_REVISION], "move catalog.HEAD_REVISION to the newest revision"
+    assert script.get_heads() == [HEAD_REVISION], "move catalog_schema.HEAD_REVISION to the newest revision"
     assert [s.revision for s in script.walk_revisions()][-1] == "0001"  # the baseline: the table of issue 13
 
 
@@ -37,7 +37,8 @@ def test_the_scripts_ship_inside_the_package() -> None:
 
 
 def test_importing_the_catalog_imports_neither_sqlalchemy_nor_alembic() -> None:
-    code = ("import sys, churn_assets.evaluation.catalog, churn_assets.evaluation.runner; "
+    code = ("import sys, churn_assets.evaluation.catalog, churn_assets.evaluation.catalog_schema, "
+            "churn_assets.evaluation.catalog_removal, churn_assets.evaluation.runner; "
             "print(sorted(m for m in ('sqlalchemy', 'alembic') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

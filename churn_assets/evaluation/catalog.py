@@ -1,8 +1,8 @@
 """The results catalog: one Postgres row per evaluation run, in `churnbench.results_runs`.
 
-The catalog lives in the warehouse database but in a schema of its own (`churnbench`), which is no
-world's (world schemas are `<world>_<layer>`, see `fabric/postgres.py`), so dropping a world's schemas
-never touches it; `worlds rm` / `gc` delete a world's rows through `delete_world_runs`.
+The catalog lives in the warehouse database, in a schema of its own (`catalog_schema.py`: its tables and their
+Alembic migrations); `worlds rm` / `gc` and `sweep rm` delete a world's or a sweep's rows through
+`catalog_removal.py`.
 
 A row is keyed by (experiment hash, code version, repeat), exactly as the results folder is (a repeat r > 0
 of `--repeats K` is the folder `...__rep<r>`, `results.RunKey`; a single run is repeat 0). Its `status`:
@@ -22,14 +22,9 @@ row names is recorded failed too), or `complete` when its folder was completed b
 results folder whose row is missing or not complete (the catalog was unreachable when it finished) is
 recorded complete by the next `evaluate` of the same key, which reads the folder back.
 
-Statements are SQLAlchemy Core on the table `runs_table()` describes (the newest revision). The schema
-itself is Alembic's: the scripts in `migrations/` (shipped in the package, run programmatically, no
-alembic.ini), their version in `churnbench.churnbench_alembic_version` (Dagster's own storage uses
-`alembic_version` and may share the database). `ensure_catalog` creates the catalog, adopts a table
-made before migrations existed (revision 0001 checks it has exactly its columns and keeps every row) and
-applies newer revisions, under an advisory lock so that concurrent first runs wait for each other.
-SQLAlchemy and Alembic are imported inside the functions (together ~0.6 s): importing this module costs
-nothing.
+Statements are SQLAlchemy Core on the tables `catalog_schema` describes; each call brings the catalog to the
+newest revision first (`ensure_catalog`, once per `RunCatalog`). SQLAlchemy is imported inside the functions:
+importing this module costs nothing.
 
 Beside the runs, `churnbench.results_experiments` holds one summary per experiment, code version and number of
 repeats (`record_experiment`, written once all K repeats are complete: `evaluation/repeats.py`).
@@ -38,14 +33,22 @@ repeats (`record_experiment`, written once all K repeats are complete: `evaluati
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from churn_assets.errors import UserFacingError
+from churn_assets.evaluation.catalog_schema import (
+    FILE_COLUMNS,
+    HEAD_REVISION,
+    LOCK_KEY,
+    CatalogError,
+    catalog_state,
+    ensure_catalog,
+    experiments_table,
+    runs_table,
+)
 from churn_assets.evaluation.results import (
     IDENTITY_VERSION,
     STALE_FILE,
@@ -62,35 +65,9 @@ from churn_assets.freshness.scenario import ScenarioKeyError, parse_scenario_key
 from churn_assets.seal_key import SealKey, current_key
 
 if TYPE_CHECKING:
-    import psycopg
     import sqlalchemy as sa
-    from alembic.config import Config
 
     from churn_assets.freshness.scenario import Scenario
-
-CATALOG_SCHEMA = "churnbench"
-RUNS_TABLE = "results_runs"
-EXPERIMENTS_TABLE = "results_experiments"
-STATUSES = ("running", "complete", "failed")
-# Alembic's version table, beside the catalog and under a name of its own: Dagster's storage keeps its
-# migrations in `alembic_version` and may use the same database.
-VERSION_TABLE = "churnbench_alembic_version"
-# The newest script in migrations/versions; reading it here spares every call the import of Alembic
-# (tests/test_catalog_migrations.py fails when a new script is added without moving this).
-HEAD_REVISION = "0005"
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-# The key of the old hand-written DDL's lock too, so a process of either version waits for the other.
-LOCK_KEY = "churnbench results catalog"
-
-TABLE_COMMENT = ("Every evaluation run: identity (experiment hash, code version, scenario), status "
-                 "(running/complete/failed), summary figures and its results files.")
-EXPERIMENTS_COMMENT = ("Every experiment's summary over its repeats: mean accuracy and 90% interval, pass^K, pass@K, "
-                       "answer stability, per task the K verdicts (summary JSON).")
-_FILE_COLUMNS = {"tasks": "tasks_file", "stale": "stale_file", "summary": "summary_file", "timings": "timings_file"}
-
-
-class CatalogError(UserFacingError):
-    """A catalog lookup that matched no run or more than one experiment, or a catalog this code cannot use."""
 
 
 @dataclass(frozen=True)
@@ -145,107 +122,16 @@ class CatalogRun:
         return retry if base == self.folder_name else 0
 
 
-@functools.cache
-def runs_table() -> sa.Table:
-    """`churnbench.results_runs` as the newest revision leaves it (constraint names are the ones Postgres
-    gave the hand-written DDL, so a catalog made by either is the same table)."""
-    import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql
+@dataclass(frozen=True)
+class CatalogExperiment:
+    """One row of the experiments table: the summary of an experiment's first `repeats` repeats."""
 
-    metadata = sa.MetaData(schema=CATALOG_SCHEMA)
-    statuses = ", ".join(f"'{s}'" for s in STATUSES)
-    return sa.Table(
-        RUNS_TABLE, metadata,
-        *_experiment_column_defs("run_id"),
-        *_scenario_column_defs(),
-        sa.Column("status", sa.Text, nullable=False),
-        sa.Column("tasks", sa.Integer),
-        sa.Column("accuracy", sa.Double),
-        *(sa.Column(v, sa.Integer) for v in VERDICTS),
-        sa.Column("stale_answers", sa.Integer),
-        sa.Column("exposure", sa.Integer),
-        sa.Column("degenerate_exposure", sa.Integer),
-        sa.Column("prediction", sa.Double),
-        sa.Column("mean_cost_units", sa.Double),
-        sa.Column("mean_latency_ms", sa.Double),
-        sa.Column("results_dir", sa.Text, nullable=False),
-        *(sa.Column(c, sa.Text) for c in _FILE_COLUMNS.values()),
-        sa.Column("error", sa.Text),
-        sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("1")),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
-        sa.Column("finished_at", sa.DateTime(timezone=True)),
-        sa.Column("identity_version", sa.Integer, nullable=False, server_default=sa.text("1")),
-        sa.Column("repeat", sa.Integer, nullable=False, server_default=sa.text("0")),
-        sa.Column("seal", postgresql.JSONB),
-        sa.Column("dagster_run_id", sa.Text),
-        *_keys(RUNS_TABLE, "run_id", "repeat"),
-        sa.CheckConstraint(f"status IN ({statuses})", name="results_runs_status_check"),
-        sa.CheckConstraint("status <> 'complete' OR (finished_at IS NOT NULL AND tasks IS NOT NULL)",
-                           name="results_runs_check"),
-        comment=TABLE_COMMENT,
-    )
-
-
-def _experiment_column_defs(row_id: str) -> list[sa.Column[Any]]:
-    """A row's own id, then the experiment it belongs to (hash and code version), as both tables begin."""
-    import sqlalchemy as sa
-
-    return [sa.Column(row_id, sa.BigInteger, sa.Identity(always=True)),
-            sa.Column("experiment_hash", sa.Text, nullable=False), sa.Column("code_version", sa.Text, nullable=False)]
-
-
-def _keys(table: str, row_id: str, repeat: str) -> list[sa.schema.SchemaItem]:
-    """Both tables' keys, named as Postgres named them in the hand-written DDL: the row id; one row per experiment,
-    code version and `repeat` (the repeat's number, or the number of repeats summarized); an index by world."""
-    import sqlalchemy as sa
-
-    return [sa.PrimaryKeyConstraint(row_id, name=f"{table}_pkey"),
-            sa.UniqueConstraint("experiment_hash", "code_version", repeat,
-                                name=f"{table}_experiment_hash_code_version_{repeat}_key"),
-            sa.Index(f"{table}_world_ix", "world", "scenario_key")]
-
-
-def _scenario_column_defs() -> list[sa.Column[Any]]:
-    """The scenario's columns, in the order both tables have them (`_scenario_columns` fills them)."""
-    import sqlalchemy as sa
-
-    return [sa.Column(name, kind, nullable=False) for name, kind in (
-        ("world", sa.Text), ("scenario_key", sa.Text), ("arm", sa.Text), ("policy", sa.Text), ("t_prime", sa.Date),
-        ("t", sa.Date), ("agent_id", sa.Text), ("saas_profile", sa.Text))]
-
-
-@functools.cache
-def experiments_table() -> sa.Table:
-    """`churnbench.results_experiments` (revision 0004): one summary per experiment, code version and number
-    of repeats."""
-    import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql
-
-    return sa.Table(
-        EXPERIMENTS_TABLE, runs_table().metadata,
-        *_experiment_column_defs("experiment_id"),
-        sa.Column("repeats", sa.Integer, nullable=False),
-        *_scenario_column_defs(),
-        sa.Column("tasks", sa.Integer, nullable=False),
-        sa.Column("accuracy_mean", sa.Double),
-        sa.Column("accuracy_low", sa.Double),
-        sa.Column("accuracy_high", sa.Double),
-        sa.Column("pass_hat_k", sa.Double),
-        sa.Column("pass_at_k", sa.Double),
-        sa.Column("stability", sa.Double),
-        sa.Column("stale_answers_mean", sa.Double),
-        sa.Column("summary", postgresql.JSONB, nullable=False),
-        sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
-        *_keys(EXPERIMENTS_TABLE, "experiment_id", "repeats"),
-        sa.CheckConstraint("repeats >= 1", name="results_experiments_repeats_check"),
-        comment=EXPERIMENTS_COMMENT,
-    )
-
-
-def catalog_metadata() -> sa.MetaData:
-    """The catalog's MetaData (Alembic's `target_metadata`: autogenerate and the model-vs-scripts test)."""
-    experiments_table()  # both tables in one MetaData
-    return runs_table().metadata
+    experiment_hash: str
+    code_version: str
+    repeats: int
+    scenario_key: str
+    summary: dict[str, Any]
+    recorded_at: dt.datetime
 
 
 def _row(m: sa.RowMapping) -> CatalogRun:
@@ -257,158 +143,10 @@ def _row(m: sa.RowMapping) -> CatalogRun:
         exposure=m["exposure"], degenerate_exposure=m["degenerate_exposure"], prediction=m["prediction"],
         mean_cost_units=m["mean_cost_units"],
         mean_latency_ms=m["mean_latency_ms"], results_dir=m["results_dir"],
-        files={name: m[column] for name, column in _FILE_COLUMNS.items()},
+        files={name: m[column] for name, column in FILE_COLUMNS.items()},
         error=m["error"], attempts=m["attempts"], started_at=m["started_at"], finished_at=m["finished_at"],
         identity_version=m["identity_version"], repeat=m["repeat"], seal=m["seal"],
         dagster_run_id=m["dagster_run_id"])
-
-
-# ---------------------------------------------------------------------------------------------------
-# The schema: Alembic, run from code
-# ---------------------------------------------------------------------------------------------------
-
-
-def alembic_config(connection: sa.Connection | None = None) -> Config:
-    """Alembic's configuration for the catalog without an alembic.ini: the scripts shipped in the package,
-    and the connection `migrations/env.py` migrates (in `attributes`). New revisions are written with it too:
-    `alembic.command.revision(alembic_config(), message=..., rev_id="0002")`."""
-    from alembic.config import Config
-
-    config = Config()
-    # configparser interpolates `%`: a checkout path holding one must not break the script location.
-    config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
-    config.set_main_option("path_separator", "os")  # Alembic >= 1.16 warns without it
-    if connection is not None:
-        config.attributes["connection"] = connection
-    return config
-
-
-def _regclass(name: str) -> str:
-    return f'"{CATALOG_SCHEMA}"."{name}"'
-
-
-def _exists_query() -> sa.Select[Any]:
-    import sqlalchemy as sa
-
-    return sa.select(sa.func.to_regclass(_regclass(RUNS_TABLE)).is_not(None))
-
-
-def _catalog_state(conn: sa.Connection) -> tuple[bool, str | None]:
-    """(the runs table exists, the revision Alembic recorded or None): two cheap reads, no Alembic import."""
-    import sqlalchemy as sa
-
-    table_exists, versioned = conn.execute(sa.select(
-        sa.func.to_regclass(_regclass(RUNS_TABLE)).is_not(None),
-        sa.func.to_regclass(_regclass(VERSION_TABLE)).is_not(None))).one()
-    if not versioned:
-        return bool(table_exists), None
-    version = sa.table(VERSION_TABLE, sa.column("version_num"), schema=CATALOG_SCHEMA)
-    revision = conn.execute(sa.select(version.c.version_num)).scalar()
-    return bool(table_exists), revision
-
-
-def ensure_catalog(conn: sa.Connection) -> None:
-    """Bring the catalog to the newest revision and commit (idempotent).
-
-    Creates schema and table when missing; adopts a table the hand-written DDL made before migrations
-    (no version table: revision 0001 finds it has its columns, and Alembic records the revision); applies
-    newer revisions. All in one transaction, under an advisory lock, so concurrent first runs wait for
-    each other and the second finds the work done. A catalog at a revision this code does not know (a
-    newer churnbench migrated it) is refused in one line.
-    """
-    import sqlalchemy as sa
-    from alembic import command
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
-    try:
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(LOCK_KEY))))
-        # The version table goes into this schema, and Alembic creates it before any revision runs.
-        conn.execute(sa.schema.CreateSchema(CATALOG_SCHEMA, if_not_exists=True))
-        table_exists, revision = _catalog_state(conn)  # read again: another process may have just migrated
-        config = alembic_config(conn)
-        if revision is not None and not table_exists:
-            # The table was dropped by hand (to start the catalog afresh): create it again, as the old DDL did;
-            # the experiment summaries of the runs dropped with it go too (the scripts create them again).
-            conn.execute(sa.schema.DropTable(experiments_table(), if_exists=True))
-            conn.execute(sa.delete(sa.table(VERSION_TABLE, schema=CATALOG_SCHEMA)))
-        elif revision is not None:
-            try:
-                ScriptDirectory.from_config(config).get_revision(revision)
-            except CommandError:
-                raise CatalogError(
-                    f"the results catalog {CATALOG_SCHEMA}.{RUNS_TABLE} is at revision {revision!r}, which this "
-                    f"churnbench does not know (its newest is {HEAD_REVISION}): a newer churnbench migrated it; "
-                    "use that version") from None
-        command.upgrade(config, "head")
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-
-
-# ---------------------------------------------------------------------------------------------------
-# On a caller's psycopg connection (`worlds rm` / `gc`)
-# ---------------------------------------------------------------------------------------------------
-
-
-def _execute(conn: psycopg.Connection[Any], statement: sa.ClauseElement) -> psycopg.Cursor[Any]:
-    """A Core statement on a psycopg 3 connection the caller owns: compiled for SQLAlchemy's psycopg dialect,
-    whose `%(name)s` placeholders psycopg takes as they are (an `IN` list expanded into one placeholder per
-    value: SQLAlchemy's post-compile parameters exist only when SQLAlchemy executes the statement itself)."""
-    from sqlalchemy.dialects.postgresql.psycopg import dialect
-
-    compiled = statement.compile(dialect=dialect(), compile_kwargs={"render_postcompile": True})
-    return conn.execute(str(compiled).encode(), compiled.params)
-
-
-def catalog_exists(conn: psycopg.Connection[Any]) -> bool:
-    row = _execute(conn, _exists_query()).fetchone()
-    return row is not None and bool(row[0])
-
-
-def catalog_worlds(conn: psycopg.Connection[Any]) -> set[str]:
-    """Worlds with at least one catalog row (for `worlds rm` / `gc`)."""
-    import sqlalchemy as sa
-
-    if not catalog_exists(conn):
-        return set()
-    t = runs_table()
-    return {r[0] for r in _execute(conn, sa.select(t.c.world).distinct())}
-
-
-def _experiments_exist(conn: psycopg.Connection[Any]) -> bool:
-    """Whether the experiments table exists (a catalog not yet migrated to revision 0004 has none)."""
-    import sqlalchemy as sa
-
-    row = _execute(conn, sa.select(sa.func.to_regclass(_regclass(EXPERIMENTS_TABLE)).is_not(None))).fetchone()
-    return row is not None and bool(row[0])
-
-
-def delete_world_runs(conn: psycopg.Connection[Any], world: str) -> int:
-    """Delete every catalog row of a world (its experiment summaries too); returns how many runs there were."""
-    import sqlalchemy as sa
-
-    if not catalog_exists(conn):
-        return 0
-    if _experiments_exist(conn):
-        e = experiments_table()
-        _execute(conn, sa.delete(e).where(e.c.world == world))
-    t = runs_table()
-    return _execute(conn, sa.delete(t).where(t.c.world == world)).rowcount
-
-
-def delete_scenario_runs(conn: psycopg.Connection[Any], scenario_keys: Sequence[str]) -> int:
-    """Delete the catalog rows of these scenarios (`churnbench sweep rm`); returns how many there were."""
-    import sqlalchemy as sa
-
-    if not catalog_exists(conn) or not scenario_keys:
-        return 0
-    if _experiments_exist(conn):
-        e = experiments_table()
-        _execute(conn, sa.delete(e).where(e.c.scenario_key.in_(list(scenario_keys))))
-    t = runs_table()
-    return _execute(conn, sa.delete(t).where(t.c.scenario_key.in_(list(scenario_keys)))).rowcount
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -444,16 +182,6 @@ def _scenario_columns(scenario: Scenario, key: RunKey) -> dict[str, Any]:
             "saas_profile": scenario.saas_profile}
 
 
-@dataclass(frozen=True)
-class CatalogExperiment:
-    """One row of the experiments table: the summary of an experiment's first `repeats` repeats."""
-
-    experiment_hash: str
-    code_version: str
-    repeats: int
-    scenario_key: str
-    summary: dict[str, Any]
-    recorded_at: dt.datetime
 def _merged_seal(current: Any, new: Any) -> Any:
     """`current || new` in SQL: a row's folder seals with this folder's replaced or added."""
     import sqlalchemy as sa
@@ -509,7 +237,7 @@ class RunCatalog:
         create a missing catalog; both adopt or upgrade an existing one, whose columns they need."""
         if self._ready:
             return True
-        table_exists, revision = _catalog_state(conn)
+        table_exists, revision = catalog_state(conn)
         if not table_exists and not create:
             conn.rollback()
             return False
@@ -696,7 +424,7 @@ class RunCatalog:
                 return 0
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(LOCK_KEY))))
             rows = conn.execute(sa.select(t.c.run_id, t.c.scenario_key, t.c.results_dir,
-                                          *(t.c[c] for c in _FILE_COLUMNS.values()))).all()
+                                          *(t.c[c] for c in FILE_COLUMNS.values()))).all()
             changed = 0
             for row in rows:
                 m = row._mapping
@@ -704,7 +432,7 @@ class RunCatalog:
                 if new is None or new == m["scenario_key"]:
                     continue
                 values = {"scenario_key": new, "results_dir": _renamed_path(m["results_dir"], m["scenario_key"], new)}
-                values |= {c: _renamed_path(m[c], m["scenario_key"], new) for c in _FILE_COLUMNS.values()
+                values |= {c: _renamed_path(m[c], m["scenario_key"], new) for c in FILE_COLUMNS.values()
                            if m[c] is not None}
                 conn.execute(sa.update(t).where(t.c.run_id == m["run_id"]).values(**values))
                 changed += 1

@@ -8,7 +8,8 @@ Runs show in the UI like any other (same instance, `DAGSTER_HOME=<state>/dagster
 Every run is tagged with the process that runs it (`dead_runs.process_tags`), and `open_session` first records
 failed the runs of processes that are gone (`dead_runs.reap_dead_runs`): a command killed outright leaves no
 run STARTED and no catalog row `running` behind the next command. A partition of a world is materialized
-under the world's use lock (`world_registry.using_world`), so `worlds rm` cannot remove it meanwhile.
+under the world's use lock (`world_registry.using_world`), so `worlds rm` cannot remove it meanwhile; a scenario
+its caller read under that lock is handed to its run with the lock (`scenario_in_hand.py`), not locked again.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from churn_assets.orchestration.partitions import (
     world_day_partitions,
     world_partitions,
 )
+from churn_assets.orchestration.scenario_in_hand import ScenarioInHand, handing
 from churn_assets.orchestration.world_registry import using_world
 from churn_assets.services import (
     POSTGRES,
@@ -190,11 +192,14 @@ def materialize(
     *,
     on_partition: Callable[[PartitionRun], None] | None = None,
     tags: dict[str, str] | None = None,
+    scenario: ScenarioInHand | None = None,
 ) -> list[PartitionRun]:
     """Materialize `assets` (and their checks) for each partition key, in this process, in order.
 
     `definitions` come from the caller (`churn_assets.orchestration.definitions.defs_for(state folder)`, which
     binds the resources to this state folder); this module sits below definitions.py.
+    `scenario`: a scenario the caller has read and whose world's use lock it holds; the run of its partition is
+    handed both (`scenario_in_hand.py`): no lock is taken for it here, and its steps read nothing again.
     Stops at the first failure with a `MaterializationError` that carries the step's own message.
     """
     paths, instance = session.paths, session.instance
@@ -207,9 +212,10 @@ def materialize(
     runs = []
     for pk in partition_keys:
         started = time.perf_counter()
-        world = _world_of(partitions_def, str(pk))
+        handed = scenario if scenario is not None and scenario.key == str(pk) else None
+        world = None if handed is not None else _world_of(partitions_def, str(pk))  # handed: its holder's lock
         in_use = using_world(paths, world) if world is not None else nullcontext()
-        with in_use, service_errors(paths), warnings.catch_warnings():
+        with in_use, handing(handed), service_errors(paths), warnings.catch_warnings():
             fault_point("materialize")  # the reliability tests pause or kill a command here (its locks held)
             warnings.simplefilter("ignore", dg.PreviewWarning)
             result = job.execute_in_process(

@@ -50,7 +50,7 @@ from churn_assets.grounding.vector_index import built_days
 from churn_assets.orchestration.dbt_project import dbt_asset_keys
 from churn_assets.orchestration.materialize import Session
 from churn_assets.orchestration.partitions import world_day_key
-from churn_assets.orchestration.scenarios import scenario_lock, store_plan, stored_plan
+from churn_assets.orchestration.scenarios import StoredScenario, scenario_lock, store_plan, stored_plan
 from churn_assets.orchestration.world_registry import load_world_config
 from churn_assets.services import mongo_client
 from churn_assets.tasks.task_set import Drawn, drawn_of, drawn_with, in_current_format
@@ -92,22 +92,31 @@ def make_plan(session: Session, scenario: Scenario, registry: Registry) -> Scena
 
 
 def scenario_plan(session: Session, scenario: Scenario, *, replan: bool = False,
-                  registry: Registry | None = None) -> ScenarioPlan:
+                  registry: Registry | None = None, read: StoredScenario | None = None) -> ScenarioPlan:
     """The scenario's stored plan; planned and stored now when it has none (or `replan`). Refuses a plan
-    made from another registry than today's. The scenario must be registered (`register_scenario`)."""
+    made from another registry than today's. The scenario must be registered (`register_scenario`).
+    `read`: the scenario's file as the caller read it; a plan it holds is the stored plan (a stored plan changes
+    only by `replan`), so the file is not read again."""
     registry = registry or load_registry()
+    if read is not None and read.plan is not None and not replan:
+        return _current(scenario, read.plan, registry)
     # Under the scenario's lock: two processes planning it at once make it once (the second reads the first's).
     with scenario_lock(session.paths, scenario):
         stored = None if replan else stored_plan(session.paths, scenario.key)
         if stored is not None:
-            if stored.registry_hash != registry.content_hash:
-                raise ScenarioError(
-                    f"scenario {scenario.key} was planned with registry {stored.registry_hash}, the registry is "
-                    f"now {registry.content_hash}: run it again with `--replan` to plan it with today's registry")
-            return stored
+            return _current(scenario, stored, registry)
         plan = make_plan(session, scenario, registry)
         store_plan(session.paths, scenario.key, plan)
         return plan
+
+
+def _current(scenario: Scenario, plan: ScenarioPlan, registry: Registry) -> ScenarioPlan:
+    """A stored plan, refused when it was made from another registry than today's."""
+    if plan.registry_hash != registry.content_hash:
+        raise ScenarioError(
+            f"scenario {scenario.key} was planned with registry {plan.registry_hash}, the registry is "
+            f"now {registry.content_hash}: run it again with `--replan` to plan it with today's registry")
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -39,8 +39,9 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         repeats_tags,
     )
     from churn_assets.orchestration.requests import check_run
+    from churn_assets.orchestration.scenario_in_hand import ScenarioInHand
     from churn_assets.orchestration.scenario_materializer import materialize_scenario
-    from churn_assets.orchestration.scenarios import register_scenario
+    from churn_assets.orchestration.scenarios import StoredScenario, register_stored
     from churn_assets.orchestration.world_registry import using_world
 
     repeats = repeats_of(tags) if repeats is None else repeats
@@ -48,22 +49,28 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
     scenario = checked if checked is not None else check_run(
         session.paths, Request(world, arm, policy, t_prime, t, llm.agent_id if llm else "", saas_profile,
                                llm.to_json() if llm else None), fields or CLI_FIELDS)
-    with using_world(session.paths, world):  # `worlds rm` refuses while the run builds and evaluates
-        key = register_scenario(session.paths, session.instance, scenario)
+    # `worlds rm` refuses while the run builds and evaluates: the one use lock of the world for this evaluation,
+    # handed to `eval_run` with the scenario's file as read here (`scenario_in_hand.py`), so neither is taken again.
+    with using_world(session.paths, world) as in_use:
+        read = register_stored(session.paths, session.instance, scenario)
+        key = read.key
         # A finished result of this identity needs no input built or checked again (decision 190): a relaunched
         # sweep's cells each checked every input partition twice (here and in `eval_run`).
-        reusable = not (replan or retry_transport) and _finished(session, scenario, key, repeats)
+        reusable = not (replan or retry_transport) and _finished(session, read, repeats)
         if reusable:
             echo(f"scenario {scenario.label}: finished before with this identity"
                  + (f" ({repeats} repeats)" if repeats > 1 else "") + "; its inputs are not checked again")
-        built = 0 if reusable else len(materialize_scenario(session, definitions, scenario, replan=replan, echo=echo,
-                                                            tags=tags).built)
+            built = 0
+        else:
+            build = materialize_scenario(session, definitions, scenario, replan=replan, echo=echo, tags=tags)
+            built, read = len(build.built), StoredScenario(scenario, build.plan)  # the plan stored (made) by now
         started = time.perf_counter()
         eval_tags = {**{k: v for k, v in (tags or {}).items() if k != REPEATS_TAG}, **repeats_tags(repeats),
                      **({RETRY_TRANSPORT_TAG: "true"} if retry_transport else {})}
         # an LLM agent's run shows a line per answer as it goes (n of N, verdict, seconds, ETA)
         with answer_lines_to(lambda line: echo(f"  {line}")) if llm is not None else contextlib.nullcontext():
-            [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None)
+            [result] = materialize(session, definitions, ["eval_run"], [key], tags=eval_tags or None,
+                                   scenario=ScenarioInHand(read, in_use))
         seconds = time.perf_counter() - started
         # This run's own folder (experiment hash + code version), as the asset recorded it: never a folder of
         # an earlier code version under the same scenario key.
@@ -79,19 +86,18 @@ def run_scenario(session: Any, definitions: Any, world: str, arm: str, t_prime: 
         return summary
 
 
-def _finished(session: Any, scenario: Any, key: str, repeats: int) -> bool:
-    """Whether the scenario's stored plan (made with today's registry) has a finished result, every one of its
-    `repeats` repeats. No stored plan, or one of another registry: False, and the materializer plans it or
-    refuses it as always."""
+def _finished(session: Any, read: Any, repeats: int) -> bool:
+    """Whether the scenario's stored plan (made with today's registry; `read`: its file as registering read it)
+    has a finished result, every one of its `repeats` repeats. No stored plan, or one of another registry: False,
+    and the materializer plans it or refuses it as always."""
     from churn_assets.evaluation.repeats import finished_repeats
     from churn_assets.evaluation.results import ResultsStore
     from churn_assets.evaluation.runner import finished_run
     from churn_assets.grounding.registry import load_registry
     from churn_assets.orchestration.scenario_inputs import drawn_settings
-    from churn_assets.orchestration.scenarios import stored_plan
     from churn_assets.orchestration.world_registry import load_world_config
 
-    plan = stored_plan(session.paths, key)
+    scenario, plan = read.scenario, read.plan
     if plan is None or plan.registry_hash != load_registry().content_hash:
         return False
     config = load_world_config(session.paths, scenario.world_id)

@@ -4,7 +4,9 @@ its plan once it has one.
 The scenario key (`<arm>__<policy-id>__tp<T'>__t<T>__<agent-id>__<saas-profile>__<world>`, `freshness/scenario.py`)
 names an `eval_run` partition. Policy ids of parameterized policies end in a hash, so the key alone cannot rebuild
 the policy: `register_scenario` stores the definition (as `worlds add` stores a world's config) and adds the
-partition; `load_scenario` reads it back, checked as a new one is. The plan (`freshness.scenario.plan_scenario`)
+partition; `load_scenario` reads it back, checked as a new one is. A command reads the file once and passes what it
+read on (`register_stored` and `read_scenario` return the definition and the plan together as a `StoredScenario`;
+decision 331). The plan (`freshness.scenario.plan_scenario`)
 is made once, at the scenario's first materialization, and stored beside the definition with the hash of the
 registry it came from (`store_plan`, `stored_plan`); `orchestration/scenario_inputs.py` decides when a stored
 plan may be used.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -67,9 +70,24 @@ def scenario_lock(paths: StatePaths, scenario: Scenario) -> Iterator[None]:
         yield
 
 
-def register_scenario(paths: StatePaths, instance: dg.DagsterInstance, scenario: Scenario) -> str:
-    """Store the definition and add the `eval_run` partition; returns the key. Idempotent: a stored plan of
-    the same key is kept (a key names one definition)."""
+@dataclass(frozen=True)
+class StoredScenario:
+    """A scenario's file as it was read once: the definition (checked as `load_scenario` checks it) and the plan
+    (None until planned). Whoever read it passes it on, so that one command reads the file once
+    (`orchestration/scenario_in_hand.py`)."""
+
+    scenario: Scenario
+    plan: ScenarioPlan | None
+
+    @property
+    def key(self) -> str:
+        return self.scenario.key
+
+
+def register_stored(paths: StatePaths, instance: dg.DagsterInstance, scenario: Scenario) -> StoredScenario:
+    """Store the definition and add the `eval_run` partition; returns the scenario's file as it now stands (its
+    definition and the plan it kept), read once. Idempotent: a stored plan of the same key is kept (a key names
+    one definition)."""
     key = scenario.key
     path = paths.scenario_file(key)
     with scenario_lock(paths, scenario):
@@ -80,7 +98,12 @@ def register_scenario(paths: StatePaths, instance: dg.DagsterInstance, scenario:
     # Dagster's Postgres storage inserts dynamic partitions with ON CONFLICT DO NOTHING: safe concurrently.
     if not instance.has_dynamic_partition(SCENARIO_PARTITIONS_NAME, key):
         instance.add_dynamic_partitions(SCENARIO_PARTITIONS_NAME, [key])
-    return key
+    return StoredScenario(scenario, _plan(data))
+
+
+def register_scenario(paths: StatePaths, instance: dg.DagsterInstance, scenario: Scenario) -> str:
+    """`register_stored` for callers that need only the key."""
+    return register_stored(paths, instance, scenario).key
 
 
 _DEFINITION_FIELDS = {"world_id": str, "arm": str, "policy": str, "t_prime": "day", "t": "day",
@@ -109,21 +132,36 @@ def _definition_problem(data: Any) -> str | None:
     return None
 
 
-def load_scenario(paths: StatePaths, key: str) -> Scenario:
-    data = _read(paths, key).get("scenario")
-    problem = _definition_problem(data)
+def _definition(paths: StatePaths, key: str, data: dict[str, Any]) -> Scenario:
+    """The scenario a file's data defines, refused naming the file when a field is wrong or it is another key's."""
+    definition = data.get("scenario")
+    problem = _definition_problem(definition)
     if problem is not None:
         raise ScenarioError(f"scenario file {paths.scenario_file(key)}: {problem}")
-    assert isinstance(data, dict)
-    scenario = scenario_from_json(data)
+    assert isinstance(definition, dict)
+    scenario = scenario_from_json(definition)
     if scenario.key != key:
         raise ScenarioError(f"scenario file {paths.scenario_file(key)} defines {scenario.key}, not {key}")
     return scenario
 
 
-def stored_plan(paths: StatePaths, key: str) -> ScenarioPlan | None:
-    plan = _read(paths, key).get("plan")
+def _plan(data: dict[str, Any]) -> ScenarioPlan | None:
+    plan = data.get("plan")
     return None if plan is None else ScenarioPlan.from_json(plan)
+
+
+def read_scenario(paths: StatePaths, key: str) -> StoredScenario:
+    """The scenario's definition and plan from one read of its file (what an evaluation needs of it)."""
+    data = _read(paths, key)
+    return StoredScenario(_definition(paths, key, data), _plan(data))
+
+
+def load_scenario(paths: StatePaths, key: str) -> Scenario:
+    return _definition(paths, key, _read(paths, key))
+
+
+def stored_plan(paths: StatePaths, key: str) -> ScenarioPlan | None:
+    return _plan(_read(paths, key))
 
 
 def store_plan(paths: StatePaths, key: str, plan: ScenarioPlan) -> None:

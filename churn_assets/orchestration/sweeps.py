@@ -30,7 +30,7 @@ from typing import Any
 
 from churn_assets.arms.agents.llm_settings import LlmSettings
 from churn_assets.deployment import task_settings
-from churn_assets.evaluation.catalog import delete_scenario_runs
+from churn_assets.evaluation.catalog_removal import delete_scenario_runs
 from churn_assets.evaluation.requests import LAUNCHPAD_FIELDS, Fields
 from churn_assets.fabric.postgres import connection
 from churn_assets.grounding.refresh_cost import refresh_rows

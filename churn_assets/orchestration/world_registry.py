@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from churn_assets.deployment import deployment
 from churn_assets.errors import UserFacingError
-from churn_assets.evaluation.catalog import catalog_worlds, delete_world_runs
+from churn_assets.evaluation.catalog_removal import catalog_worlds, delete_world_runs
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import connection, drop_world_schemas, worlds_with_schemas
 from churn_assets.fabric.roles import drop_arm_role, worlds_with_arm_roles
@@ -73,12 +73,20 @@ class WorldInUseError(UserFacingError):
     """A world that another command is building or evaluating cannot be removed now."""
 
 
+@dataclass(frozen=True)
+class WorldInUse:
+    """What `using_world` yields: the holder has the world's use lock for its block, and hands this on to what it
+    calls inside the block so that they do not take the lock again (`orchestration/scenario_in_hand.py`)."""
+
+    world_id: str
+
+
 @contextlib.contextmanager
-def using_world(paths: StatePaths, world_id: str) -> Iterator[None]:
+def using_world(paths: StatePaths, world_id: str) -> Iterator[WorldInUse]:
     """Hold the world's use lock shared for the block (any number of users at once; waits only while a removal
     of the world runs). Re-entrant within a process: each holder opens the lock file on its own."""
     with file_lock(paths.world_use_lock(world_id), shared=True, what=f"world {world_id}"):
-        yield
+        yield WorldInUse(world_id)
 
 
 # ---------------------------------------------------------------------------------------------------

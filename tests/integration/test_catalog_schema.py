@@ -23,16 +23,14 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from churn_assets.evaluation.catalog import (
+from churn_assets.evaluation.catalog import RunCatalog
+from churn_assets.evaluation.catalog_removal import catalog_exists, catalog_worlds, delete_world_runs
+from churn_assets.evaluation.catalog_schema import (
     CATALOG_SCHEMA,
     HEAD_REVISION,
     VERSION_TABLE,
     CatalogError,
-    RunCatalog,
-    catalog_exists,
     catalog_metadata,
-    catalog_worlds,
-    delete_world_runs,
 )
 from churn_assets.evaluation.results import RunKey
 from churn_assets.fabric.postgres import connection
@@ -260,7 +258,7 @@ def test_a_new_catalog_is_the_table_the_old_ddl_made(database: str) -> None:
 
 
 def test_the_model_matches_the_migration_scripts(database: str) -> None:
-    """What `catalog.runs_table()` describes is what the scripts build (Alembic's autogenerate finds nothing)."""
+    """What `catalog_schema.runs_table()` describes is what the scripts build (Alembic's autogenerate finds nothing)."""
     import sqlalchemy as sa
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
@@ -350,7 +348,7 @@ def test_revision_0005_clears_the_figures_of_rows_that_are_not_complete(database
     behind them (`failed 83.9% 29` in `results list`); the revision clears them, and the code keeps them cleared."""
     from alembic import command
 
-    from churn_assets.evaluation.catalog import alembic_config
+    from churn_assets.evaluation.catalog_schema import alembic_config
 
     with connection(database, autocommit=True) as conn:
         old_ensure_catalog(conn)

@@ -115,7 +115,7 @@ def _figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _clear(paths: StatePaths, results: list[Any]) -> None:
     """Remove the cells' results folders and catalog rows: the next run evaluates them again."""
-    from churn_assets.evaluation.catalog import delete_scenario_runs
+    from churn_assets.evaluation.catalog_removal import delete_scenario_runs
     from churn_assets.fabric.postgres import connection
     from churn_assets.orchestration.materialize import open_session
 

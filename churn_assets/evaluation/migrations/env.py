@@ -1,4 +1,4 @@
-"""Alembic's environment for the results catalog. `catalog.ensure_catalog` runs it with its connection in
+"""Alembic's environment for the results catalog. `catalog_schema.ensure_catalog` runs it with its connection in
 `config.attributes["connection"]`, inside its transaction and advisory lock; offline mode (SQL scripts) is
 not supported: revision 0001 inspects the database to adopt a catalog made before migrations."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from alembic import context
 
-from churn_assets.evaluation.catalog import CATALOG_SCHEMA, VERSION_TABLE, catalog_metadata
+from churn_assets.evaluation.catalog_schema import CATALOG_SCHEMA, VERSION_TABLE, catalog_metadata
 
 
 def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -22,11 +22,11 @@ def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
 
 def run_migrations() -> None:
     if context.is_offline_mode():
-        raise RuntimeError("the results catalog's migrations run online only (catalog.ensure_catalog)")
+        raise RuntimeError("the results catalog's migrations run online only (catalog_schema.ensure_catalog)")
     connection = context.config.attributes.get("connection")
     if connection is None:
         raise RuntimeError("no connection in config.attributes['connection']: run the migrations through "
-                           "churn_assets.evaluation.catalog.ensure_catalog")
+                           "churn_assets.evaluation.catalog_schema.ensure_catalog")
     context.configure(
         connection=connection,
         target_metadata=catalog_metadata(),

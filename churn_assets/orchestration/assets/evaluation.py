@@ -56,6 +56,7 @@ from churn_assets.orchestration.dead_runs import has_process_tags, process_tags
 from churn_assets.orchestration.materialize import MISSING_INPUTS, RETRY_TRANSPORT_TAG, Session, repeats_of
 from churn_assets.orchestration.partitions import ANY_PARTITION, SCENARIO_PARTITIONS_NAME, scenario_partitions
 from churn_assets.orchestration.resources import StateResource
+from churn_assets.orchestration.scenario_in_hand import in_hand
 from churn_assets.orchestration.scenario_inputs import (
     blocking_checks,
     drawn_settings,
@@ -63,7 +64,7 @@ from churn_assets.orchestration.scenario_inputs import (
     missing_inputs,
     scenario_plan,
 )
-from churn_assets.orchestration.scenarios import load_scenario
+from churn_assets.orchestration.scenarios import StoredScenario, read_scenario
 from churn_assets.orchestration.unbacked import Unbacked, refusal, scenario_problem
 from churn_assets.orchestration.world_registry import using_world
 from churn_assets.seal_key import seal_key
@@ -93,23 +94,26 @@ def results_store(state: StateResource) -> ResultsStore:
 def eval_run(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
     if not has_process_tags(context.run.tags):  # launched from the UI: record which process runs it (dead_runs)
         context.instance.add_run_tags(context.run_id, process_tags())
+    handed = in_hand(context.partition_key)
+    if handed is not None:  # `run_scenario` read the scenario and holds its world's use lock for this run
+        return _evaluate(context, state, handed.stored)
     problem = scenario_problem(state.paths, context.partition_key)
     if problem is not None:  # a key typed into "Add a partition": refused, and removed from the list
         raise refusal(Unbacked(SCENARIO_PARTITIONS_NAME, context.partition_key, problem))
     with user_errors():
-        world = load_scenario(state.paths, context.partition_key).world_id
-    # Also when the daemon launched it (no `run_scenario` around it): `worlds rm` refuses while this runs.
-    with using_world(state.paths, world):
-        return _evaluate(context, state)
+        read = read_scenario(state.paths, context.partition_key)
+    # Launched from the UI or by the daemon (no `run_scenario` around it): `worlds rm` refuses while this runs.
+    with using_world(state.paths, read.scenario.world_id):
+        return _evaluate(context, state, read)
 
 
-def _evaluate(context: dg.AssetExecutionContext, state: StateResource) -> dg.MaterializeResult:
+def _evaluate(context: dg.AssetExecutionContext, state: StateResource, read: StoredScenario) -> dg.MaterializeResult:
     paths = state.paths
+    scenario = read.scenario
     with user_errors():
-        scenario = load_scenario(paths, context.partition_key)
         urls = state.service_urls()
         session = Session(paths, urls, context.instance)
-        plan = scenario_plan(session, scenario)  # the stored plan (made now only if it never was)
+        plan = scenario_plan(session, scenario, read=read)  # the stored plan (made now only if it never was)
     world = scenario.world_id
     config = require_world(state, world)
     retry = context.run.tags.get(RETRY_TRANSPORT_TAG) == "true"

@@ -22,7 +22,8 @@ from churn_assets.grounding.registry import load_registry
 from churn_assets.orchestration.assets.evaluation import eval_run
 from churn_assets.orchestration.partitions import scenario_partitions
 from churn_assets.orchestration.resources import StateResource
-from churn_assets.orchestration.scenarios import load_scenario, stored_plan
+from churn_assets.orchestration.scenario_in_hand import in_hand
+from churn_assets.orchestration.scenarios import read_scenario
 from churn_assets.unique_keys import load_json
 
 CHECK_PREFIX = "served_age_within_ttl_"
@@ -49,8 +50,10 @@ def _served_age_checks(context: dg.AssetCheckExecutionContext, state: StateResou
     from churn_assets.evaluation.served_age import observed_days, served_age
 
     key = context.partition_key
-    scenario = load_scenario(state.paths, key)
-    plan = stored_plan(state.paths, key)
+    # What the command running `eval_run` read (its plan made by then), else one read of the scenario's file.
+    handed = in_hand(key)
+    read = handed.stored if handed is not None and handed.stored.plan is not None else read_scenario(state.paths, key)
+    scenario, plan = read.scenario, read.plan
     folder = _results_folder(context.instance, key)
     if plan is None or folder is None or not (folder / "tasks.jsonl").exists():
         for c in CACHED_CLASSES:

@@ -6,7 +6,7 @@ is kept, with every row, once it is found to have exactly this revision's column
 Alembic then records 0001 and later revisions apply to it as to any other. A table of another shape is refused
 with the differences named, and nothing is changed.
 
-A frozen copy: later changes to the model (`catalog.runs_table()`) go into later revisions, never here.
+A frozen copy: later changes to the model (`catalog_schema.runs_table()`) go into later revisions, never here.
 
 Revision ID: 0001
 Revises:
@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from churn_assets.evaluation.catalog import CatalogError
+from churn_assets.evaluation.catalog_schema import CatalogError
 
 revision: str = "0001"
 down_revision: str | None = None
