@@ -101,6 +101,51 @@ def test_a_job_ends_as_its_value_with_its_worker_or_as_one_line(monkeypatch: pyt
         in str(value) and "the same command resumes" in str(value) and "secret" not in str(value)
 
 
+def test_silent_workers_fail_the_waiting_jobs_later_while_local_worker_processes_are_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No worker answers: waiting jobs fail after `NO_WORKER_S`, or after `STARTING_S` while the local worker
+    processes are alive (still importing the code location on a loaded machine), naming where to look."""
+    import threading
+    from concurrent.futures import Future
+
+    clock = [1000.0]
+    monkeypatch.setattr(engine.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(engine, "answering_workers", lambda _url: [])
+    alive = ["running"]
+    monkeypatch.setattr(engine, "ensure_local_workers",
+                        lambda *_a: [SimpleNamespace(state=state) for state in alive])
+    pool = _pool()
+    pool.session, pool.local, pool.workers, pool.code_version = SimpleNamespace(paths=None), 2, 2, "git-x"
+    pool._lock, pool._answered = threading.Lock(), 1000.0
+    revoked: list[str] = []
+
+    class Waiting:  # what `_check_workers` calls on celery's AsyncResult
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def revoke(self) -> None:
+            revoked.append(self.name)
+
+    future: Future[Any] = Future()
+    pool._waiting = {Waiting("job"): future}
+
+    clock[0] += engine.NO_WORKER_S + 1  # alive but silent: still starting
+    pool._check_workers()
+    assert not future.done() and revoked == []
+    clock[0] = 1000.0 + engine.STARTING_S + 1
+    pool._check_workers()
+    assert future.done() and revoked == ["job"]
+    assert "no cell engine worker has answered" in str(future.exception())
+    assert "churnbench services status" in str(future.exception())
+
+    alive.clear()  # no local process at all: the shorter wait
+    pool._answered, clock[0] = 1000.0, 1000.0 + engine.NO_WORKER_S + 1
+    future = Future()
+    pool._waiting = {Waiting("job2"): future}
+    pool._check_workers()
+    assert future.done() and revoked == ["job", "job2"]
+
+
 def test_the_broker_asks_for_a_password_and_binds_the_service_address(tmp_path: Any,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     paths = StatePaths.resolve(tmp_path / "state").ensure()

@@ -46,6 +46,9 @@ TASK = "churnbench.job"
 POLL_S = 0.2  # how often the waiting jobs' states are read (one GET each)
 WORKERS_CHECK_S = 15.0  # how often the answering workers are counted (and dead local ones started again)
 NO_WORKER_S = 120.0  # no worker answering this long: the waiting jobs fail
+# ... unless local worker processes are alive: a worker imports the code location before it answers, about 10 s
+# idle but minutes on a loaded machine (the same import took 145-170 s at load 10 in docs/ui.md's UI starts).
+STARTING_S = 600.0
 START_WAIT_S = 120.0  # how long a run on an external broker waits for a first worker to answer
 
 # Celery's settings for the engine (decision 329). Pickle: jobs are this package's functions and dataclasses; the
@@ -239,11 +242,14 @@ class EnginePool:
 
     def _check_workers(self) -> None:
         """Count the answering workers (workers joining from other hosts raise `workers`); start dead local ones
-        again; with none answering for `NO_WORKER_S`, fail every waiting job."""
+        again; with none answering for `NO_WORKER_S` (`STARTING_S` while local worker processes are alive), fail
+        every waiting job."""
         self._counted = time.monotonic()
+        alive = 0
         try:
             if self.local > 0:
-                ensure_local_workers(self.session.paths, self.local, self.code_version)
+                alive = sum(s.state == "running" for s in
+                            ensure_local_workers(self.session.paths, self.local, self.code_version))
             seen = answering_workers(self.url)
         except Exception:
             seen = []
@@ -251,7 +257,7 @@ class EnginePool:
             self._answered = time.monotonic()
             self.workers = max(self.local, len(seen))
             return
-        if time.monotonic() - self._answered < NO_WORKER_S:
+        if time.monotonic() - self._answered < (STARTING_S if alive else NO_WORKER_S):
             return
         with self._lock:
             waiting, self._waiting = self._waiting, {}
