@@ -51,6 +51,8 @@ NOT_IN_TREE: dict[str, str] = {
     "tests/test_policy_every.py": "docs/architecture.md: a scratch branch's diff --stat, not merged",
     "services/saas-keys.json": "a file of the state folder, not of the repository",
     "out_dir/ledger.jsonl": "a file under an argument's folder",
+    "orchestration/fork_server.py": "deleted with the process pool (decision 330); earlier decisions name it",
+    "tests/test_fork_server_wait.py": "deleted with the process pool (decision 330); earlier decisions name it",
 }
 # Files whose lines are patterns, not citations: .gitignore's, and this file's planted lines.
 SKIP_FILES = frozenset({".gitignore", "tests/test_self_contained.py"})
