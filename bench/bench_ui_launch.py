@@ -61,7 +61,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -72,6 +71,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import IO, Any
+
+from churn_assets.commands.ui import port_is_free  # as the webserver binds: a port in TIME_WAIT is free
 
 LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) { __typename
   ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
@@ -151,23 +152,10 @@ def churnbench_command() -> list[str]:
     return [found]
 
 
-def port_is_free(port: int, reuse: bool = False) -> bool:
-    """Whether 127.0.0.1:port can be bound. `reuse`: as a server binds it (SO_REUSEADDR: only a listening socket
-    takes it); without, as `churnbench ui` checks it (a closed connection's TIME_WAIT, 60 s, takes it too)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        if reuse:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def wait_port_free(port: int, timeout: float = STOP_WAIT_S) -> bool:
     """Until nothing listens on the port (at most `timeout` s)."""
     deadline = time.monotonic() + timeout
-    while not port_is_free(port, reuse=True):
+    while not port_is_free(port):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.5)
