@@ -264,22 +264,23 @@ class StatePaths:
 
     @property
     def locks_dir(self) -> Path:
+        """`<state>/locks`: the lock files of before decision 332 (`worlds rm` removes a world's leftovers)."""
         return self.root / "locks"
 
     def world_locks_dir(self, world_id: str) -> Path:
         return self.locks_dir / validate_world_id(world_id)
 
-    def lock_file(self, world_id: str, kind: str, name: str) -> Path:
-        """`<state>/locks/<world>/<kind>/<name>.lock`: the lock of one build of a world (`files.file_lock`)."""
+    def lock_name(self, world_id: str, kind: str, name: str) -> str:
+        """`<world>/<kind>/<name>`: the lock of one build of a world (a Postgres advisory lock, `state_locks.py`)."""
         for part in (kind, name):
             if not part or "/" in part or part.startswith("."):
-                raise StateError(f"{part!r} cannot name a lock file under {self.locks_dir}")
-        return self.world_locks_dir(world_id) / kind / f"{name}.lock"
+                raise StateError(f"{part!r} cannot name a lock of world {world_id}")
+        return f"{validate_world_id(world_id)}/{kind}/{name}"
 
-    def world_use_lock(self, world_id: str) -> Path:
-        """`<state>/locks/<world>/in-use.lock`: held shared by every command building or evaluating the world,
-        exclusively by its removal (`orchestration/world_registry.using_world`)."""
-        return self.world_locks_dir(world_id) / "in-use.lock"
+    def world_use_lock(self, world_id: str) -> str:
+        """`<world>/in-use`: held shared by every command building or evaluating the world, exclusively by its
+        removal (`orchestration/world_registry.using_world`)."""
+        return f"{validate_world_id(world_id)}/in-use"
 
     @property
     def dbt_runs_dir(self) -> Path:

@@ -14,7 +14,7 @@ import pytest
 from churn_assets.orchestration import engine
 from churn_assets.orchestration.cells import Cell, CellResult
 from churn_assets.services.engine import BrokerService, EngineWorkerService
-from churn_assets.state import StatePaths
+from churn_assets.state import STATE_DIR_ENV, StatePaths
 
 
 def test_one_worker_runs_in_this_process_and_more_on_the_engine(monkeypatch: pytest.MonkeyPatch,
@@ -47,6 +47,33 @@ def test_a_worker_of_other_code_refuses_the_job_naming_both_versions(monkeypatch
     assert refused.line == ("worker w1@hostb runs code git-000000000000, the run sending it git-111111111111: start "
                             "the worker from the run's code")
     assert engine._run_job(task, calls.append, ("ran",), "git-000000000000") is None and calls == ["ran"]
+
+
+def test_a_worker_that_does_not_see_the_runs_state_folder_refuses_the_job(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """A worker on another host without the shared filesystem: no folder at the run's path, or another folder
+    there (another id), or another path; each refused in one line naming both, before the job runs."""
+    calls: list[str] = []
+    task = SimpleNamespace(request=SimpleNamespace(hostname="w1@hostb"))
+    monkeypatch.setattr(engine, "_WORKER_VERSION", "git-000000000000")
+    shared = tmp_path / "state"
+    monkeypatch.setenv(STATE_DIR_ENV, str(shared))
+
+    def run(state: tuple[str, str]) -> Any:
+        return engine._run_job(task, calls.append, ("ran",), "git-000000000000", state)
+
+    missing = run((str(shared), "a1b2"))
+    assert isinstance(missing, engine.Refused) and f"sees no state folder at {shared}" in missing.line
+    assert "shared filesystem at the same path" in missing.line and "\n" not in missing.line
+    here = StatePaths(shared).ensure().state_id
+    other = run((str(shared), "a1b2"))
+    assert isinstance(other, engine.Refused)
+    assert f"sees another state folder at {shared} (id {here}, the run's a1b2)" in other.line
+    elsewhere = run(("/srv/churnbench", here))
+    assert isinstance(elsewhere, engine.Refused)
+    assert f"works on the state folder {shared}, the run on /srv/churnbench" in elsewhere.line
+    assert calls == []
+    assert run((str(shared), here)) is None and calls == ["ran"]
 
 
 @dataclass

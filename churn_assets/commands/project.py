@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from churn_assets.files import file_lock
 from churn_assets.state import StatePaths, validate_world_id
+from churn_assets.state_locks import state_locks
 from churn_assets.world.calendar import require_in_calendar, typed_day
 from churn_assets.world.ledger import LEDGER_FILE
 
@@ -83,8 +83,9 @@ def build_world(session: Session, defs: dg.Definitions, world_id: str, day: dt.d
     def lock(name: str, *assets: str, day: dt.date | None = None) -> contextlib.AbstractContextManager[None]:
         from churn_assets.orchestration.scenario_materializer import input_lock
 
-        return file_lock(input_lock(session.paths, world_id, assets, day), what=f"the build of {name}",
-                         on_wait=lambda: echo(f"  {name:<12} another churnbench process is building it; waiting"))
+        return state_locks(session.paths).hold(
+            input_lock(session.paths, world_id, assets, day), what=f"the build of {name}",
+            on_wait=lambda: echo(f"  {name:<12} another churnbench process is building it; waiting"))
 
     with lock("ledger", LEDGER):
         if not (session.paths.ledger_dir(world_id) / LEDGER_FILE).exists():

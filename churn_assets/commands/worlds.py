@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from churn_assets.files import file_lock
 from churn_assets.progress import progress_bar
 from churn_assets.state import StatePaths
+from churn_assets.state_locks import state_locks
 from churn_assets.world.config import load_config
 
 if TYPE_CHECKING:
@@ -159,8 +159,8 @@ def _materialize(session: Session, world_ids: list[str], assets: tuple[str, ...]
             def waiting(what: str = what) -> None:
                 click.echo(f"{what}: another churnbench process is building it; waiting")
 
-            with file_lock(input_lock(session.paths, world_id, assets), what=f"the build of {what}",
-                           on_wait=waiting):
+            with state_locks(session.paths).hold(input_lock(session.paths, world_id, assets),
+                                                 what=f"the build of {what}", on_wait=waiting):
                 materialize(session, definitions, assets, [world_id], on_partition=done)
 
 

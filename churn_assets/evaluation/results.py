@@ -32,10 +32,11 @@ results folder with the same files, its own lock, checkpoint and catalog row, re
 `identity.json` and `summary.json` name the repeat. The repeat index is part of the run's identity (`RunKey`),
 not of the experiment hash, which names the experiment all repeats share (`evaluation/repeats.py`).
 
-One writer per folder: a run holds `.lock` in its folder (`ResultsStore.run_lock`, an flock the kernel
-drops when the process dies) from before it looks at the folder until `summary.json` is written. A second
-run of the same key (another process or thread) waits there and then finds the folder complete and reuses
-it, or finds the checkpoint of a run that died and resumes it: two runs never interleave the checkpoint,
+One writer per folder: a run holds the folder's lock (`ResultsStore.run_lock`: the state folder's advisory lock in
+Postgres, which ends with its holder's connection, so with a process killed on any host; a results root of one
+host's processes alone uses a `.lock` file's flock) from before it looks at the folder until `summary.json` is
+written. A second run of the same key (another process or thread) waits there and then finds the folder complete
+and reuses it, or finds the checkpoint of a run that died and resumes it: two runs never interleave the checkpoint,
 and the second never writes `summary.json` over the first's.
 """
 
@@ -53,15 +54,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
 from churn_assets.evaluation.verdicts import STALE_VERDICTS
 from churn_assets.faults import fault_point
-from churn_assets.files import DISK_FULL_ERRNOS, atomic_write_text, disk_full, file_lock, process_stamp
+from churn_assets.files import DISK_FULL_ERRNOS, atomic_write_text, disk_full, file_lock, is_locked, process_stamp
 from churn_assets.memo import Memo, memo
 from churn_assets.unique_keys import load_json
+
+if TYPE_CHECKING:
+    from churn_assets.state_locks import StateLocks
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
@@ -206,8 +210,12 @@ def parse_folder_name(name: str) -> tuple[str, int, int]:
 class ResultsStore:
     """The results root of a state folder (`<state>/results`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, locks: StateLocks | None = None) -> None:
+        """`locks`: the state folder's advisory locks (`state_locks.state_locks`), which the writers of every host
+        share; None for a results root that processes of one host write (a benchmark's temporary root, a unit
+        test): a lock file in each folder."""
         self.root = Path(root)
+        self.locks = locks
 
     def run_dir(self, key: RunKey) -> Path:
         return self.root / key.world / key.scenario_key / key.folder_name
@@ -245,8 +253,23 @@ class ResultsStore:
         has to). Take it before `is_complete` / `open_run` and keep it until `finish` returned."""
         run_dir = self.run_dir(key)
         run_dir.mkdir(parents=True, exist_ok=True)
-        with file_lock(run_dir / LOCK_FILE, what=f"the results folder {run_dir}", on_wait=on_wait):
+        what = f"the results folder {run_dir}"
+        with (self.locks.hold(self.lock_name(run_dir), what=what, on_wait=on_wait) if self.locks is not None else
+              file_lock(run_dir / LOCK_FILE, what=what, on_wait=on_wait)):
             yield
+
+    def lock_name(self, run_dir: Path) -> str:
+        """The lock of `run_dir`: its experiment's first folder's (a retry folder is written under that lock)."""
+        relative = Path(run_dir).relative_to(self.root)
+        base, repeat, _retry = parse_folder_name(relative.name)
+        first = base + (f"{REPEAT_SUFFIX}{repeat}" if repeat else "")
+        return f"results {(relative.parent / first).as_posix()}"
+
+    def is_writing(self, run_dir: Path) -> bool:
+        """Whether a process (of any host, with the state folder's locks) holds `run_dir`'s lock: its writer lives."""
+        if self.locks is not None:
+            return self.locks.is_held(self.lock_name(run_dir))
+        return is_locked(Path(run_dir) / LOCK_FILE)
 
     def open_run(self, key: RunKey, experiment: Mapping[str, Any] | None = None) -> RunWriter:
         """A writer for `key`: fresh, or resuming the checkpoint of an interrupted run of the same identity.

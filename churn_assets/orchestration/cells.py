@@ -41,6 +41,8 @@ import atexit
 import contextlib
 import datetime as dt
 import importlib
+import os
+import socket
 import threading
 import time
 import traceback
@@ -56,7 +58,8 @@ from churn_assets.evaluation.requests import Request
 from churn_assets.freshness.scenario import LEDGER, RAG_INDEX, VECTOR_INDEX, ScenarioInput
 from churn_assets.grounding.embeddings import load_model
 from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
-from churn_assets.orchestration.engine import EnginePool, in_engine_worker
+from churn_assets.orchestration.dead_runs import PID_TAG, runs_of_host, tag_value
+from churn_assets.orchestration.engine import EnginePool, before_cancel, in_engine_worker
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, open_session
 from churn_assets.orchestration.requests import check_run
 from churn_assets.orchestration.scenario_inputs import (
@@ -454,6 +457,20 @@ def start_engine_worker() -> None:
 
     if _WORKER is None:
         _WORKER = _open_worker(None)
+        before_cancel(_mark_runs_canceling)
+
+
+def _mark_runs_canceling() -> None:
+    """Mark the Dagster runs this worker process has started canceling (its job is being canceled): the interrupt
+    that follows ends them CANCELED, not failed."""
+    from dagster import DagsterRunStatus
+
+    if _WORKER is None or _WORKER.session is None:
+        return
+    instance = _WORKER.session.instance
+    for run in runs_of_host(instance, socket.gethostname(), [DagsterRunStatus.STARTED]):
+        if tag_value(run.tags, PID_TAG) == str(os.getpid()):
+            instance.report_run_canceling(run, message="Canceling: the run that sent this cell ended")
 
 
 def _open_worker(root: str | None) -> _WorkerState:

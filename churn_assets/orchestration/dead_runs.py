@@ -11,19 +11,19 @@ row `running` for ever. Each process records who it is (`files.process_stamp`: p
   `.dagster/` prefix, which its GraphQL leaves out of a run's tags, so the Runs list does not show them:
   decision 323); a run recorded by an older version carries them as `churnbench/pid`, `churnbench/pid_created`,
   `churnbench/host`, and is read the same (`process_stamp_of`, `runs_of_host`);
-- in the results folder of the run it evaluates (`owner.json`, `evaluation/results.py`), beside the folder's
-  lock, which the kernel releases when the process dies.
+- in the results folder of the run it evaluates (`owner.json`, `evaluation/results.py`); the folder's writer
+  holds its advisory lock (`state_locks.py`), which Postgres releases when the writer's connection ends.
 
 `reap_dead_runs` (called by `open_session`, so by every churnbench command that opens the state folder, and by
 the `dead_runs` sensor while `churnbench ui` runs; `results` and `verify-results` call `reap_dead_catalog_rows`,
 this module's half that imports no Dagster until it has a run to record) reports a STARTED or STARTING run whose
 process is gone as failed through the instance (`report_run_failed`, the event Dagster writes itself when a run
-fails), and records a `running` catalog row failed when its results folder's lock is free and its owner process is
-gone (complete, if the folder was completed before the kill), and then the Dagster run the row names
+fails), and records a `running` catalog row failed when its results folder's lock is free, whichever host its
+writer ran on (complete, if the folder was completed before the kill), and then the Dagster run the row names
 (`dagster_run_id`) if it is still STARTED or STARTING: `results list` used to leave it STARTED until the next
 materializing command. A pid that now belongs to another process does not keep a run alive: the start times
-differ. Runs of another host (a shared external catalog or instance) are
-left alone: this machine cannot tell whether their processes live.
+differ. Dagster runs of another host with no catalog row (an input build of a remote engine worker) are left
+alone: this machine cannot tell whether their processes live.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.evaluation.catalog import RunCatalog
-from churn_assets.evaluation.results import LOCK_FILE, SUMMARY_FILE, TIMINGS_FILE, ResultsStore
-from churn_assets.files import is_locked, process_gone, process_stamp
+from churn_assets.evaluation.results import SUMMARY_FILE, TIMINGS_FILE, ResultsStore
+from churn_assets.files import process_gone, process_stamp
 from churn_assets.state import StatePaths
+from churn_assets.state_locks import state_locks
 from churn_assets.unique_keys import load_json
 
 if TYPE_CHECKING:
@@ -147,17 +148,17 @@ def reap_dead_catalog_rows(paths: StatePaths, catalog: RunCatalog,
     """Record failed (or complete) the `running` catalog rows of this state folder whose process is gone, and the
     Dagster run a failed row names (through `instance()`, called only when there is one: opening an instance
     costs seconds, and `results list` has none open)."""
-    store = ResultsStore(paths.results_root)
+    store = ResultsStore(paths.results_root, state_locks(paths))
     out = []
     for row in catalog.running_rows():
         run_dir = Path(row.results_dir)
         if not run_dir.is_relative_to(store.root):
             continue  # another state folder's run (a catalog on an external Postgres is shared)
-        if is_locked(run_dir / LOCK_FILE):
-            continue  # its process holds the folder: alive
+        if store.is_writing(run_dir):
+            continue  # its process (on any host) holds the folder: alive
+        # A row is `running` only while its writer holds the folder's advisory lock (`runner.evaluate`), and the
+        # lock ends with its holder's connection: free, the writer is gone, on this host or another.
         owner = store.read_owner(run_dir)
-        if owner is not None and process_gone(owner) is not True:
-            continue  # alive (between taking the lock and ...), or of another host
         pid = int(owner["pid"]) if owner else None
         ref = f"{row.run_id} {row.scenario_key}"
         if (run_dir / SUMMARY_FILE).exists():

@@ -19,13 +19,22 @@ sent again resumes its results run (the run lock died with the killed process) a
 had not. A broker that stops answering fails the jobs that wait on it in one line naming it; the same command
 resumes. No worker answering for `NO_WORKER_S` fails the waiting jobs in one line.
 
-Each job carries the code version of the run that sent it; a worker of another version refuses it in one line.
+Cancellation: a run that ends before its jobs do (the UI's Terminate sends the sweep's run SIGINT; Ctrl-C on the
+command) revokes every job it sent, and the jobs already running are sent `CANCEL_SIGNAL` in their worker process
+(celery's revoke with terminate). There the job marks its own Dagster runs canceling and is interrupted, so Dagster
+ends the cell's run CANCELED, the results folder keeps its checkpoint (the next run resumes it) and its catalog row
+is recorded failed; the worker process then exits and celery starts a fresh one.
+
+Each job carries the code version of the run that sent it and its state folder (path and id); a worker of another
+version, or one that does not see that state folder at that path (another host without the shared filesystem the
+state folder's files need: decision 332), refuses it in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +52,9 @@ if TYPE_CHECKING:
     from churn_assets.orchestration.materialize import Session
 
 TASK = "churnbench.job"
+# Not SIGTERM: celery's prefork children die on it by default, and a worker process lost that way is a fault whose
+# job runs again (`retry_on_worker_lost`); SIGUSR2 reaches only a job that is canceled, and celery leaves it alone.
+CANCEL_SIGNAL = "SIGUSR2"
 POLL_S = 0.2  # how often the waiting jobs' states are read (one GET each)
 WORKERS_CHECK_S = 15.0  # how often the answering workers are counted (and dead local ones started again)
 NO_WORKER_S = 120.0  # no worker answering this long: the waiting jobs fail
@@ -94,6 +106,29 @@ class Refused:
 
 
 _WORKER_VERSION: str | None = None  # set in a `churnbench worker` process: the code version it runs
+_BEFORE_CANCEL: list[Callable[[], None]] = []
+
+
+class JobCanceled(KeyboardInterrupt):
+    """Raised in a worker's job whose run ended (`CANCEL_SIGNAL`): an interrupt, which Dagster records as the
+    cancellation of a run marked canceling."""
+
+
+def before_cancel(hook: Callable[[], None]) -> None:
+    """Call `hook` in a worker process when its job is canceled, before the job is interrupted (the worker marks its
+    started Dagster runs canceling there)."""
+    _BEFORE_CANCEL.append(hook)
+
+
+_CANCELED = threading.Event()  # this worker process's job was canceled: the process leaves when the job returns
+
+
+def _cancel(_signum: int, _frame: Any) -> None:
+    _CANCELED.set()
+    for hook in _BEFORE_CANCEL:
+        with contextlib.suppress(Exception):
+            hook()
+    raise JobCanceled("canceled: the run that sent this job ended")
 
 
 def serving(code_version: str) -> None:
@@ -106,12 +141,47 @@ def in_engine_worker() -> bool:
     return _WORKER_VERSION is not None
 
 
-def _run_job(task: Any, fn: Callable[..., Any], args: tuple[Any, ...], code_version: str) -> Any:
-    """The task: `fn(*args)` in this worker, unless the run that sent it runs other code."""
+def _run_job(task: Any, fn: Callable[..., Any], args: tuple[Any, ...], code_version: str,
+             state: tuple[str, str] | None = None) -> Any:
+    """The task: `fn(*args)` in this worker, unless the run that sent it runs other code or on a state folder this
+    worker does not see."""
     if _WORKER_VERSION is not None and code_version != _WORKER_VERSION:
         return Refused(f"worker {task.request.hostname} runs code {_WORKER_VERSION}, the run sending it "
                        f"{code_version}: start the worker from the run's code")
-    return fn(*args)
+    if _WORKER_VERSION is not None and state is not None and (problem := _state_problem(*state)):
+        return Refused(f"worker {task.request.hostname} {problem}: a worker on another host needs the run's state "
+                       "folder on a shared filesystem at the same path, named by CHURNBENCH_STATE_DIR "
+                       "(docs/deployment.md, \"Workers on other hosts\")")
+    if _WORKER_VERSION is None:
+        return fn(*args)
+    cancel = getattr(signal, CANCEL_SIGNAL)
+    previous = signal.signal(cancel, _cancel)
+    try:
+        return fn(*args)
+    finally:
+        signal.signal(cancel, previous)
+        if _CANCELED.is_set():
+            # Unwound (the interrupt may reach here as another error: Dagster and the materializer wrap it): runs
+            # recorded, locks released, the checkpoint kept. The process leaves: celery marks a job whose process it
+            # signalled as terminated, and would take a later loss of this process for that termination.
+            os._exit(0)
+
+
+def _state_problem(root: str, state_id: str) -> str | None:
+    """Why this worker's state folder is not the run's `root` with id `state_id` (None: it is)."""
+    from churn_assets.state import StatePaths
+
+    here = StatePaths.resolve()
+    if str(here.root) != root:
+        return f"works on the state folder {here.root}, the run on {root}"
+    try:
+        found = here.state_id
+    except Exception:
+        found = None
+    if found != state_id:
+        return (f"sees no state folder at {root}" if found is None else
+                f"sees another state folder at {root} (id {found}, the run's {state_id})")
+    return None
 
 
 def answering_workers(url: str, timeout: float = 1.0) -> list[str]:
@@ -134,6 +204,7 @@ class EnginePool:
         self.workers = workers
         self.definitions: Any = None  # `InProcessPool`'s attribute; a job takes the worker's own
         self.code_version = code_version()
+        self.state = (str(session.paths.root), session.paths.state_id)
         self.url = broker_url(session.paths)
         self.app = engine_app(self.url)
         self._waiting: dict[Any, Future[Any]] = {}  # AsyncResult -> its future
@@ -150,10 +221,10 @@ class EnginePool:
         self._stop.set()
         if self._poller is not None:
             self._poller.join()
-        with self._lock:  # jobs still queued are revoked: the run that wanted them is over
+        with self._lock:  # the run that wanted them is over: jobs still queued are revoked, running ones canceled
             for result, future in self._waiting.items():
                 with contextlib.suppress(Exception):
-                    result.revoke()
+                    result.revoke(terminate=True, signal=CANCEL_SIGNAL)
                 if not future.done():
                     future.set_exception(UserFacingError("the run ended before this job"))
             self._waiting.clear()
@@ -187,7 +258,7 @@ class EnginePool:
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
         future: Future[Any] = Future()
         try:
-            result = self.app.send_task(TASK, args=(fn, args, self.code_version), queue=QUEUE)
+            result = self.app.send_task(TASK, args=(fn, args, self.code_version, self.state), queue=QUEUE)
         except Exception as e:
             future.set_exception(UserFacingError(f"{self.where()} did not take the job: {error_line(e)}; the same "
                                                  "command resumes"))

@@ -13,9 +13,9 @@ ones; at the end a `ScenarioMaterializationError` lists what failed (with the st
 was skipped because it depends on a failure.
 
 Several processes may build the inputs of their scenarios on one state folder at once (parallel cells,
-`orchestration/cells.py`). Each run holds the step's lock (`<state>/locks/<world>/inputs/<step>.lock`) and
-looks again, under it, whether the inputs exist: a step another process built meanwhile is reused, not
-built twice (a second dbt build of a world would drop the views a running evaluation reads).
+`orchestration/cells.py`). Each run holds the step's lock (`<world>/inputs/<step>`, a Postgres advisory lock:
+`state_locks.py`) and looks again, under it, whether the inputs exist: a step another process built meanwhile is
+reused, not built twice (a second dbt build of a world would drop the views a running evaluation reads).
 
 The definitions come from the caller (this module sits below `definitions.py` and never imports an asset).
 """
@@ -28,11 +28,10 @@ import io
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from churn_assets.errors import UserFacingError
-from churn_assets.files import LockTimeoutError, file_lock
+from churn_assets.files import LockTimeoutError
 from churn_assets.freshness.scenario import LEDGER, WAREHOUSE, Scenario, ScenarioInput, ScenarioPlan
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG, MaterializationError, Session, materialize
 from churn_assets.orchestration.partitions import world_day_key
@@ -45,6 +44,7 @@ from churn_assets.orchestration.scenario_inputs import (
 )
 from churn_assets.progress import partition_label
 from churn_assets.state import StatePaths
+from churn_assets.state_locks import state_locks
 from churn_assets.world.ledger import LEDGER_FILE
 
 if TYPE_CHECKING:
@@ -246,17 +246,17 @@ def materialize_scenario(
     return build
 
 
-def step_lock(session: Session, step: Step) -> Path:
-    """The lock file of a step: one per (world, assets, day), shared by every process on the state folder."""
+def step_lock(session: Session, step: Step) -> str:
+    """The lock of a step: one per (world, assets, day), shared by every process on the state folder."""
     return input_lock(session.paths, step.world, {i.asset for i in step.inputs}, step.day)
 
 
-def input_lock(paths: StatePaths, world: str, assets: Iterable[str], day: dt.date | None = None) -> Path:
-    """The lock file of building `assets` (input names: `analytics_dbt` for the dbt build) of a world (and day):
+def input_lock(paths: StatePaths, world: str, assets: Iterable[str], day: dt.date | None = None) -> str:
+    """The lock of building `assets` (input names: `analytics_dbt` for the dbt build) of a world (and day):
     `churnbench project` and `worlds materialize` take the same ones as the materializer, so a build of one
     never runs beside another build of the same partitions."""
     name = "+".join(sorted(set(assets))).replace("/", "-") + ("" if day is None else f"@{day}")
-    return paths.lock_file(world, "inputs", name)
+    return paths.lock_name(world, "inputs", name)
 
 
 def build_step(session: Session, definitions: dg.Definitions, step: Step, tags: dict[str, str], say: Echo,
@@ -266,9 +266,10 @@ def build_step(session: Session, definitions: dg.Definitions, step: Step, tags: 
     work to give this process asks again later instead of idling a worker on the lock)."""
     started = time.perf_counter()
     try:
-        with file_lock(step_lock(session, step), what=f"the build of {step.label}", timeout=None if wait else 0,
-                       on_wait=lambda: say(f"  {prefix}{step.label}: another process is building it; waiting")
-                       if wait else None):
+        with state_locks(session.paths).hold(
+                step_lock(session, step), what=f"the build of {step.label}", timeout=None if wait else 0,
+                on_wait=lambda: say(f"  {prefix}{step.label}: another process is building it; waiting")
+                if wait else None):
             # Looked at again under the lock: another process may have built it since this one planned.
             existing, _ = existing_inputs(session, step.inputs,
                                           checks=blocking_checks(definitions.resolve_asset_graph()))

@@ -29,10 +29,10 @@ from typing import Any
 import dagster as dg
 
 from churn_assets.arms.registry import scenario_from_json
-from churn_assets.files import file_lock
 from churn_assets.freshness.scenario import Scenario, ScenarioError, ScenarioPlan, parse_scenario_key
 from churn_assets.orchestration.partitions import SCENARIO_PARTITIONS_NAME
 from churn_assets.state import StatePaths, atomic_write_text
+from churn_assets.state_locks import state_locks
 from churn_assets.unique_keys import load_json
 from churn_assets.world.calendar import typed_day
 
@@ -65,8 +65,9 @@ def _write(paths: StatePaths, key: str, data: dict[str, Any]) -> None:
 def scenario_lock(paths: StatePaths, scenario: Scenario) -> Iterator[None]:
     """The one writer of a scenario's file: its read-modify-writes (registering, planning once) run under it,
     so two processes defining or planning the same scenario at once never drop each other's plan. Not
-    reentrant (an flock per open file): take it once, around `_read` ... `_write` / `store_plan`."""
-    with file_lock(paths.lock_file(scenario.world_id, "scenarios", scenario.key), what=f"scenario {scenario.key}"):
+    reentrant (a connection per holder): take it once, around `_read` ... `_write` / `store_plan`."""
+    with state_locks(paths).hold(paths.lock_name(scenario.world_id, "scenarios", scenario.key),
+                                 what=f"scenario {scenario.key}"):
         yield
 
 

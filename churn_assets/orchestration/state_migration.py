@@ -59,7 +59,6 @@ again; `state-format` is written last, and until then every other command refuse
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -74,6 +73,7 @@ from churn_assets.evaluation.catalog import RunCatalog
 from churn_assets.evaluation.results import SUMMARY_FILE
 from churn_assets.fabric.postgres import connection
 from churn_assets.fabric.warehouse_content import current_hashes, describe_change, record_content, stored_content
+from churn_assets.files import LockTimeoutError
 from churn_assets.freshness.scenario import ScenarioError, parse_scenario_key
 from churn_assets.grounding.registry import load_registry
 from churn_assets.grounding.routes import warehouse_views
@@ -92,12 +92,13 @@ from churn_assets.state import (
     stored_state_format,
     write_state_format,
 )
+from churn_assets.state_locks import state_locks
 from churn_assets.unique_keys import load_json
 from churn_assets.world.ledger import LEDGER_FILE, LedgerError, check_meaning
 
 EVAL_RUN = dg.AssetKey("eval_run")
 MIGRATED_FROM = "migrated_from_scenario_key"
-LOCK_FILE = ".migrate.lock"
+MIGRATION_LOCK = "migrate"  # a state lock (`state_locks.py`)
 
 
 class MigrationError(UserFacingError):
@@ -160,15 +161,11 @@ def renamed_key(key: str) -> str | None:
 
 @contextmanager
 def _migration_lock(paths: StatePaths) -> Iterator[None]:
-    with (paths.root / LOCK_FILE).open("a") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise MigrationError(f"another `{MIGRATE_COMMAND}` is running on {paths.root}") from None
-        try:
+    try:
+        with state_locks(paths).hold(MIGRATION_LOCK, timeout=0):
             yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except LockTimeoutError:
+        raise MigrationError(f"another `{MIGRATE_COMMAND}` is running on {paths.root}") from None
 
 
 def migrate_state(session: Session) -> MigrationReport:

@@ -43,7 +43,7 @@ from churn_assets.evaluation.catalog_removal import catalog_worlds, delete_world
 from churn_assets.fabric.mongo import drop_world_databases, world_databases
 from churn_assets.fabric.postgres import connection, drop_world_schemas, worlds_with_schemas
 from churn_assets.fabric.roles import drop_arm_role, worlds_with_arm_roles
-from churn_assets.files import LockTimeoutError, file_lock
+from churn_assets.files import LockTimeoutError
 from churn_assets.grounding.vector_index import drop_world_vectors, worlds_with_vectors
 from churn_assets.orchestration.partitions import (
     SCENARIO_PARTITIONS_NAME,
@@ -58,6 +58,7 @@ from churn_assets.state import WORLD_ID_RE, StatePaths, validate_world_id
 from churn_assets.state import WorldNotFoundError as WorldNotFoundError  # re-exported: the registry's callers
 from churn_assets.state import load_world_config as load_world_config
 from churn_assets.state import write_world_config as write_world_config
+from churn_assets.state_locks import state_locks
 from churn_assets.unique_keys import load_json
 from churn_assets.world.config import WorldConfig
 from churn_assets.world.ledger import LEDGER_FILE, MANIFEST_FILE
@@ -84,8 +85,8 @@ class WorldInUse:
 @contextlib.contextmanager
 def using_world(paths: StatePaths, world_id: str) -> Iterator[WorldInUse]:
     """Hold the world's use lock shared for the block (any number of users at once; waits only while a removal
-    of the world runs). Re-entrant within a process: each holder opens the lock file on its own."""
-    with file_lock(paths.world_use_lock(world_id), shared=True, what=f"world {world_id}"):
+    of the world runs). Re-entrant within a process: each holder takes the lock on a connection of its own."""
+    with state_locks(paths).hold(paths.world_use_lock(world_id), shared=True, what=f"world {world_id}"):
         yield WorldInUse(world_id)
 
 
@@ -264,15 +265,15 @@ def _worlds_with_locks(ctx: ArtefactContext) -> set[str]:
 
 
 def _remove_locks(ctx: ArtefactContext, world_id: str) -> None:
-    """The world's lock files (nothing holds them once it is unregistered) and its kept dbt run folders."""
+    """The world's lock files left by a churnbench of before decision 332 and its kept dbt run folders."""
     shutil.rmtree(ctx.paths.world_locks_dir(world_id), ignore_errors=True)
     for folder in _dbt_run_folders(ctx.paths).get(world_id, []):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# issue 20: lock files of the builds parallel cells share (`<state>/locks/<world>/`) and the folders of failed
-# dbt builds (`<state>/dbt/runs/`); removal runs in reverse, so these go first: once the world is unregistered
-# no build of it holds them
+# issue 20: lock files of the builds parallel cells share (`<state>/locks/<world>/`, left by a churnbench of before
+# decision 332, whose locks are advisory locks in Postgres) and the folders of failed dbt builds (`<state>/dbt/runs/`);
+# removal runs in reverse, so these go first
 LOCKS_ARTEFACT = "lock files and kept dbt builds"
 WORLD_ARTEFACTS.append(WorldArtefact(LOCKS_ARTEFACT, _worlds_with_locks, _remove_locks))
 
@@ -355,9 +356,8 @@ def remove_world(paths: StatePaths, instance: dg.DagsterInstance, world_id: str)
     validate_world_id(world_id)
     ctx = ArtefactContext(paths, instance)
     removed: list[str] = []
-    had_locks = paths.world_locks_dir(world_id).exists()  # the use lock below creates the folder
     try:
-        with file_lock(paths.world_use_lock(world_id), timeout=0, what=f"world {world_id}"):
+        with state_locks(paths).hold(paths.world_use_lock(world_id), timeout=0, what=f"world {world_id}"):
             if is_registered(instance, world_id):
                 instance.delete_dynamic_partition(WORLD_PARTITIONS_NAME, world_id)
                 removed.append("Dagster partition")
@@ -365,8 +365,6 @@ def remove_world(paths: StatePaths, instance: dg.DagsterInstance, world_id: str)
     except LockTimeoutError:
         raise WorldInUseError(f"world {world_id} is in use by another churnbench command (a run, project or "
                               "materialize of it): nothing was removed; try again when it is done") from None
-    if not had_locks:  # only the folder of the use lock this removal took
-        removed = [r for r in removed if r != LOCKS_ARTEFACT]
     if not removed:
         raise WorldNotFoundError(f"no world {world_id} in state folder {paths.root} "
                                  "(see `churnbench worlds list`)")

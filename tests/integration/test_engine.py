@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -255,6 +256,77 @@ def test_the_broker_killed_mid_cell_fails_the_run_in_one_line_and_the_same_run_r
                                    (key,)).fetchone()
     assert statuses in (["complete"], ["complete", "failed"]), statuses  # never left running, never twice complete
     assert experiments is not None and experiments[0] == 1
+
+
+CANCELED_RUN = """
+import datetime as dt, sys
+from churn_assets.orchestration.cells import Cell, run_cells
+from churn_assets.state import StatePaths
+world, t_prime, t = sys.argv[1], dt.date.fromisoformat(sys.argv[2]), dt.date.fromisoformat(sys.argv[3])
+run_cells(StatePaths.resolve(), [Cell(world, "grounding", "tiered", t_prime, t)], workers=2, progress=print)
+"""
+
+
+def test_a_run_ended_mid_cell_cancels_the_running_cell_in_its_worker(
+        cluster: tuple[StatePaths, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What the UI's Terminate does to a sweep's run (SIGINT to its process), with a cell running on a local engine
+    worker (paused at its 60th answer): the cell is canceled in the worker, not left to run on. Its Dagster run ends
+    CANCELED, its catalog row failed, its checkpoint kept; the worker process that ran it exits (celery starts
+    another); the same cell run again resumes and is scored once, with the undisturbed figures (issue 47, item 4)."""
+    import dagster as dg
+
+    from churn_assets.evaluation.results import PARTIAL_FILE
+    from churn_assets.fabric.postgres import connection
+    from churn_assets.orchestration.cells import run_cells
+    from churn_assets.orchestration.materialize import open_session
+
+    paths, world = cluster
+    cell = _cells(world)[:1]
+    undisturbed = run_cells(paths, cell, workers=1)  # reused when an earlier test ran it
+    assert undisturbed[0].ok, undisturbed[0].error
+    key = undisturbed[0].summary["scenario_key"]
+    _clear(paths, undisturbed)
+    monkeypatch.delenv(BROKER_URL_ENV)  # the embedded broker and local workers, as `churnbench paper` has them
+    pause = tmp_path / "paused"
+    environment = {**os.environ, "CHURNBENCH_FAULT": f"after_tasks:60:pause={pause}"}
+    run = subprocess.Popen([sys.executable, "-c", CANCELED_RUN, world, cell[0].t_prime.isoformat(),
+                            cell[0].t.isoformat()], env=environment, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (pause.exists() and pause.read_text().strip()):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
+        time.sleep(0.05)
+    worker_pid = int(pause.read_text())
+    run.send_signal(signal.SIGINT)  # what `PreloadedRunLauncher.terminate` sends the sweep's run
+    output = run.communicate(timeout=120)[0]
+    assert run.returncode != 0, output[-3000:]
+    deadline = time.monotonic() + 60
+    while _alive(worker_pid):  # canceled in the middle of its pause, the worker process exits
+        assert time.monotonic() < deadline, "the canceled cell's worker process went on"
+        time.sleep(0.1)
+    pause.unlink(missing_ok=True)
+
+    with open_session(paths) as session, connection(session.urls.warehouse) as conn:
+        [cell_run] = session.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": key}), limit=1)
+        row = conn.execute("SELECT status, error, results_dir FROM churnbench.results_runs WHERE scenario_key = %s",
+                           (key,)).fetchone()
+    assert cell_run.status == dg.DagsterRunStatus.CANCELED, cell_run.status
+    assert row is not None and row[0] == "failed" and "JobCanceled: canceled" in row[1], row
+    assert len((Path(row[2]) / PARTIAL_FILE).read_text().splitlines()) >= 59  # kept for the next run
+
+    again = run_cells(paths, cell, workers=2)
+    assert again[0].ok, again[0].error
+    assert _figures(again[0].summary) == _figures(undisturbed[0].summary)
+    rows = [json.loads(line) for line in _scored_rows(again[0]).splitlines()]
+    assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def test_the_papers_default_workers_run_on_the_engine_started_as_services(cluster: tuple[StatePaths, str],

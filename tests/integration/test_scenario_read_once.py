@@ -4,7 +4,7 @@ once for its one evaluation.
 
 The counts come from the real functions, each wrapped by a counter that calls it (nothing is stubbed): the file
 is counted where it is opened (`Path.open`, which `read_text` and `read_bytes` go through), the key where
-`parse_scenario_key` is called, the lock where `file_lock` takes `<state>/locks/<world>/in-use.lock`. A function
+`parse_scenario_key` is called, the lock where `StateLocks.hold` takes `<world>/in-use`. A function
 imported by name into a module is wrapped there too, so a reader added later is counted wherever it imports it
 from.
 
@@ -27,11 +27,11 @@ import pytest
 from click.testing import CliRunner
 from few_tasks import use_task_count
 
-import churn_assets.files
 import churn_assets.freshness.scenario
 from churn_assets.cli import main
 from churn_assets.orchestration.materialize import Session, materialize
 from churn_assets.orchestration.world_registry import add_world
+from churn_assets.state_locks import StateLocks
 from churn_assets.world.config import load_config
 
 pytestmark = pytest.mark.integration
@@ -81,15 +81,15 @@ def _count_parses(monkeypatch: pytest.MonkeyPatch, counts: Calls) -> None:
     _wrap_everywhere(monkeypatch, churn_assets.freshness.scenario, "parse_scenario_key", make)
 
 
-def _count_world_locks(monkeypatch: pytest.MonkeyPatch, counts: Calls, use_lock: Path) -> None:
-    def make(real: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
-            if Path(path) == use_lock:
-                counts["world lock acquisitions"].append(_caller())
-            return real(path, *args, **kwargs)
-        return counted
+def _count_world_locks(monkeypatch: pytest.MonkeyPatch, counts: Calls, use_lock: str) -> None:
+    real = StateLocks.hold
 
-    _wrap_everywhere(monkeypatch, churn_assets.files, "file_lock", make)
+    def counted(self: StateLocks, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == use_lock:
+            counts["world lock acquisitions"].append(_caller())
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(StateLocks, "hold", counted)
 
 
 def test_a_cached_run_reads_its_scenario_once(session: Session, session_defs: dg.Definitions,

@@ -8,6 +8,7 @@ check it too (they require every registered artefact kind to exist before remova
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 
@@ -28,6 +29,7 @@ from churn_assets.orchestration.partitions import (
 )
 from churn_assets.orchestration.world_registry import (
     WORLD_ARTEFACTS,
+    WorldNotFoundError,
     add_world,
     is_registered,
     load_world_config,
@@ -58,6 +60,15 @@ def populate_world(session: Session, defs: dg.Definitions, world_id: str) -> Non
     materialize(session, defs, ["vector_index"], [world_day_key(world_id, "2024-01-02")])  # issue 8
     _evaluation_artefacts(session, world_id)  # issue 13
     _arm_role(session, world_id)  # issue 22
+    _legacy_lock_files(session, world_id)  # issue 20's lock files, as a churnbench of before decision 332 left them
+
+
+def _legacy_lock_files(session: Session, world_id: str) -> None:
+    """The world's lock files of before decision 332 (its locks are Postgres advisory locks now): `worlds rm`
+    removes what an older churnbench left."""
+    folder = session.paths.world_locks_dir(world_id) / "inputs"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ledger.lock").touch()
 
 
 def _arm_role(session: Session, world_id: str) -> None:
@@ -183,7 +194,8 @@ def test_unknown_world_key_fails_cleanly(session: Session, session_defs: dg.Defi
         with pytest.raises(MaterializationError, match=f"world {ghost} is not registered in this state folder"):
             materialize(session, session_defs, ["ledger"], [ghost])
     finally:
-        remove_world(session.paths, session.instance, ghost)
+        with contextlib.suppress(WorldNotFoundError):  # the failed run may leave nothing of the ghost to remove
+            remove_world(session.paths, session.instance, ghost)
     bad = cli("worlds", "materialize", "not a world id")
     assert bad.exit_code == 1 and "is not a world id" in bad.stderr
 

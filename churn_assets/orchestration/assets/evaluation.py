@@ -70,6 +70,7 @@ from churn_assets.orchestration.world_registry import using_world
 from churn_assets.seal_key import seal_key
 from churn_assets.services import raise_if_a_service_died, saas_api_key, service_errors
 from churn_assets.services.llm import LlmServerConfig, ensure_llm_server, llm_server_failure
+from churn_assets.state_locks import state_locks
 from churn_assets.tasks.gold import shared_resolver
 from churn_assets.tasks.task_set import read_tasks, task_set_hash
 from churn_assets.unique_keys import load_json
@@ -79,7 +80,7 @@ _INPUTS = [ledger, warehouse_raw, operational_store, contract_documents, vector_
 
 
 def results_store(state: StateResource) -> ResultsStore:
-    return ResultsStore(state.paths.results_root)
+    return ResultsStore(state.paths.results_root, state_locks(state.paths))
 
 
 @dg.asset(

@@ -4,8 +4,8 @@ against the truth schema by another path.
 Thin: the fold (`world/fold.py`) gives the state as of the day, `fabric/operational.py` turns it into
 documents, `fabric/mongo.py` writes them into the day's database `<world>_<yyyymmdd>` (idempotently: a
 database whose `_meta` names the same ledger head and document schema is left as it is), under the state
-folder's lock of that day (`<state>/locks/<world>/operational_store/<day>.lock`). The check reads
-every document back and compares it with a fresh projection of the fold, plus a few counts asked of the
+folder's lock of that day (`<world>/operational_store/<day>`, a Postgres advisory lock: `state_locks.py`).
+The check reads every document back and compares it with a fresh projection of the fold, plus a few counts asked of the
 server itself (active users, licenses of active users, open tickets) against the fold's query helpers.
 
 `operational_store_matches_truth` compares every document with the same documents computed by SQL over
@@ -46,7 +46,6 @@ from churn_assets.fabric.operational import (
 )
 from churn_assets.fabric.saas_client import SaasClient
 from churn_assets.fabric.saas_profiles import CHECK_PROFILE
-from churn_assets.files import file_lock
 from churn_assets.orchestration.assets.common import (
     problems_description,
     require_world_day,
@@ -60,6 +59,7 @@ from churn_assets.orchestration.assets.truth_parity import not_checked, truth_pa
 from churn_assets.orchestration.partitions import OF_THE_WORLD, world_day_partitions
 from churn_assets.orchestration.resources import StateResource
 from churn_assets.services import ServiceError, mongo_client, saas_api_key
+from churn_assets.state_locks import state_locks
 from churn_assets.world.fold import active_users, assigned_licenses, open_tickets
 
 MAX_PROBLEMS_SHOWN = 50
@@ -101,9 +101,9 @@ def operational_store(context: dg.AssetExecutionContext, state: StateResource) -
     # One writer per day database: `write_partition` drops and rewrites a database whose `_meta` does not match,
     # and there is no rename to swap one in, so two processes building the same day would drop each other's
     # half-written collections. Under the lock the second finds the first's `_meta` and skips.
-    lock = state.paths.lock_file(world_id, "operational_store", day.isoformat())
+    lock = state.paths.lock_name(world_id, "operational_store", day.isoformat())
     try:
-        with file_lock(lock, what=f"the operational store of {world_id} as of {day}",
+        with state_locks(state.paths).hold(lock, what=f"the operational store of {world_id} as of {day}",
                        on_wait=lambda: context.log.info(f"{world_id} {day}: another process is writing this "
                                                         "database; waiting for it")):
             written = write_partition(_client(urls.mongodb), world_id, day, collections, indexes=INDEXES,
