@@ -88,7 +88,10 @@ class StateLocks:
 
 
 def _try(conn: Any, function: str, key: str) -> bool:
-    row = conn.execute(f"SELECT {function}(hashtextextended(%s, 0))", (key,)).fetchone()
+    from psycopg import sql
+
+    query = sql.SQL("SELECT {}(hashtextextended(%s, 0))").format(sql.Identifier(function))
+    row = conn.execute(query, (key,)).fetchone()
     return bool(row and row[0])
 
 

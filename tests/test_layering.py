@@ -29,7 +29,7 @@ RANKS: dict[str, int] = {
     "arms": 4, "freshness": 4,
     "evaluation": 5, "sweeps": 5,
     # services and the state folder stand beside the core: used by the Dagster wing and the CLI only.
-    "services": 6, "state": 6, "deployment": 6, "error_traces": 6,
+    "services": 6, "state": 6, "deployment": 6, "error_traces": 6, "state_locks": 6,
     "orchestration": 7,  # the Dagster wing, ranked inside by WING_RANKS
     "cli": 9, "commands": 9, "__main__": 9,
     "benchmark": 9,  # `churnbench bench`: measures the commands (the paper's cells) and everything below them

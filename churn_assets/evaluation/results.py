@@ -50,11 +50,11 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from churn_assets.canonical import canonical_json
 from churn_assets.errors import UserFacingError
@@ -63,9 +63,6 @@ from churn_assets.faults import fault_point
 from churn_assets.files import DISK_FULL_ERRNOS, atomic_write_text, disk_full, file_lock, is_locked, process_stamp
 from churn_assets.memo import Memo, memo
 from churn_assets.unique_keys import load_json
-
-if TYPE_CHECKING:
-    from churn_assets.state_locks import StateLocks
 
 TASKS_FILE = "tasks.jsonl"
 PARTIAL_FILE = "tasks.partial.jsonl"
@@ -207,10 +204,19 @@ def parse_folder_name(name: str) -> tuple[str, int, int]:
     return base, 0, retry
 
 
+class SharedLocks(Protocol):
+    """Locks its holders share across processes and hosts (`state_locks.StateLocks`, the state folder's)."""
+
+    def hold(self, name: str, *, shared: bool = False, timeout: float | None = None, what: str | None = None,
+             on_wait: Callable[[], None] | None = None) -> AbstractContextManager[None]: ...
+
+    def is_held(self, name: str) -> bool: ...
+
+
 class ResultsStore:
     """The results root of a state folder (`<state>/results`)."""
 
-    def __init__(self, root: Path, locks: StateLocks | None = None) -> None:
+    def __init__(self, root: Path, locks: SharedLocks | None = None) -> None:
         """`locks`: the state folder's advisory locks (`state_locks.state_locks`), which the writers of every host
         share; None for a results root that processes of one host write (a benchmark's temporary root, a unit
         test): a lock file in each folder."""
