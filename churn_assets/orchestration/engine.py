@@ -194,12 +194,13 @@ class EnginePool:
     """`cells.InProcessPool`'s interface on celery: `workers` jobs at a time (the local workers started, or more when
     more answer: workers on other hosts join), each job's result in a `Future` completed by one poller thread."""
 
-    def __init__(self, session: Session, workers: int) -> None:
+    def __init__(self, session: Session, workers: int, say: Callable[[str], None] | None = None) -> None:
         from churn_assets.evaluation.results import code_version
 
         # An external broker (CHURNBENCH_BROKER_URL) is a cluster's: its workers are started where they run
         # (`churnbench worker`), none here; the embedded one gets `workers` local workers.
         self.session = session
+        self.say = say or (lambda _line: None)
         self.local = 0 if os.environ.get(BROKER_URL_ENV) else workers
         self.workers = workers
         self.definitions: Any = None  # `InProcessPool`'s attribute; a job takes the worker's own
@@ -222,11 +223,17 @@ class EnginePool:
         if self._poller is not None:
             self._poller.join()
         with self._lock:  # the run that wanted them is over: jobs still queued are revoked, running ones canceled
+            running = 0
             for result, future in self._waiting.items():
+                with contextlib.suppress(Exception):
+                    running += result.state == "STARTED"
                 with contextlib.suppress(Exception):
                     result.revoke(terminate=True, signal=CANCEL_SIGNAL)
                 if not future.done():
                     future.set_exception(UserFacingError("the run ended before this job"))
+            if self._waiting:
+                self.say(f"cells: the run ended before its jobs: {running} running canceled in their workers, "
+                         f"{len(self._waiting) - running} queued revoked")
             self._waiting.clear()
 
     def warm_up(self) -> None:

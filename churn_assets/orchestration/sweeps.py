@@ -128,7 +128,7 @@ def compute_exposure_cells(session: Session, definitions: Any, record: SweepReco
     rows_of: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
     workers = max(1, min(workers, len(worlds)))
-    with cell_pool(session, workers) as pool:
+    with cell_pool(session, workers, echo) as pool:
         pool.definitions = definitions
         futures = {pool.submit(exposure_job, job): w for w, job in jobs.items()}
         for n, future in enumerate(as_completed(futures), 1):

@@ -300,6 +300,8 @@ def test_a_run_ended_mid_cell_cancels_the_running_cell_in_its_worker(
     run.send_signal(signal.SIGINT)  # what `PreloadedRunLauncher.terminate` sends the sweep's run
     output = run.communicate(timeout=120)[0]
     assert run.returncode != 0, output[-3000:]
+    assert "cells: the run ended before its jobs: 1 running canceled in their workers, 0 queued revoked" in output, \
+        output[-3000:]
     deadline = time.monotonic() + 60
     while _alive(worker_pid):  # canceled in the middle of its pause, the worker process exits
         assert time.monotonic() < deadline, "the canceled cell's worker process went on"
