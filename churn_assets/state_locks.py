@@ -30,7 +30,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from churn_assets.files import LockTimeoutError
@@ -43,12 +43,14 @@ POLL_S = (0.02, 0.25)  # first and longest pause between two tries of a taken lo
 KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
-@dataclass(frozen=True)
+@dataclass
 class StateLocks:
-    """The advisory locks of the state folder `namespace` (its id) on the Postgres at `url`."""
+    """The advisory locks of the state folder `namespace` (its id) on the Postgres at `url`. `find_url`: where that
+    Postgres is now, asked when `url` stops answering (an embedded one started again listens on another socket)."""
 
     url: str
     namespace: str
+    find_url: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     def key(self, name: str) -> str:
         return f"churnbench {self.namespace} {name}"
@@ -60,7 +62,7 @@ class StateLocks:
         another holder excludes it. `timeout` None waits as long as it takes, else `LockTimeoutError` naming `what`
         after `timeout` seconds; `on_wait` is called once, when the lock is found taken."""
         take = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
-        conn = _connect(self.url)
+        conn = self._connect()
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             pause, waited = POLL_S[0], False
@@ -80,11 +82,24 @@ class StateLocks:
 
     def is_held(self, name: str) -> bool:
         """Whether a holder (any process, any host) has the lock `name` right now."""
-        conn = _connect(self.url)
+        conn = self._connect()
         try:
             return not _try(conn, "pg_try_advisory_lock", self.key(name))
         finally:
             conn.close()
+
+
+    def _connect(self) -> Any:
+        """A connection of its own; if the Postgres moved, to where it is now (`find_url`, once)."""
+        import psycopg
+
+        try:
+            return _connect(self.url)
+        except psycopg.OperationalError:
+            if self.find_url is None:
+                raise
+            self.url = self.find_url()
+            return _connect(self.url)
 
 
 def _try(conn: Any, function: str, key: str) -> bool:
@@ -108,27 +123,16 @@ _RESOLVING = threading.Lock()
 
 
 def state_locks(paths: StatePaths) -> StateLocks:
-    """The locks of the state folder `paths`, on its Postgres (found, or started, once per process)."""
+    """The locks of the state folder `paths`, on its Postgres (found, or started, once per process, and again when
+    it stops answering)."""
     root = str(paths.root)
     with _RESOLVING:
         locks = _RESOLVED.get(root)
-        if locks is None or not _reachable(locks.url):  # a Postgres started again is found again
-            from churn_assets.services import ensure_services
+        if locks is None:
+            def find_url() -> str:
+                from churn_assets.services import ensure_services
 
-            locks = _RESOLVED[root] = StateLocks(ensure_services(paths).warehouse, paths.ensure().state_id)
+                return ensure_services(paths).warehouse
+
+            locks = _RESOLVED[root] = StateLocks(find_url(), paths.ensure().state_id, find_url)
         return locks
-
-
-_CHECKED: dict[str, float] = {}
-RECHECK_S = 30.0  # a URL that answered is trusted this long before it is tried again
-
-
-def _reachable(url: str) -> bool:
-    if time.monotonic() - _CHECKED.get(url, -RECHECK_S) < RECHECK_S:
-        return True
-    try:
-        _connect(url).close()
-    except Exception:
-        return False
-    _CHECKED[url] = time.monotonic()
-    return True

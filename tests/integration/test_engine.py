@@ -155,6 +155,31 @@ def _scored_rows(result: Any) -> bytes:
     return (Path(result.summary["results"]) / "tasks.jsonl").read_bytes()
 
 
+def _undisturbed_then_cleared(paths: StatePaths, world: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any],
+                                                                                                    list[Any], str]:
+    """One cell evaluated undisturbed in this process, then its results removed; the runs that follow use the
+    embedded broker and local workers, as `churnbench paper` has them. (cell, its undisturbed result, its key)"""
+    from churn_assets.orchestration.cells import run_cells
+
+    cell = _cells(world)[:1]
+    undisturbed = run_cells(paths, cell, workers=1)  # reused when an earlier test ran it
+    assert undisturbed[0].ok, undisturbed[0].error
+    _clear(paths, undisturbed)
+    monkeypatch.delenv(BROKER_URL_ENV)
+    return cell, undisturbed, undisturbed[0].summary["scenario_key"]
+
+
+def _resumes_scored_once(paths: StatePaths, cell: list[Any], undisturbed: list[Any]) -> None:
+    """The disturbed cell run again on two workers: complete, each task scored once, the undisturbed figures."""
+    from churn_assets.orchestration.cells import run_cells
+
+    again = run_cells(paths, cell, workers=2)
+    assert again[0].ok, again[0].error
+    assert _figures(again[0].summary) == _figures(undisturbed[0].summary)
+    rows = [json.loads(line) for line in _scored_rows(again[0]).splitlines()]
+    assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
+
+
 def test_a_worker_killed_mid_cell_runs_it_again_and_scores_it_once(cluster: tuple[StatePaths, str],
                                                                   churnbench_exe: str, tmp_path: Path) -> None:
     """Two workers whose processes pause at their 60th scored answer (`CHURNBENCH_FAULT`, counted per process): the
@@ -219,12 +244,7 @@ def test_the_broker_killed_mid_cell_fails_the_run_in_one_line_and_the_same_run_r
     from churn_assets.services.process import read_record
 
     paths, world = cluster
-    cell = _cells(world)[:1]
-    undisturbed = run_cells(paths, cell, workers=1)  # reused when an earlier test ran it
-    assert undisturbed[0].ok, undisturbed[0].error
-    key = undisturbed[0].summary["scenario_key"]
-    _clear(paths, undisturbed)
-    monkeypatch.delenv(BROKER_URL_ENV)  # the embedded broker and local workers, as `churnbench paper` has them
+    cell, undisturbed, key = _undisturbed_then_cleared(paths, world, monkeypatch)
     pause = tmp_path / "paused"
     monkeypatch.setenv("CHURNBENCH_FAULT", f"after_tasks:60:pause={pause}")  # the local workers take the run's
     outcome: list[Any] = []
@@ -244,11 +264,7 @@ def test_the_broker_killed_mid_cell_fails_the_run_in_one_line_and_the_same_run_r
     assert "broker" in outcome[0].error and "stopped answering" in outcome[0].error, outcome[0].error
 
     monkeypatch.delenv("CHURNBENCH_FAULT")
-    again = run_cells(paths, cell, workers=2)
-    assert again[0].ok, again[0].error
-    assert _figures(again[0].summary) == _figures(undisturbed[0].summary)
-    rows = [json.loads(line) for line in _scored_rows(again[0]).splitlines()]
-    assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
+    _resumes_scored_once(paths, cell, undisturbed)
     with open_session(paths) as session, connection(session.urls.warehouse) as conn:
         statuses = sorted(row[0] for row in conn.execute(
             "SELECT status FROM churnbench.results_runs WHERE scenario_key = %s", (key,)).fetchall())
@@ -277,16 +293,10 @@ def test_a_run_ended_mid_cell_cancels_the_running_cell_in_its_worker(
 
     from churn_assets.evaluation.results import PARTIAL_FILE
     from churn_assets.fabric.postgres import connection
-    from churn_assets.orchestration.cells import run_cells
     from churn_assets.orchestration.materialize import open_session
 
     paths, world = cluster
-    cell = _cells(world)[:1]
-    undisturbed = run_cells(paths, cell, workers=1)  # reused when an earlier test ran it
-    assert undisturbed[0].ok, undisturbed[0].error
-    key = undisturbed[0].summary["scenario_key"]
-    _clear(paths, undisturbed)
-    monkeypatch.delenv(BROKER_URL_ENV)  # the embedded broker and local workers, as `churnbench paper` has them
+    cell, undisturbed, key = _undisturbed_then_cleared(paths, world, monkeypatch)
     pause = tmp_path / "paused"
     environment = {**os.environ, "CHURNBENCH_FAULT": f"after_tasks:60:pause={pause}"}
     run = subprocess.Popen([sys.executable, "-c", CANCELED_RUN, world, cell[0].t_prime.isoformat(),
@@ -316,11 +326,7 @@ def test_a_run_ended_mid_cell_cancels_the_running_cell_in_its_worker(
     assert row is not None and row[0] == "failed" and "JobCanceled: canceled" in row[1], row
     assert len((Path(row[2]) / PARTIAL_FILE).read_text().splitlines()) >= 59  # kept for the next run
 
-    again = run_cells(paths, cell, workers=2)
-    assert again[0].ok, again[0].error
-    assert _figures(again[0].summary) == _figures(undisturbed[0].summary)
-    rows = [json.loads(line) for line in _scored_rows(again[0]).splitlines()]
-    assert len(rows) == undisturbed[0].summary["tasks"] and len({r["task_id"] for r in rows}) == len(rows)
+    _resumes_scored_once(paths, cell, undisturbed)
 
 
 def _alive(pid: int) -> bool:

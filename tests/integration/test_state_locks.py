@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from churn_assets.evaluation.catalog import RunCatalog
@@ -145,3 +147,15 @@ def test_a_retry_folder_is_held_by_its_experiments_first_folders_lock(state_path
     with store.run_lock(key, on_wait=lambda: pytest.fail("free")):
         assert store.is_writing(store.run_dir(key.retried(1)))
     assert not store.is_writing(store.run_dir(key.retried(1)))
+
+
+def test_the_locks_follow_a_postgres_started_again_elsewhere(state_paths: StatePaths, services: ServiceUrls,
+                                                             tmp_path: Path) -> None:
+    """An embedded Postgres started again listens on another socket: the locks ask where it is now, once."""
+    gone = f"postgresql://postgres@/churnbench?host={tmp_path}&port=1"
+    here = state_locks(state_paths).url
+    moved = StateLocks(gone, state_paths.state_id, find_url=lambda: here)
+    with moved.hold("w/inputs/ledger", timeout=0):
+        assert moved.url == here and state_locks(state_paths).is_held("w/inputs/ledger")
+    with pytest.raises(psycopg.OperationalError), StateLocks(gone, "x").hold("w/inputs/ledger"):
+        pytest.fail("a lock taken on a Postgres that is not there")
