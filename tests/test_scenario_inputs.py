@@ -7,6 +7,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from file_state_locks import use_file_locks
 
 from churn_assets.freshness.scenario import (
     DBT_BUILD,
@@ -146,7 +147,7 @@ def test_runs_are_grouped_and_ordered_after_what_they_read(monkeypatch: pytest.M
     assert str(index_t.partition_key) == f"{T}|{WORLD}"
 
 
-def test_a_plan_is_made_once_and_refused_after_a_registry_edit(tmp_path: Path) -> None:
+def test_a_plan_is_made_once_and_refused_after_a_registry_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`scenario_plan` plans a registered scenario on first use and stores the plan; later calls read it; a
     plan made from another registry is refused until `replan`."""
     import dagster as dg
@@ -160,6 +161,7 @@ def test_a_plan_is_made_once_and_refused_after_a_registry_edit(tmp_path: Path) -
     from churn_assets.world.config import load_config
 
     paths = StatePaths.resolve(tmp_path / "state").ensure()
+    use_file_locks(monkeypatch, paths)  # planning reaches no service
     config = load_config(days=30)
     write_world_config(paths, config)
     instance = dg.DagsterInstance.ephemeral()
@@ -184,7 +186,8 @@ def test_a_plan_is_made_once_and_refused_after_a_registry_edit(tmp_path: Path) -
         scenario_plan(session, late, registry=registry)
 
 
-def test_a_stored_budget_plan_of_the_old_semantics_is_planned_again(tmp_path: Path) -> None:
+def test_a_stored_budget_plan_of_the_old_semantics_is_planned_again(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Decision 206: a state folder holding a budget cell planned before its schedule was fixed at T' (plan version
     2: every class's last refresh on T) gets it planned again on the next use, with the new schedule; a tiered cell
     planned then is planned again to the same plan (its experiment identity, TTLs and vintage, is unchanged)."""
@@ -202,6 +205,7 @@ def test_a_stored_budget_plan_of_the_old_semantics_is_planned_again(tmp_path: Pa
     from churn_assets.world.config import load_config
 
     paths = StatePaths.resolve(tmp_path / "state").ensure()
+    use_file_locks(monkeypatch, paths)  # planning reaches no service
     config = load_config(days=30)
     write_world_config(paths, config)
     instance = dg.DagsterInstance.ephemeral()

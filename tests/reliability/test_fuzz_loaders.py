@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from file_state_locks import use_file_locks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -233,8 +234,9 @@ SCENARIO = define_scenario("default-s42-3f9a1c", "grounding", "ttl:prices=3", dt
                            dt.date(2024, 4, 27))
 
 
-def test_a_scenario_definition_round_trips(tmp_path: Path) -> None:
+def test_a_scenario_definition_round_trips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     paths = StatePaths.resolve(tmp_path).ensure()
+    use_file_locks(monkeypatch, paths)  # registering reaches no service
     register_scenario(paths, _NoInstance(), SCENARIO)  # type: ignore[arg-type]
     stored = paths.scenario_file(SCENARIO.key).read_bytes()
     again = load_scenario(paths, SCENARIO.key)
