@@ -25,7 +25,7 @@ def test_one_worker_runs_in_this_process_and_more_on_the_engine(monkeypatch: pyt
 
     session = SimpleNamespace(paths=StatePaths.resolve(str(tmp_path)))
     made: list[int] = []
-    monkeypatch.setattr(cells, "EnginePool", lambda _session, workers: made.append(workers) or "engine")
+    monkeypatch.setattr(cells, "EnginePool", lambda _session, workers, _say: made.append(workers) or "engine")
     assert cells.cell_pool(session, 3) == "engine" and made == [3]  # type: ignore[arg-type, comparison-overlap]
     pool = cells.cell_pool(session, 1)  # type: ignore[arg-type]
     assert isinstance(pool, cells.InProcessPool) and made == [3]
