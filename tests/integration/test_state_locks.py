@@ -69,10 +69,10 @@ def test_an_exclusive_lock_held_by_another_process_times_out_naming_it(state_pat
             pytest.fail("the lock was taken while another process held it")
         assert waited == ["waiting"] and 1.0 <= time.monotonic() - started < 10
         with locks.hold("w/inputs/other", timeout=0):  # another name is another lock
-            pass
+            assert locks.is_held("w/inputs/other")
         other_folder = StateLocks(locks.url, "another-state-id")
         with other_folder.hold("w/inputs/ledger", timeout=0):  # another state folder's lock of the same name
-            pass
+            assert other_folder.is_held("w/inputs/ledger")
     finally:
         _stop(child)
     with locks.hold("w/inputs/ledger", timeout=5, on_wait=lambda: pytest.fail("the holder is gone")):
@@ -85,13 +85,13 @@ def test_shared_holders_exclude_only_the_exclusive_one(state_paths: StatePaths, 
     child = _holder(locks, "w/in-use", shared=True)
     try:
         with locks.hold("w/in-use", shared=True, timeout=0):  # a second user of the world
-            pass
+            assert locks.is_held("w/in-use")
         with pytest.raises(LockTimeoutError, match="world w"), locks.hold("w/in-use", timeout=0, what="world w"):
             pytest.fail("a removal took the world while it was in use")
     finally:
         _stop(child)
     with locks.hold("w/in-use", timeout=0):
-        pass
+        assert locks.is_held("w/in-use")
 
 
 def test_a_holder_killed_outright_leaves_no_lock(state_paths: StatePaths, services: ServiceUrls) -> None:
@@ -103,7 +103,7 @@ def test_a_holder_killed_outright_leaves_no_lock(state_paths: StatePaths, servic
         assert time.monotonic() < deadline, "the killed holder's lock outlived it"
         time.sleep(0.1)
     with locks.hold("w/operational_store/2024-01-15", timeout=0):
-        pass
+        assert locks.is_held("w/operational_store/2024-01-15")
 
 
 def test_a_results_folder_whose_writer_died_on_another_host_is_recorded_failed(
