@@ -4,6 +4,7 @@ stand-ins for celery's AsyncResult). The engine itself runs in `tests/integratio
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -210,3 +211,34 @@ def test_a_sweep_cell_names_the_engine_worker_that_ran_it() -> None:
     cell = SimpleNamespace(to_json=lambda: {"arm": "grounding"})
     assert outcome_of(cell, {"accuracy": 1.0}, 3.0, "worker-1@host")["worker"] == "worker-1@host"  # type: ignore[arg-type]
     assert "worker" not in outcome_of(cell, {"accuracy": 1.0}, 3.0)  # type: ignore[arg-type]
+
+
+def test_the_run_worker_takes_its_versions_runs_and_finds_the_embedded_broker_itself(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decision 333: `churnbench worker --runs` on the queue of its code version; with the embedded broker it is not
+    given CHURNBENCH_BROKER_URL (which means an external broker whose cell workers run elsewhere), so a sweep run in
+    it starts its local cell workers as the command line does."""
+    import subprocess
+
+    from churn_assets.services import engine as engine_services
+
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    def popen(cmd: list[str], env: dict[str, str], **_kwargs: Any) -> Any:
+        started.append((cmd, env))
+        return SimpleNamespace(pid=os.getpid())
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    paths = StatePaths.resolve(tmp_path / "state").ensure()
+    paths.services_dir.mkdir(parents=True, exist_ok=True)
+    monkeypatch.delenv(engine_services.BROKER_URL_ENV, raising=False)
+    EngineWorkerService(None).start_with(paths, "redis://:pw@127.0.0.1:1/0", "git-abc", 1)
+    monkeypatch.setenv(engine_services.BROKER_URL_ENV, "redis://:pw@broker:6379/0")
+    EngineWorkerService(None).start_with(paths, "redis://:pw@broker:6379/0", "git-abc", 1)
+    EngineWorkerService(0).start_with(paths, "redis://:pw@127.0.0.1:1/0", "git-abc", 1)
+    (runs, embedded), (_, external), (cells, cell_env) = started
+    assert runs[-1] == "--runs" and "--runs" not in cells and "run-worker@%h" in runs
+    url_env = engine_services.BROKER_URL_ENV
+    assert url_env not in embedded and external[url_env] == "redis://:pw@broker:6379/0"
+    assert cell_env[url_env] == "redis://:pw@127.0.0.1:1/0"
+    assert engine_services.runs_queue("git-abc") != engine_services.runs_queue("git-abd") != engine_services.QUEUE

