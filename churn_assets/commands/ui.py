@@ -90,7 +90,7 @@ def ui(port: int) -> None:
             code = child.wait()
         except _Stop:
             code = None
-        _shutdown(child)
+        _shutdown(child, _services_of(paths))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -98,12 +98,30 @@ def ui(port: int) -> None:
         raise SystemExit(code)
 
 
-def _shutdown(child: subprocess.Popen[bytes]) -> None:
-    """SIGINT the process group (what a terminal's Ctrl-C does), escalate, and sweep leftovers."""
+def _services_of(paths: StatePaths) -> set[int]:
+    """The processes of the state folder's services and their children. The UI's runs start some (the engine's
+    broker, its run worker and cell workers: decision 333) as children of Dagster's daemon; like the services every
+    command starts, they outlive the UI (`services down` stops them)."""
+    import psutil
+
+    from churn_assets.services.process import read_record
+
+    pids: set[int] = set()
+    for record in sorted(paths.services_dir.glob("*.json")) if paths.services_dir.exists() else []:
+        pid = (read_record(paths, record.stem) or {}).get("pid")
+        if isinstance(pid, int):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                pids |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+    return pids
+
+
+def _shutdown(child: subprocess.Popen[bytes], services: set[int]) -> None:
+    """SIGINT the process group (what a terminal's Ctrl-C does), escalate, and sweep leftovers (but `services`)."""
     import psutil
 
     try:
-        family = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+        family = [p for p in (psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True))
+                  if p.pid not in services]
     except psutil.NoSuchProcess:
         family = []
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the cleanup
