@@ -12,9 +12,10 @@ Two modes:
 
 Each launch runs the `eval_run` partition through the UI's GraphQL API the way the Launchpad does, waits for the
 run to end and reads its event log: the launch request (the webserver queues the run; the daemon takes it),
-RUN_STARTING (the daemon's run launcher starts it), "Started process" (the run's process was forked from the
-launcher's fork server, which imports the code location at the first launch of a UI session), RUN_START (the run
-worker runs), the first STEP_START, the run's end. Two figures per launch:
+RUN_STARTING (the daemon's run launcher sends it to the engine's run worker), "Started process" (a process of the
+run worker took it: decision 333; the run worker imports the code location when it starts, at the first launch on a
+state folder, and stays running between UI sessions), RUN_START, the first STEP_START, the run's end. Two figures
+per launch:
 
 - `to_step_start_s`: RUN_STARTING to the first STEP_START, the figure of docs/ui.md and decision 271 since issue
   36 (the 14.9 s at load 5 that issue 46 compares with); the issue's bound "first launch at most 20 s" is read
@@ -27,7 +28,7 @@ that moment until the UI's GraphQL answers (`server_up_s`) and until every code 
 loaded (`ui_up_s`: the UI can show assets and launch; the issue's "UI up in under 40 s" is read against it). Then
 one launch (the first of the session), then `--later-launches` more. The UI is then stopped the way Ctrl-C does
 (SIGINT to `churnbench ui`, which stops `dagster dev`'s process group), every process of it (webserver, daemon,
-code servers, the fork server, runs) is waited for, killed if still there after 30 s, and nothing may listen on
+code servers) is waited for, killed if still there after 30 s, and nothing may listen on
 the port any more, so each start is fresh. Start n uses port P + n - 1: a stopped UI's port stays in TIME_WAIT for
 60 s, which `churnbench ui` takes for "taken" (it would then pick another port). The embedded services stay up
 between starts (as between two `churnbench ui` of a user); the first start finds them running if they were
@@ -224,9 +225,14 @@ def stop_ui(proc: subprocess.Popen[bytes], port: int) -> tuple[float, int]:
     (seconds taken, processes that had to be killed)."""
     import psutil
 
+    from churn_assets.commands.ui import service_processes
+    from churn_assets.state import StatePaths
+
     began = time.monotonic()
+    services = service_processes(StatePaths.resolve())  # the run worker and the broker outlive the UI (decision 333)
     try:
-        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        family = [p for p in (psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True))
+                  if p.pid not in services]
     except psutil.NoSuchProcess:
         family = []
     # `dagster dev` and its processes run in their own session (churnbench ui starts it so): gather them too

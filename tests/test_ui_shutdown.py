@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from churn_assets.commands.ui import _services_of, _shutdown
+from churn_assets.commands.ui import _shutdown, service_processes
 from churn_assets.services.process import write_record
 from churn_assets.state import StatePaths
 
@@ -32,8 +32,8 @@ def test_stopping_the_ui_leaves_a_service_its_runs_started(tmp_path: Path) -> No
     try:
         write_record(paths, "run-worker", {"pid": service.pid, "create_time": service.create_time()})
         write_record(paths, "saas-keys", {"keys": []})  # not a service record: no pid
-        assert _services_of(paths) == {service.pid}
-        _shutdown(child, _services_of(paths))
+        assert service_processes(paths) == {service.pid}
+        _shutdown(child, service_processes(paths))
         assert child.poll() is not None  # Dagster's side stopped
         assert service.is_running()  # the service it started did not
     finally:

@@ -68,6 +68,7 @@ def ui(port: int) -> None:
     # The instance's tables exist before `dagster dev` opens it: created under the lock that a command started
     # beside the UI on a new state folder also takes (`storage_schema_lock`).
     open_instance(paths, urls_from(statuses, paths)).dispose()
+    _start_run_worker(paths)
     if not port_is_free(port):
         chosen = free_port()
         click.echo(f"port {port} is taken; using {chosen}")
@@ -90,7 +91,7 @@ def ui(port: int) -> None:
             code = child.wait()
         except _Stop:
             code = None
-        _shutdown(child, _services_of(paths))
+        _shutdown(child, service_processes(paths))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -98,7 +99,18 @@ def ui(port: int) -> None:
         raise SystemExit(code)
 
 
-def _services_of(paths: StatePaths) -> set[int]:
+def _start_run_worker(paths: StatePaths) -> None:
+    """The engine's run worker, started now (decision 333): it imports the code location while `dagster dev` starts,
+    so the session's first launch finds it ready instead of waiting for that import. None with an external broker
+    (`CHURNBENCH_BROKER_URL`): its run workers are started where they run."""
+    from churn_assets.evaluation.results import code_version
+    from churn_assets.services.engine import BROKER_URL_ENV, ensure_run_worker
+
+    if not os.environ.get(BROKER_URL_ENV):
+        click.echo(format_status(ensure_run_worker(paths, code_version())))
+
+
+def service_processes(paths: StatePaths) -> set[int]:
     """The processes of the state folder's services and their children. The UI's runs start some (the engine's
     broker, its run worker and cell workers: decision 333) as children of Dagster's daemon; like the services every
     command starts, they outlive the UI (`services down` stops them)."""

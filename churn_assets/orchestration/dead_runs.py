@@ -2,7 +2,7 @@
 
 This reaper covers only what Dagster's own run monitoring cannot see (decision 271): a CLI run materializes in
 process, without a launcher or a daemon, so run monitoring never sees it, and the run launcher of a state folder
-(`run_launcher.PreloadedRunLauncher`, like Dagster's default one) reports no worker health to it either. A
+(`run_launcher.EngineRunLauncher`, like Dagster's default one) reports no worker health to it either. A
 process killed outright (SIGKILL, power loss, OOM killer) therefore leaves its Dagster run STARTED and its catalog
 row `running` for ever. Each process records who it is (`files.process_stamp`: pid, start time, host):
 

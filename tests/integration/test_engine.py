@@ -307,7 +307,7 @@ def test_a_run_ended_mid_cell_cancels_the_running_cell_in_its_worker(
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
         time.sleep(0.05)
     worker_pid = int(pause.read_text())
-    run.send_signal(signal.SIGINT)  # what `PreloadedRunLauncher.terminate` sends the sweep's run
+    run.send_signal(signal.SIGINT)  # what Ctrl-C sends the command's run
     output = run.communicate(timeout=120)[0]
     assert run.returncode != 0, output[-3000:]
     assert "cells: the run ended before its jobs: 1 running canceled in their workers, 0 queued revoked" in output, \

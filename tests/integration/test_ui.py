@@ -17,7 +17,10 @@ from typing import Any
 import psutil
 import pytest
 
+from churn_assets.commands.ui import service_processes
 from churn_assets.services import free_port
+from churn_assets.services.engine import EngineWorkerService
+from churn_assets.state import StatePaths
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +85,13 @@ def test_ui_serves_the_shared_instance_and_stops_on_sigint(
         # The world registered and materialized from the CLI is a partition in the UI too.
         assert small_world in nodes[("ledger",)]["partitionKeys"]
 
-        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        # The run worker `churnbench ui` starts (decision 333) is a service: it outlives the UI, as Postgres does.
+        paths = StatePaths.resolve(state_dir)
+        run_worker = EngineWorkerService(None).status(paths)
+        assert run_worker.state == "running", run_worker
+        services = service_processes(paths)
+        family = [p for p in (psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True))
+                  if p.pid not in services]
         assert len(family) >= 3  # churnbench, dagster dev, webserver/daemon/code server
         os.kill(proc.pid, signal.SIGINT)
         started = time.monotonic()
@@ -91,6 +100,8 @@ def test_ui_serves_the_shared_instance_and_stops_on_sigint(
         assert elapsed < STOP_LIMIT_S, f"stopped after {elapsed:.1f}s"
         _, alive = psutil.wait_procs(family, timeout=2)
         assert not alive, f"left behind: {[p.info if hasattr(p, 'info') else p.pid for p in alive]}"
+        after = EngineWorkerService(None).status(paths)
+        assert after.state == "running" and after.pid == run_worker.pid, after
     finally:
         if proc.poll() is None:
             proc.kill()
