@@ -1,7 +1,8 @@
 """The run launcher of a state folder's Dagster instance (`services/dagster_home.py` names it): runs launched from
 the UI, a sensor or the schedule are executed by the cell engine's run worker (decision 333), a long-lived
-`churnbench worker --runs` process on this host (started on demand, a service) or any host that reaches the
-broker (a cluster's `CHURNBENCH_BROKER_URL`), instead of a fresh interpreter per run.
+`churnbench worker --runs` process on this host (a service: started by `churnbench ui`, and by a launch that finds
+none of its code version) or any host that reaches the broker (a cluster's `CHURNBENCH_BROKER_URL`), instead of a
+fresh interpreter per run.
 
 Dagster's default launcher asks the code server to start the run, and the code server starts it with the `spawn`
 method: each run imports the code location again before its first step, 6 s of CPU here (dagster-dbt and dbt-core
@@ -18,8 +19,8 @@ end, so a run never executes code older than its launch.
 Termination: a started run is marked canceling and its job is revoked with `engine.CANCEL_SIGNAL`, which the job
 turns into an interrupt: Dagster ends the run CANCELED, and a sweep run cancels its own cells on the way out
 (`engine.EnginePool`). A run still queued is revoked and recorded canceled. A job the worker refuses (another state
-folder) or that fails before Dagster's body records anything fails its run with that line (the launcher waits on
-each job's outcome in a thread). A run whose worker process died is recorded failed by the dead-run reaper (the
+folder) or that fails before Dagster's body starts the run fails the run with that line (one thread of the launcher
+reads the launched jobs' outcomes). A run whose worker process died is recorded failed by the dead-run reaper (the
 run carries its process's stamp, `dead_runs.process_tags`).
 """
 
