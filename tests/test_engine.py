@@ -242,3 +242,24 @@ def test_the_run_worker_takes_its_versions_runs_and_finds_the_embedded_broker_it
     assert url_env not in embedded and external[url_env] == "redis://:pw@broker:6379/0"
     assert cell_env[url_env] == "redis://:pw@127.0.0.1:1/0"
     assert engine_services.runs_queue("git-abc") != engine_services.runs_queue("git-abd") != engine_services.QUEUE
+
+
+def test_a_run_worker_is_named_as_one_whatever_name_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep counts its cell workers by name and leaves run workers out: `--runs --name box-1` is
+    `run-worker-box-1`, on its code version's queue."""
+    from click.testing import CliRunner
+
+    from churn_assets.commands import worker as worker_command
+    from churn_assets.services.engine import BROKER_URL_ENV, RUN_SLOTS, runs_queue
+
+    started: list[list[str]] = []
+    monkeypatch.setenv(BROKER_URL_ENV, "redis://:pw@broker:6379/0")
+    monkeypatch.setenv("C_FORCE_ROOT", "1")
+    monkeypatch.setattr(engine, "engine_app", lambda _url: SimpleNamespace(worker_main=started.append))
+    monkeypatch.setattr(engine, "serving", lambda _version: None)  # this process is not a worker
+    for name, expected in (("box-1", "run-worker-box-1"), ("run-worker@box-2", "run-worker@box-2")):
+        result = CliRunner().invoke(worker_command.worker, ["--runs", "--name", name, "--code-version", "git-abc"])
+        assert result.exit_code == 0, result.output
+        argv = started[-1]
+        assert argv[argv.index("-n") + 1] == expected
+        assert argv[argv.index("-Q") + 1] == runs_queue("git-abc") and argv[argv.index("-c") + 1] == str(RUN_SLOTS)

@@ -23,7 +23,8 @@ from churn_assets.services.engine import RUN_SLOTS, RUN_WORKER
 
 @click.command("worker")
 @click.option("--name", default=None,
-              help="The worker's name (default worker@<host>-<pid>, run-worker@<host>-<pid> with --runs).")
+              help="The worker's name (default worker@<host>-<pid>; with --runs run-worker@<host>-<pid>, and a "
+                   "name given is prefixed run-worker-).")
 @click.option("--code-version", default=None, hidden=True,
               help="The code version this worker runs (default: this checkout's, `git-<sha>`).")
 @click.option("--log-file", default=None, help="Where celery logs (default: standard error).")
@@ -66,10 +67,11 @@ def worker(name: str | None, code_version: str | None, log_file: str | None, run
         if not runs:
             cells.start_engine_worker()
 
-    kind = RUN_WORKER if runs else "worker"
+    name = name or f"{RUN_WORKER if runs else 'worker'}@{socket.gethostname()}-{os.getpid()}"
+    if runs and not name.startswith(RUN_WORKER):
+        name = f"{RUN_WORKER}-{name}"  # a sweep counts its cell workers by name: a run worker takes no cell
     argv = ["worker", "-Q", runs_queue(version) if runs else QUEUE, "-c", str(RUN_SLOTS if runs else 1),
-            "--pool", "prefork", "-n", name or f"{kind}@{socket.gethostname()}-{os.getpid()}", "--without-gossip",
-            "--without-mingle", "-l", "INFO"]
+            "--pool", "prefork", "-n", name, "--without-gossip", "--without-mingle", "-l", "INFO"]
     if log_file:
         argv += ["-f", log_file]
     app.worker_main(argv)
