@@ -244,6 +244,14 @@ def settings_fingerprint(environ: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def _is_current(paths: StatePaths, worker: EngineWorkerService, status: ServiceStatus, code_version: str,
+                url: str) -> bool:
+    """Whether a local worker runs, on `code_version`, with this process's settings and on the broker at `url`."""
+    record = read_record(paths, worker.name) or {}
+    return (status.state == "running" and record.get("code_version") == code_version
+            and record.get("settings") == settings_fingerprint(os.environ) and record.get("broker") == redact(url))
+
+
 def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> list[ServiceStatus]:
     """`count` local workers of `code_version` and this process's settings (`settings_fingerprint`) running on this
     state folder's broker: the dead ones and those of another code version, settings or broker address (a broker
@@ -251,15 +259,12 @@ def ensure_local_workers(paths: StatePaths, count: int, code_version: str) -> li
     with, as the caller has them), extra ones are left running (a later run may want them)."""
     url = broker_url(paths)
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, count))
-    settings = settings_fingerprint(os.environ)
     out = []
     with services_lock(paths):
         for index in range(count):
             worker = EngineWorkerService(index)
             status = worker.status(paths)
-            record = read_record(paths, worker.name) or {}
-            if status.state == "running" and record.get("code_version") == code_version \
-                    and record.get("settings") == settings and record.get("broker") == redact(url):
+            if _is_current(paths, worker, status, code_version, url):
                 out.append(status)
                 continue
             if status.state == "running":
@@ -278,9 +283,7 @@ def ensure_run_worker(paths: StatePaths, code_version: str) -> ServiceStatus:
     worker = EngineWorkerService(None)
     with services_lock(paths):
         status = worker.status(paths)
-        record = read_record(paths, worker.name) or {}
-        if status.state == "running" and record.get("code_version") == code_version \
-                and record.get("settings") == settings_fingerprint(os.environ) and record.get("broker") == redact(url):
+        if _is_current(paths, worker, status, code_version, url):
             return status
         if status.state == "running" and status.pid is not None:
             with contextlib.suppress(ProcessLookupError):
