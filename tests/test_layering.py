@@ -38,7 +38,7 @@ RANKS: dict[str, int] = {
 WING_RANKS: dict[str, int] = {
     "partitions": 0, "dbt_project": 0, "metadata": 0, "code_location": 0, "refusal": 0,
     "scenarios": 1, "sweep_records": 1,
-    "world_registry": 2, "dead_runs": 2, "unbacked": 2, "scenario_in_hand": 2,
+    "world_registry": 2, "dead_runs": 2, "unbacked": 2, "scenario_in_hand": 2, "run_body": 2,
     "resources": 3, "materialize": 3, "requests": 3, "launches": 3, "lineage": 3,
     "scenario_inputs": 4, "state_migration": 4, "key_rotation": 4,
     "assets": 5,

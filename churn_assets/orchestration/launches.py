@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from churn_assets.orchestration.materialize import LAUNCHED_BY_TAG
+from churn_assets.orchestration.run_body import SWEEP_RUN_TAG
 
 if TYPE_CHECKING:
     import dagster as dg
 
 SWEEP_TAG = "churnbench/sweep"
-SWEEP_RUN_TAG = "churnbench/sweep_run"  # the id of the sweep's own run, on every run it starts
 BACKFILL_TAG = "dagster/backfill"  # Dagster's own (BACKFILL_ID_TAG)
 SWEEP_RUNS = "sweep-runs"  # the backfill record that holds the runs sweeps start
 UI, CLI, SCHEDULE, SENSOR = "ui", "cli", "schedule", "sensor"

@@ -37,6 +37,7 @@ from churn_assets.orchestration.partitions import (
     world_day_partitions,
     world_partitions,
 )
+from churn_assets.orchestration.run_body import BodyResult, execute_with_origins, origins_from_sweep
 from churn_assets.orchestration.scenario_in_hand import ScenarioInHand, handing
 from churn_assets.orchestration.world_registry import using_world
 from churn_assets.services import (
@@ -209,6 +210,9 @@ def materialize(
         _require_known_partition(instance, partitions_def, pk)
     job = definitions.resolve_implicit_global_asset_job_def()
     run_tags = {LAUNCHED_BY_TAG: "cli", **(tags or {}), **process_tags()}
+    # A run started by a sweep launched from the UI, a schedule or a sensor: made with the sweep run's origin, so
+    # Dagster can re-execute it (run_body.py); one started by the CLI: in process.
+    origins = origins_from_sweep(instance, run_tags, job.name, paths)
     runs = []
     for pk in partition_keys:
         started = time.perf_counter()
@@ -218,10 +222,14 @@ def materialize(
         with in_use, handing(handed), service_errors(paths), warnings.catch_warnings():
             fault_point("materialize")  # the reliability tests pause or kill a command here (its locks held)
             warnings.simplefilter("ignore", dg.PreviewWarning)
-            result = job.execute_in_process(
-                instance=instance, partition_key=str(pk), asset_selection=keys,
-                run_config=QUIET_RUN_CONFIG, tags=run_tags, raise_on_error=False,
-            )
+            result: dg.ExecuteInProcessResult | BodyResult
+            if origins is not None:
+                result = execute_with_origins(instance, keys, str(pk), QUIET_RUN_CONFIG, run_tags, origins)
+            else:
+                result = job.execute_in_process(
+                    instance=instance, partition_key=str(pk), asset_selection=keys,
+                    run_config=QUIET_RUN_CONFIG, tags=run_tags, raise_on_error=False,
+                )
         if not result.success:
             if interrupted(result):  # Ctrl-C: Dagster stopped the step; say so, not "failed" with a trace file
                 raise KeyboardInterrupt(f"run {result.run_id}")
@@ -245,7 +253,8 @@ def materialize(
     return runs
 
 
-def _judge_readers(session: Session, definitions: dg.Definitions, result: dg.ExecuteInProcessResult) -> None:
+def _judge_readers(session: Session, definitions: dg.Definitions,
+                   result: dg.ExecuteInProcessResult | BodyResult) -> None:
     """A partition an evaluation read, rematerialized here with another version: that evaluation's
     `inputs_as_read` check runs again (`lineage.changed_by`), and fails. Never fails the materialization."""
     from churn_assets.orchestration.lineage import CHECK_NAME, EVAL_RUN, changed_by
@@ -352,7 +361,7 @@ def interrupted(result: Any) -> bool:
                for event in result.all_events)
 
 
-def failure_message(result: dg.ExecuteInProcessResult) -> str:
+def failure_message(result: dg.ExecuteInProcessResult | BodyResult) -> str:
     """The failing steps' own words: a `dg.Failure` description, a failed check, or the error."""
     messages = []
     for event in result.all_events:
@@ -369,7 +378,7 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str:
     return "; ".join(dict.fromkeys(messages)) or "the run failed (see the run in the Dagster UI)"
 
 
-def failure_trace(result: dg.ExecuteInProcessResult) -> str | None:
+def failure_trace(result: dg.ExecuteInProcessResult | BodyResult) -> str | None:
     """The failed steps' own stack traces (with their causes), for the trace file; None when none failed."""
     traces = [f"step {event.step_key}:\n{event.step_failure_data.error.to_string()}"
               for event in result.all_events

@@ -40,23 +40,22 @@ from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
 from churn_assets.errors import error_line
+from churn_assets.orchestration.run_body import execute_run_body
 
 # Hidden (Dagster's `.dagster/` prefix: not in the Runs list, decision 323): the engine job that executes the run.
 TASK_TAG = ".dagster/churnbench/engine_task"
 WATCH_S = 1.0  # how often the launched jobs' outcomes are read
 
 
-def execute_launched_run(run_id: str) -> int:
+def execute_launched_run(run_id: str) -> None:
     """The job: the launched run `run_id`, executed in this run worker process by Dagster's run worker body, on the
     process's session (opened at its first run, kept for the next ones)."""
-    from dagster._cli.api import _execute_run_command_body
-
     from churn_assets.orchestration.cells import worker_session
     from churn_assets.orchestration.dead_runs import process_tags
 
     session, _definitions = worker_session()
     session.instance.add_run_tags(run_id, process_tags())
-    return _execute_run_command_body(run_id, session.instance, lambda _event: None, set_exit_code_on_failure=False)
+    execute_run_body(session.instance, run_id)
 
 
 class EngineRunLauncher(RunLauncher, ConfigurableClass):

@@ -237,11 +237,26 @@ def test_a_sweep_launched_like_the_launchpad_evaluates_every_cell_and_reports(ui
     everything = gql(ui, RUNS, {"filter": {"createdAfter": since - 0.001}})["runsOrError"]["results"]
     assert {r["runId"] for r in everything} == {r["runId"] for r in tagged}, "a run of the sweep escaped its tags"
 
+    # Each run the sweep started is Dagster's to re-execute (it carries the sweep's job origin, run_body.py): the
+    # run page's "Re-execute" (its mutation) on a cell's run launches that cell again, in the run worker.
+    origins = gql(ui, """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { ... on Runs {
+        results { runId repositoryOrigin { repositoryLocationName } } } } }""",
+                  {"tags": [{"key": "churnbench/sweep_run", "value": run_id}]})["runsOrError"]["results"]
+    assert len(origins) == len(started) and all(r["repositoryOrigin"] == {"repositoryLocationName": LOCATION}
+                                                 for r in origins), origins
+    again = gql(ui, REEXECUTE, {"p": {"parentRunId": evaluations[0]["runId"], "strategy": "ALL_STEPS"}})
+    assert again["launchRunReexecution"]["__typename"] == "LaunchRunSuccess", again
+    retry = again["launchRunReexecution"]["run"]["runId"]
+    assert wait_for_run(ui, retry) == "SUCCESS", run_log(ui, retry)[-3000:]
+    assert f"{evaluations[0]['tags']['dagster/partition']}: reusing the finished result" in run_log(ui, retry)
+
     relaunched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
     assert wait_for_run(ui, relaunched["run"]["runId"]) == "SUCCESS"
     assert run_log(ui, relaunched["run"]["runId"]).count(": reused, stale") == 4
 
 
+REEXECUTE = """mutation($p: ReexecutionParams!) { launchRunReexecution(reexecutionParams: $p) { __typename
+  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
 TERMINATE = """mutation($ids: [String!]!) { terminateRuns(runIds: $ids, terminatePolicy: SAFE_TERMINATE) {
   __typename ... on TerminateRunsResult { terminateRunResults { __typename } } } }"""
 
