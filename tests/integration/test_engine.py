@@ -14,6 +14,7 @@ undisturbed run's. (A worker of other code refusing a job: `tests/test_engine.py
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import os
 import shutil
@@ -79,20 +80,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StatePat
 
 
 @contextmanager
-def by_address(paths: StatePaths, churnbench_exe: str, names: list[str], **extra: str) -> Iterator[None]:
+def by_address(paths: StatePaths, churnbench_exe: str, names: list[str], *options: str,
+               **extra: str) -> Iterator[list[subprocess.Popen[bytes]]]:
     """`churnbench worker` processes started as on another host: their environment holds only what `churnbench
     services urls --show-secrets` prints (the services' TCP URLs and secrets, the broker's URL), the state folder's
-    path and `extra`; stopped at the end."""
+    path and `extra`; `options` go on their command line (`--runs`: run workers). Stopped at the end."""
     settings, _notes = worker_settings(paths)
     given = {s.name: s.value for s in settings}
     assert given[BROKER_URL_ENV] == os.environ[BROKER_URL_ENV]
     environment = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), STATE_DIR_ENV: str(paths.root),
                    **given, **extra}
-    workers = [subprocess.Popen([churnbench_exe, "worker", "--name", f"{name}@test", "--log-file",
+    workers = [subprocess.Popen([churnbench_exe, "worker", *options, "--name", f"{name}@test", "--log-file",
                                  str(paths.root / f"{name}.log")], env=environment, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT) for name in names]
     try:
-        yield
+        yield workers
     finally:
         for process in workers:
             process.terminate()
@@ -149,6 +151,46 @@ def test_two_workers_started_by_address_evaluate_cells_with_one_process_figures(
     assert all(r.ok for r in in_process), [r.error for r in in_process]
     assert [_figures(r.summary) for r in on_engine] == [_figures(r.summary) for r in in_process]
     assert rows == [_scored_rows(r) for r in in_process]  # every answer, verdict and trace, byte for byte
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether process `pid` is `ancestor` or one of its descendants (read from /proc)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def test_a_run_worker_started_by_address_executes_a_launched_run(cluster: tuple[StatePaths, str],
+                                                                  churnbench_exe: str) -> None:
+    """Decision 333's run worker started as on another host (`churnbench worker --runs`, docs/deployment.md), given
+    only the printed variables and the state folder's path: a run launched through the state folder's run launcher
+    (what the UI's launch calls once Dagster has made the run) goes to it and is executed there by Dagster's run
+    body, ending SUCCESS in a process of that worker."""
+    import dagster as dg
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+    from dagster._core.launcher import LaunchRunContext
+
+    from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
+    from churn_assets.orchestration.dead_runs import PID_TAG
+    from churn_assets.orchestration.materialize import open_session
+
+    paths, world = cluster
+    keys = [dg.AssetKey("ledger")]  # a 30-day world's ledger: seconds to simulate again, byte for byte
+    with by_address(paths, churnbench_exe, ["box"], "--runs") as [worker], open_session(paths) as session:
+        job = importlib.import_module(CODE_LOCATION_MODULE).defs.resolve_implicit_global_asset_job_def()
+        origin = ReconstructableRepository.for_module(CODE_LOCATION_MODULE, "defs").get_python_origin()
+        run = session.instance.create_run_for_job(
+            job_def=job, asset_selection=set(keys), job_code_origin=origin.get_job_origin(job.name),
+            tags=job.get_tags_for_partition_key(world, selected_asset_keys=keys))
+        session.instance.run_launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+        deadline = time.monotonic() + 300
+        while not (ended := session.instance.get_run_by_id(run.run_id)) or not ended.is_finished:
+            assert time.monotonic() < deadline, f"the run is still {ended and ended.status}"
+            time.sleep(0.5)
+        assert ended.status == dg.DagsterRunStatus.SUCCESS, [e.message for e in session.instance.all_logs(run.run_id)]
+        assert _descends_from(int(ended.tags[PID_TAG]), worker.pid), ended.tags
 
 
 def _scored_rows(result: Any) -> bytes:
