@@ -106,3 +106,36 @@ def test_the_launcher_cancels_a_started_run_in_its_worker_and_a_queued_one_at_on
     assert status == {started: dg.DagsterRunStatus.CANCELING, queued: dg.DagsterRunStatus.CANCELED}
     assert not launcher.terminate(_started_run(instance, {}))  # not launched by the engine
     assert not launcher.terminate(queued)  # already ended
+
+
+def test_a_launched_run_loses_the_stamp_it_inherited_so_the_reaper_leaves_it_to_its_worker(
+        instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """A re-execution carries its parent's tags (Dagster copies them), so its parent's process stamp: a re-executed
+    cell whose worker process had exited was recorded failed by the reaper before its worker took it. The launcher
+    blanks the inherited stamp; the worker that takes the run stamps it (`execute_launched_run`)."""
+    from churn_assets.orchestration import engine
+    from churn_assets.services import engine as engine_services
+
+    sent: list[str] = []
+    app = type("App", (), {"send_task": staticmethod(lambda _name, **kw: sent.append(kw["task_id"])
+                                                     or type("Job", (), {"id": kw["task_id"],
+                                                                         "ready": lambda self: False})())})
+    monkeypatch.setattr(engine, "engine_app", lambda _url: app())
+    monkeypatch.setattr(engine_services, "broker_url", lambda _paths: "redis://broker")
+    monkeypatch.setenv(engine_services.BROKER_URL_ENV, "redis://broker")  # a cluster's broker: no local run worker
+    launcher = run_launcher.EngineRunLauncher()
+    launcher.register_instance(instance)
+    monkeypatch.setattr(launcher, "_paths", lambda: type("Paths", (), {"root": tmp_path, "state_id": "s"})())
+    alive = process_stamp()
+    parents = {**alive, "create_time": float(alive["create_time"]) - 3600}  # its parent's process: gone
+    run_id = str(uuid.uuid4())
+    instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, status=dg.DagsterRunStatus.STARTING,
+                                tags=_tags(parents, legacy=False)))
+    assert [d.ref for d in dead_runs._reap_dagster_runs(instance)] == [run_id]  # what the reaper did to it
+    instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=(run_id := str(uuid.uuid4())),
+                                status=dg.DagsterRunStatus.STARTING, tags=_tags(parents, legacy=False)))
+    launcher.launch_run(type("Context", (), {"dagster_run": instance.get_run_by_id(run_id)})())  # type: ignore[arg-type]
+    tags = instance.get_run_by_id(run_id).tags  # type: ignore[union-attr]
+    assert sent == [tags[run_launcher.TASK_TAG]] and not has_process_tags(tags) and process_stamp_of(tags) is None
+    assert dead_runs._reap_dagster_runs(instance) == []
+    assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTING  # type: ignore[union-attr]

@@ -61,7 +61,13 @@ def tag_value(tags: Mapping[str, str], key: str, legacy: Mapping[str, str] = LEG
 
 def has_process_tags(tags: Mapping[str, str]) -> bool:
     """Whether the run already records the process that runs it (in either form)."""
-    return tag_value(tags, PID_TAG) is not None
+    return bool(tag_value(tags, PID_TAG))
+
+
+# A launched run that no process runs yet. Dagster copies a run's tags to its re-execution, so a re-executed run
+# would otherwise carry its parent's stamp, and the reaper would record it failed as soon as the parent's process
+# was gone (a canceled cell's worker process exits); the process that takes the run stamps it again.
+UNSTAMPED = {PID_TAG: "", CREATED_TAG: "", HOST_TAG: ""}
 
 
 def process_tags() -> dict[str, str]:

@@ -40,6 +40,7 @@ from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
 from churn_assets.errors import error_line
+from churn_assets.orchestration.dead_runs import UNSTAMPED, process_tags
 from churn_assets.orchestration.run_body import execute_run_body
 
 # Hidden (Dagster's `.dagster/` prefix: not in the Runs list, decision 323): the engine job that executes the run.
@@ -51,7 +52,6 @@ def execute_launched_run(run_id: str) -> None:
     """The job: the launched run `run_id`, executed in this run worker process by Dagster's run worker body, on the
     process's session (opened at its first run, kept for the next ones)."""
     from churn_assets.orchestration.cells import worker_session
-    from churn_assets.orchestration.dead_runs import process_tags
 
     session, _definitions = worker_session()
     session.instance.add_run_tags(run_id, process_tags())
@@ -97,9 +97,9 @@ class EngineRunLauncher(RunLauncher, ConfigurableClass):
         if not os.environ.get(BROKER_URL_ENV):  # a cluster's broker: its run workers are started where they run
             ensure_run_worker(paths, version)
         # Tagged before it is sent: Dagster rewrites a run's tags whole, so a tag added here after the worker added
-        # its process stamp would drop the stamp.
+        # its process stamp would drop the stamp. A stamp the run inherited (a re-execution) is blanked.
         job_id = str(uuid.uuid4())
-        self._instance.add_run_tags(run.run_id, {TASK_TAG: job_id})
+        self._instance.add_run_tags(run.run_id, {TASK_TAG: job_id, **UNSTAMPED})
         result = engine_app(broker_url(paths)).send_task(
             RUN_TASK, args=(execute_launched_run, (run.run_id,), version, (str(paths.root), paths.state_id)),
             queue=runs_queue(version), task_id=job_id)
