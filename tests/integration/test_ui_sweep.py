@@ -285,6 +285,13 @@ def test_terminate_in_the_ui_cancels_the_sweep_and_the_run_it_was_running(ui: in
     statuses = [r["status"] for r in runs_tagged(ui, "churnbench/sweep_run", run_id)]
     assert "CANCELED" in statuses and "FAILURE" not in statuses, statuses
 
+    # A canceled run's retry is its run page's "Re-execute" (the mutation): it ends SUCCESS in the run worker,
+    # although the cell worker process its parent ran in has exited (the parent's stamp is not inherited).
+    canceled = next(r for r in runs_tagged(ui, "churnbench/sweep_run", run_id) if r["status"] == "CANCELED")
+    again = gql(ui, REEXECUTE, {"p": {"parentRunId": canceled["runId"], "strategy": "ALL_STEPS"}})
+    retry = again["launchRunReexecution"]["run"]["runId"]
+    assert wait_for_run(ui, retry) == "SUCCESS", run_log(ui, retry)[-3000:]
+
 
 def latest_metadata(port: int, asset: str, partition: str) -> dict[str, Any]:
     """The metadata of the latest materialization of an asset's partition (text values as text, JSON parsed)."""
