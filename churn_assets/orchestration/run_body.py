@@ -15,7 +15,7 @@ as any launch from the UI. A run started by the CLI has no launched run above it
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,13 +27,13 @@ from churn_assets.state import StatePaths
 SWEEP_RUN_TAG = "churnbench/sweep_run"  # the id of the sweep's own run, on every run it starts
 
 
-def execute_run_body(instance: dg.DagsterInstance, run_id: str) -> list[dg.DagsterEvent]:
-    """Execute the created run `run_id` in this process with Dagster's run worker body; its events, in order."""
+def execute_run_body(instance: dg.DagsterInstance, run_id: str,
+                     on_event: Callable[[dg.DagsterEvent], object] = lambda _event: None) -> None:
+    """Execute the created run `run_id` in this process with Dagster's run worker body, which hands `on_event`
+    each of its events in order (they are in the instance's event log too)."""
     from dagster._cli.api import _execute_run_command_body
 
-    events: list[dg.DagsterEvent] = []
-    _execute_run_command_body(run_id, instance, events.append, set_exit_code_on_failure=False)
-    return events
+    _execute_run_command_body(run_id, instance, on_event, set_exit_code_on_failure=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ def execute_with_origins(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKe
         job_def=job, asset_selection=set(keys), run_config=dict(run_config),
         tags={**tags, **job.get_tags_for_partition_key(partition_key, selected_asset_keys=keys)},
         remote_job_origin=origins.remote, job_code_origin=origins.code)
-    events = execute_run_body(instance, run.run_id)
+    events: list[dg.DagsterEvent] = []
+    execute_run_body(instance, run.run_id, events.append)
     finished = instance.get_run_by_id(run.run_id)
     return BodyResult(run.run_id, finished is not None and finished.status == dg.DagsterRunStatus.SUCCESS, events)
