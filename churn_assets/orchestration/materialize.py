@@ -354,7 +354,10 @@ def _require_known_partition(instance: dg.DagsterInstance, partitions_def: dg.Pa
 
 def interrupted(result: Any) -> bool:
     """Whether a failed in-process run failed because it was interrupted (SIGINT/SIGTERM: Dagster turns the
-    signal into `DagsterExecutionInterruptedError` inside the step)."""
+    signal into `DagsterExecutionInterruptedError` inside the step), or a run on the run body ended canceled (an
+    engine worker's cancel, caught by the body)."""
+    if isinstance(result, BodyResult) and result.canceled:
+        return True
     return any(event.is_step_failure and event.step_failure_data is not None
                and event.step_failure_data.error is not None
                and event.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"

@@ -68,6 +68,9 @@ class BodyResult:
     run_id: str
     success: bool
     all_events: Sequence[dg.DagsterEvent]
+    # Ended canceled: interrupted. Dagster's run body catches the interrupt its step re-raises (where
+    # `execute_in_process` lets it out), so the caller learns of it from here.
+    canceled: bool = False
 
     def get_asset_materialization_events(self) -> list[dg.DagsterEvent]:
         return [event for event in self.all_events if event.is_step_materialization]
@@ -89,5 +92,6 @@ def execute_with_origins(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKe
         remote_job_origin=origins.remote, job_code_origin=origins.code)
     events: list[dg.DagsterEvent] = []
     execute_run_body(instance, run.run_id, events.append)
-    finished = instance.get_run_by_id(run.run_id)
-    return BodyResult(run.run_id, finished is not None and finished.status == dg.DagsterRunStatus.SUCCESS, events)
+    status = getattr(instance.get_run_by_id(run.run_id), "status", None)
+    return BodyResult(run.run_id, status == dg.DagsterRunStatus.SUCCESS, events,
+                      canceled=status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING))

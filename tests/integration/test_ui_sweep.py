@@ -261,18 +261,22 @@ TERMINATE = """mutation($ids: [String!]!) { terminateRuns(runIds: $ids, terminat
   __typename ... on TerminateRunsResult { terminateRunResults { __typename } } } }"""
 
 
-def test_terminate_in_the_ui_cancels_the_sweep_and_the_run_it_was_running(ui: int) -> None:
+@pytest.mark.parametrize(("parallelism", "gaps"), [(2, [3, 5]), (1, [4, 6])])  # gaps: cells not yet evaluated
+def test_terminate_in_the_ui_cancels_the_sweep_and_the_run_it_was_running(ui: int, parallelism: int,
+                                                                          gaps: list[int]) -> None:
     """Decision 333: the sweep's run executes in the engine's run worker and sends its input builds and cells to
-    two cell workers (`parallelism: 2`, as from the command line); the UI's Terminate (its mutation) revokes the
-    sweep's job in the run worker, and the runs it had started on the cell workers end CANCELED with it."""
-    config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"], "gaps": [3, 5],  # cells not yet evaluated
-              "parallelism": 2}
+    two cell workers (`parallelism: 2`, as from the command line), or runs them in its own process (1); the UI's
+    Terminate (its mutation) revokes the sweep's job in the run worker, and the runs it had started end CANCELED
+    with it, no cell evaluated after (decision 334: a run on Dagster's run body that ends canceled stops the
+    sweep; the body catches the interrupt that `execute_in_process` let out)."""
+    config = {"preset": "smoke", "overrides": [f"name={WORLD_NAME}"], "gaps": gaps, "parallelism": parallelism}
     launched = gql(ui, LAUNCH, {"params": _sweep_params(config)})["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
     run_id = launched["run"]["runId"]
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not [r for r in runs_tagged(ui, "churnbench/sweep_run", run_id) if r["status"] == "STARTED"]:
-        assert time.monotonic() < deadline, "the sweep started no run"
+    while not [r for r in runs_tagged(ui, "churnbench/sweep_run", run_id)
+               if r["status"] == "STARTED" and "__tp" in r["tags"].get("dagster/partition", "")]:  # a cell's
+        assert time.monotonic() < deadline, "the sweep started no cell"
         time.sleep(0.5)
     result = gql(ui, TERMINATE, {"ids": [run_id]})["terminateRuns"]["terminateRunResults"]
     assert result == [{"__typename": "TerminateRunSuccess"}], result
@@ -284,6 +288,7 @@ def test_terminate_in_the_ui_cancels_the_sweep_and_the_run_it_was_running(ui: in
         time.sleep(0.5)
     statuses = [r["status"] for r in runs_tagged(ui, "churnbench/sweep_run", run_id)]
     assert "CANCELED" in statuses and "FAILURE" not in statuses, statuses
+    assert "evaluated," not in run_log(ui, run_id), run_log(ui, run_id)[-3000:]
 
     # A canceled run's retry is its run page's "Re-execute" (the mutation): it ends SUCCESS in the run worker,
     # although the cell worker process its parent ran in has exited (the parent's stamp is not inherited).
