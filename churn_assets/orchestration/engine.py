@@ -43,6 +43,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from churn_assets.errors import UserFacingError, error_line
+from churn_assets.orchestration.run_body import PROCESS_CANCELED
 from churn_assets.services import redact
 from churn_assets.services.engine import BROKER_URL_ENV, QUEUE, RUN_WORKER, broker_url, ensure_local_workers
 
@@ -124,7 +125,7 @@ def before_cancel(hook: Callable[[], None]) -> None:
     _BEFORE_CANCEL.append(hook)
 
 
-_CANCELED = threading.Event()  # this worker process's job was canceled: the process leaves when the job returns
+_CANCELED = PROCESS_CANCELED  # this worker process's job was canceled: the process leaves when the job returns
 
 
 def _cancel(_signum: int, _frame: Any) -> None:

@@ -359,8 +359,9 @@ def interrupted(result: Any) -> bool:
     if isinstance(result, BodyResult) and result.canceled:
         return True
     return any(event.is_step_failure and event.step_failure_data is not None
-               and event.step_failure_data.error is not None
-               and event.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"
+               and (getattr(event.step_failure_data.error_source, "value", None) == "INTERRUPT"
+                    or (event.step_failure_data.error is not None
+                        and event.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"))
                for event in result.all_events)
 
 
@@ -374,6 +375,9 @@ def failure_message(result: dg.ExecuteInProcessResult | BodyResult) -> str:
                 messages.append(data.user_failure_data.description)
             elif data.error is not None:
                 messages.append(_error_text(data.error))
+    for event in result.all_events:  # a failure outside the steps (loading the job, the framework): the run's error
+        if event.event_type_value == dg.DagsterEventType.RUN_FAILURE.value and event.job_failure_data.error:
+            messages.append(_error_text(event.job_failure_data.error))
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed:
             details = {k: v.value for k, v in evaluation.metadata.items()}

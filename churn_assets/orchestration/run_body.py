@@ -15,6 +15,7 @@ as any launch from the UI. A run started by the CLI has no launched run above it
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -25,6 +26,10 @@ from churn_assets.orchestration.code_location import CODE_LOCATION_MODULE
 from churn_assets.state import StatePaths
 
 SWEEP_RUN_TAG = "churnbench/sweep_run"  # the id of the sweep's own run, on every run it starts
+# Set by the engine in a worker process whose job it canceled (`engine.CANCEL_SIGNAL`); the process leaves when the
+# job returns. Dagster's run body catches the interrupt, and a run interrupted before its step started ends FAILURE,
+# not CANCELED: a body run in a canceled process is an interrupt whatever its status.
+PROCESS_CANCELED = threading.Event()
 
 
 def execute_run_body(instance: dg.DagsterInstance, run_id: str,
@@ -84,7 +89,8 @@ def execute_with_origins(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKe
                          run_config: Mapping[str, Any], tags: Mapping[str, str], origins: Origins) -> BodyResult:
     """Make the run of `keys` for `partition_key` with `origins` and execute it here with the run body. The run is
     made from the job the body executes, the code location's (the UI compares a run's job snapshot with its code
-    location's before it re-executes it)."""
+    location's before it re-executes it; loaded by name, as the body loads it, so no import ranks this module above
+    the definitions)."""
     job = importlib.import_module(CODE_LOCATION_MODULE).defs.resolve_implicit_global_asset_job_def()
     run = instance.create_run_for_job(
         job_def=job, asset_selection=set(keys), run_config=dict(run_config),
@@ -94,4 +100,5 @@ def execute_with_origins(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKe
     execute_run_body(instance, run.run_id, events.append)
     status = getattr(instance.get_run_by_id(run.run_id), "status", None)
     return BodyResult(run.run_id, status == dg.DagsterRunStatus.SUCCESS, events,
-                      canceled=status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING))
+                      canceled=PROCESS_CANCELED.is_set()
+                      or status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING))

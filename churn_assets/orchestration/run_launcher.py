@@ -92,14 +92,15 @@ class EngineRunLauncher(RunLauncher, ConfigurableClass):
         from churn_assets.services.engine import BROKER_URL_ENV, broker_url, ensure_run_worker, runs_queue
 
         run = context.dagster_run
+        # Tagged before it is sent: Dagster rewrites a run's tags whole, so a tag added here after the worker added
+        # its process stamp would drop the stamp. A stamp the run inherited (a re-execution) is blanked first, before
+        # a run worker is started: the run is STARTING already, and the reaper would take the stamp for its own.
+        job_id = str(uuid.uuid4())
+        self._instance.add_run_tags(run.run_id, {TASK_TAG: job_id, **UNSTAMPED})
         paths = self._paths()
         version = code_version()
         if not os.environ.get(BROKER_URL_ENV):  # a cluster's broker: its run workers are started where they run
             ensure_run_worker(paths, version)
-        # Tagged before it is sent: Dagster rewrites a run's tags whole, so a tag added here after the worker added
-        # its process stamp would drop the stamp. A stamp the run inherited (a re-execution) is blanked.
-        job_id = str(uuid.uuid4())
-        self._instance.add_run_tags(run.run_id, {TASK_TAG: job_id, **UNSTAMPED})
         result = engine_app(broker_url(paths)).send_task(
             RUN_TASK, args=(execute_launched_run, (run.run_id,), version, (str(paths.root), paths.state_id)),
             queue=runs_queue(version), task_id=job_id)

@@ -294,6 +294,7 @@ def test_terminate_in_the_ui_cancels_the_sweep_and_the_run_it_was_running(ui: in
     # although the cell worker process its parent ran in has exited (the parent's stamp is not inherited).
     canceled = next(r for r in runs_tagged(ui, "churnbench/sweep_run", run_id) if r["status"] == "CANCELED")
     again = gql(ui, REEXECUTE, {"p": {"parentRunId": canceled["runId"], "strategy": "ALL_STEPS"}})
+    assert again["launchRunReexecution"]["__typename"] == "LaunchRunSuccess", again
     retry = again["launchRunReexecution"]["run"]["runId"]
     assert wait_for_run(ui, retry) == "SUCCESS", run_log(ui, retry)[-3000:]
 
