@@ -46,9 +46,9 @@ def test_a_failure_outside_the_steps_says_the_runs_own_error() -> None:
     from churn_assets.orchestration.materialize import failure_message
     from churn_assets.orchestration.run_body import BodyResult
 
-    error = SerializableErrorInfo("DagsterImportError: no module named churn_assets.x\n", [], "DagsterImportError")
+    error = SerializableErrorInfo("DagsterImportError: no module named gone_module\n", [], "DagsterImportError")
     failed = DagsterEvent("PIPELINE_FAILURE", "__ASSET_JOB", event_specific_data=JobFailureData(error, None, None))
-    assert failure_message(BodyResult("run", False, [failed])) == "DagsterImportError: no module named churn_assets.x"
+    assert failure_message(BodyResult("run", False, [failed])) == "DagsterImportError: no module named gone_module"
     assert failure_message(BodyResult("run", False, [])) == "the run failed (see the run in the Dagster UI)"
 
 
