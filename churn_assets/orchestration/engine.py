@@ -125,11 +125,8 @@ def before_cancel(hook: Callable[[], None]) -> None:
     _BEFORE_CANCEL.append(hook)
 
 
-_CANCELED = PROCESS_CANCELED  # this worker process's job was canceled: the process leaves when the job returns
-
-
 def _cancel(_signum: int, _frame: Any) -> None:
-    _CANCELED.set()
+    PROCESS_CANCELED.set()  # this worker process's job was canceled: the process leaves when the job returns
     for hook in _BEFORE_CANCEL:
         with contextlib.suppress(Exception):
             hook()
@@ -165,7 +162,7 @@ def _run_job(task: Any, fn: Callable[..., Any], args: tuple[Any, ...], code_vers
         return fn(*args)
     finally:
         signal.signal(cancel, previous)
-        if _CANCELED.is_set():
+        if PROCESS_CANCELED.is_set():
             # Unwound (the interrupt may reach here as another error: Dagster and the materializer wrap it): runs
             # recorded, locks released, the checkpoint kept. The process leaves: celery marks a job whose process it
             # signalled as terminated, and would take a later loss of this process for that termination.
